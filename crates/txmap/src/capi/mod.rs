@@ -1,0 +1,1 @@
+//! C API (filled in below).

@@ -1,0 +1,79 @@
+//! Typed errors. Each says what went wrong and where (path, offset, record).
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in txmap.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call on a file failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file holds bytes that cannot be what txmap wrote.
+    #[error("{}: corrupt at offset {offset}: {what}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
+    /// The transaction conflicted with a concurrent commit; nothing of it is visible. Retry it.
+    #[error("transaction aborted: conflict with a concurrent commit")]
+    Conflict,
+    /// The transaction was aborted by the program (`abort`/`xabort`).
+    #[error("transaction aborted by the program")]
+    Aborted,
+    /// The call is not allowed in the current state or with these arguments.
+    #[error("{0}")]
+    Invalid(String),
+    /// Another handle or process already has the region open.
+    #[error("{}: region is already open (by this or another process)", path.display())]
+    Busy { path: PathBuf },
+    /// A memory-mapping call failed.
+    #[error("{op}: {source}")]
+    Os {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An earlier write or sync failed; the data on disk may be behind memory.
+    /// Close and reopen the region to recover from the log.
+    #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]
+    Poisoned(String),
+}
+
+impl Error {
+    /// True when retrying the same transaction may succeed.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict)
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn os(op: &'static str, e: rustix::io::Errno) -> Error {
+        Error::Os {
+            op,
+            source: e.into(),
+        }
+    }
+
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Error {
+        Error::Corrupt {
+            path: path.into(),
+            offset,
+            what: what.into(),
+        }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

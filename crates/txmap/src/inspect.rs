@@ -1,0 +1,1 @@
+//! Read-only inspection (filled in below).

@@ -1,0 +1,206 @@
+//! A simulated storage device for crash and error tests.
+//!
+//! Contents live in a memfd (so a region can map them like a file). Writes and
+//! resizes since the last sync are remembered; [`SimStorage::crash_image`]
+//! produces what a disk could hold after power loss: every synced byte, and
+//! each unsynced write kept, dropped, or torn at 512-byte sectors. A countdown
+//! makes the n-th write or sync fail, as a full or failing disk would.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::Storage;
+
+const SECTOR: usize = 512;
+
+/// What a simulated crash does to unsynced writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Every unsynced write is lost.
+    DropAll,
+    /// Each unsynced write is kept, lost, or torn (some sectors kept), by the seed.
+    Random(u64),
+}
+
+#[derive(Default)]
+struct SimState {
+    durable: Vec<u8>,
+    pending: Vec<Pending>,
+    /// Write or sync calls left before the injected failure, if any.
+    countdown: Option<u64>,
+    failed: bool,
+}
+
+enum Pending {
+    Write(u64, Vec<u8>),
+    SetLen(u64),
+}
+
+/// An in-memory storage device that forgets unsynced writes on a simulated crash.
+pub struct SimStorage {
+    live: OwnedFd,
+    path: PathBuf,
+    state: Mutex<SimState>,
+}
+
+impl SimStorage {
+    /// An empty device; `name` appears in error messages.
+    pub fn new(name: &str) -> std::io::Result<SimStorage> {
+        Self::from_bytes(name, Vec::new())
+    }
+
+    /// A device holding `bytes`, all durable.
+    pub fn from_bytes(name: &str, bytes: Vec<u8>) -> std::io::Result<SimStorage> {
+        let live = crate::os::mem::memfd(name)?;
+        let f = std::fs::File::from(live.try_clone()?);
+        std::os::unix::fs::FileExt::write_all_at(&f, &bytes, 0)?;
+        Ok(SimStorage {
+            live,
+            path: PathBuf::from(format!("sim:{name}")),
+            state: Mutex::new(SimState {
+                durable: bytes,
+                ..SimState::default()
+            }),
+        })
+    }
+
+    /// Makes the `n`-th write or sync from now (0 = the next) fail, and all after it.
+    pub fn fail_after(&self, n: u64) {
+        self.lock().countdown = Some(n);
+    }
+
+    /// Number of writes and resizes not yet synced.
+    pub fn unsynced(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// The bytes a disk could hold if power failed now.
+    pub fn crash_image(&self, mode: CrashMode) -> Vec<u8> {
+        let st = self.lock();
+        let mut img = st.durable.clone();
+        let mut rng = match mode {
+            CrashMode::DropAll => None,
+            CrashMode::Random(seed) => Some(SplitMix(seed)),
+        };
+        for p in &st.pending {
+            let Some(r) = rng.as_mut() else { break };
+            match p {
+                Pending::SetLen(len) => {
+                    if r.next() % 2 == 0 {
+                        img.resize(*len as usize, 0);
+                    }
+                }
+                Pending::Write(off, data) => {
+                    let choice = r.next() % 3;
+                    if choice == 0 {
+                        continue; // lost
+                    }
+                    let off = *off as usize;
+                    let end = off + data.len();
+                    if img.len() < end {
+                        img.resize(end, 0);
+                    }
+                    if choice == 1 {
+                        img[off..end].copy_from_slice(data);
+                    } else {
+                        // torn: each sector independently kept or lost
+                        let mut s = 0;
+                        while s < data.len() {
+                            let e = (s + SECTOR - (off + s) % SECTOR).min(data.len());
+                            if r.next() % 2 == 0 {
+                                img[off + s..off + e].copy_from_slice(&data[s..e]);
+                            }
+                            s = e;
+                        }
+                    }
+                }
+            }
+        }
+        img
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SimState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tick(st: &mut SimState) -> std::io::Result<()> {
+        if st.failed {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        if let Some(n) = st.countdown.as_mut() {
+            if *n == 0 {
+                st.failed = true;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            *n -= 1;
+        }
+        Ok(())
+    }
+
+    fn file(&self) -> std::mem::ManuallyDrop<std::fs::File> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: the File borrows our descriptor and is never dropped (ManuallyDrop).
+        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(self.live.as_raw_fd()) })
+    }
+}
+
+impl Storage for SimStorage {
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.file().metadata()?.len())
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&*self.file(), buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut st = self.lock();
+        Self::tick(&mut st)?;
+        std::os::unix::fs::FileExt::write_all_at(&*self.file(), buf, offset)?;
+        st.pending.push(Pending::Write(offset, buf.to_vec()));
+        Ok(())
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        let mut st = self.lock();
+        Self::tick(&mut st)?;
+        self.file().set_len(len)?;
+        st.pending.push(Pending::SetLen(len));
+        Ok(())
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        let mut st = self.lock();
+        Self::tick(&mut st)?;
+        let pending = std::mem::take(&mut st.pending);
+        for p in pending {
+            match p {
+                Pending::SetLen(len) => st.durable.resize(len as usize, 0),
+                Pending::Write(off, data) => {
+                    let (off, end) = (off as usize, off as usize + data.len());
+                    if st.durable.len() < end {
+                        st.durable.resize(end, 0);
+                    }
+                    st.durable[off..end].copy_from_slice(&data);
+                }
+            }
+        }
+        Ok(())
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.live.as_fd()
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A small deterministic generator, so a failing seed replays exactly.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,48 @@
+//! # txmap: ACID transactions over memory-mapped files
+//!
+//! Map a region, begin a transaction, read and write it with plain loads and
+//! stores, commit. txmap catches the first touch of each page, keeps
+//! uncommitted stores private, validates against concurrent transactions
+//! (serializable by default, snapshot isolation on request), logs byte-range
+//! redo records with group commit, and recovers after any crash.
+//!
+//! Linux x86-64 only: page tracking relies on `mprotect`, SIGSEGV and the x86
+//! page-fault error code.
+//!
+//! Layers (see docs/ARCHITECTURE.md): [`os`] (mappings, signals) → [`io`]
+//! (storage backends) → [`wal`] (log format, writer, scanner) → [`mvcc`]
+//! (versions, snapshots, validation) → [`View`] (tracking, transactions) →
+//! [`Region`] (files, recovery, checkpoints) → [`capi`] (C API).
+//!
+//! ```
+//! # let dir = std::env::temp_dir().join(format!("txmap-doc-lib-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir).unwrap();
+//! use txmap::{Region, Options};
+//! let region = Region::create(&dir.join("counter.txm"), 4096, Options::default())?;
+//! let mut view = region.view()?;
+//! view.begin()?;
+//! // SAFETY: inside a transaction, the view's memory may be used with plain loads and stores.
+//! unsafe { *(view.base() as *mut u64) += 1 };
+//! view.commit()?;
+//! # drop(view); drop(region); std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), txmap::Error>(())
+//! ```
+
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod capi;
+mod error;
+pub mod inspect;
+pub mod io;
+pub mod mvcc;
+pub mod os;
+mod region;
+mod view;
+pub mod wal;
+
+pub use error::{Error, Result};
+pub use region::{Durability, Options, Region, Stats, log_path};
+pub use view::{
+    Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Pod, Ptr, TxnOptions, View,
+};

@@ -1,0 +1,369 @@
+//! Versions and validation: the commit sequence, committed page versions not
+//! yet in the region file, the last commit that wrote each page, snapshot
+//! slots of live transactions, and the journal of which pages each commit
+//! changed.
+//!
+//! Invariants:
+//! - A page's version chain is ordered newest first; a reader with snapshot S
+//!   uses the first version with `seq <= S`, else the region file.
+//! - The checkpointer writes version `w` of a page to the region file only if
+//!   `w <= horizon <= every live snapshot`, and unlinks versions `<= w` after
+//!   the write. So whatever a live snapshot reads from the file is its version.
+//! - A version unlinked at epoch `e` is freed only when no slot entered the
+//!   read side at an epoch `<= e` and is still in it (epoch-based reclamation),
+//!   which lets the fault handler walk chains without locks.
+//!
+//! All state is atomics and fixed arrays, laid out so it can move to memory
+//! shared between processes.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::os::mem::{PAGE, ReservedArray};
+
+/// Largest number of views (threads) open on one region at once.
+pub const MAX_SLOTS: usize = 256;
+/// Page lists kept in the change journal; a view further behind is reset whole.
+const JOURNAL_PAGES: usize = 1 << 20;
+
+/// One committed version of a page.
+#[repr(C, align(4096))]
+pub struct Version {
+    pub data: [u8; PAGE],
+    pub seq: u64,
+    next: AtomicPtr<Version>,
+}
+
+impl Version {
+    pub fn new(seq: u64, data: &[u8]) -> Box<Version> {
+        let mut v = Box::new(Version {
+            data: [0; PAGE],
+            seq,
+            next: AtomicPtr::new(std::ptr::null_mut()),
+        });
+        v.data.copy_from_slice(data);
+        v
+    }
+}
+
+/// A live transaction's registration.
+#[derive(Default)]
+pub struct Slot {
+    /// Claimed by a view (1) or free (0).
+    owner: AtomicU64,
+    /// Snapshot + 1 while a transaction is open, 0 otherwise.
+    snapshot: AtomicU64,
+    /// Reclamation epoch while reading version chains, 0 otherwise.
+    epoch: AtomicU64,
+}
+
+struct Journal {
+    entries: VecDeque<(u64, Box<[u32]>)>,
+    pages: usize,
+    /// Every commit after this sequence number is in `entries`.
+    complete_after: u64,
+}
+
+/// The multiversion state of one region.
+pub struct Mvcc {
+    heads: ReservedArray<AtomicPtr<Version>>,
+    page_seq: ReservedArray<AtomicU64>,
+    slots: Box<[Slot]>,
+    commit_seq: AtomicU64,
+    horizon: AtomicU64,
+    epoch: AtomicU64,
+    /// Pages that have versions in memory (the checkpointer's work list).
+    dirty: Mutex<BTreeSet<u32>>,
+    retired: Mutex<Vec<(u64, usize)>>,
+    journal: Mutex<Journal>,
+}
+
+// SAFETY: all fields are atomics or mutex-protected; raw version pointers are
+// only dereferenced under the reclamation protocol above.
+unsafe impl Send for Mvcc {}
+// SAFETY: as above.
+unsafe impl Sync for Mvcc {}
+
+// SAFETY: a null pointer is all zeros and an AtomicPtr has no drop glue.
+unsafe impl<T> crate::os::mem::ZeroIsValid for AtomicPtr<T> {}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Mvcc {
+    /// State for a region of at most `max_pages` pages whose last commit is `seq`.
+    pub fn new(max_pages: usize, seq: u64) -> rustix::io::Result<Mvcc> {
+        Ok(Mvcc {
+            heads: ReservedArray::new(max_pages)?,
+            page_seq: ReservedArray::new(max_pages)?,
+            slots: (0..MAX_SLOTS).map(|_| Slot::default()).collect(),
+            commit_seq: AtomicU64::new(seq),
+            horizon: AtomicU64::new(0),
+            epoch: AtomicU64::new(1),
+            dirty: Mutex::new(BTreeSet::new()),
+            retired: Mutex::new(Vec::new()),
+            journal: Mutex::new(Journal {
+                entries: VecDeque::new(),
+                pages: 0,
+                complete_after: seq,
+            }),
+        })
+    }
+
+    pub fn max_pages(&self) -> usize {
+        self.heads.capacity()
+    }
+
+    /// The sequence number of the newest commit.
+    pub fn commit_seq(&self) -> u64 {
+        self.commit_seq.load(Ordering::Acquire)
+    }
+
+    pub fn claim_slot(&self) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.owner
+                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        })
+    }
+
+    pub fn release_slot(&self, i: usize) {
+        self.end(i);
+        self.slots[i].owner.store(0, Ordering::SeqCst);
+    }
+
+    /// Registers a snapshot for slot `i` and enters the read side; returns the snapshot.
+    pub fn begin(&self, i: usize) -> u64 {
+        let slot = &self.slots[i];
+        loop {
+            let s = self.commit_seq.load(Ordering::SeqCst);
+            slot.snapshot.store(s + 1, Ordering::SeqCst);
+            slot.epoch
+                .store(self.epoch.load(Ordering::SeqCst), Ordering::SeqCst);
+            // A checkpoint that missed our slot published its horizon first; if
+            // it is past our snapshot, take a newer one.
+            if self.horizon.load(Ordering::SeqCst) <= s {
+                return s;
+            }
+        }
+    }
+
+    /// Leaves the read side and drops the snapshot of slot `i`.
+    pub fn end(&self, i: usize) {
+        self.slots[i].snapshot.store(0, Ordering::SeqCst);
+        self.slots[i].epoch.store(0, Ordering::SeqCst);
+    }
+
+    /// Enters the read side without a snapshot (a fault outside a transaction).
+    /// Returns false if the slot was already inside.
+    pub fn enter(&self, i: usize) -> bool {
+        let slot = &self.slots[i];
+        if slot.epoch.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        slot.epoch
+            .store(self.epoch.load(Ordering::SeqCst), Ordering::SeqCst);
+        true
+    }
+
+    pub fn leave(&self, i: usize) {
+        self.slots[i].epoch.store(0, Ordering::SeqCst);
+    }
+
+    /// Live snapshots: (count, oldest).
+    pub fn snapshots(&self) -> (usize, Option<u64>) {
+        let live = self
+            .slots
+            .iter()
+            .map(|s| s.snapshot.load(Ordering::SeqCst))
+            .filter(|&v| v != 0);
+        let (n, min) = live.fold((0, u64::MAX), |(n, m), v| (n + 1, m.min(v - 1)));
+        (n, (n > 0).then_some(min))
+    }
+
+    /// The newest version of `page` visible to snapshot `s`, if it is still in
+    /// memory (else the region file holds it). Must be called on the read side.
+    pub fn lookup(&self, page: usize, s: u64) -> Option<&Version> {
+        let mut p = self.heads.get(page)?.load(Ordering::SeqCst);
+        // SAFETY: nodes reachable from a head are freed only after every reader
+        // that could have seen them left the read side (see module docs).
+        while let Some(v) = unsafe { p.as_ref() } {
+            if v.seq <= s {
+                return Some(v);
+            }
+            p = v.next.load(Ordering::SeqCst);
+        }
+        None
+    }
+
+    /// The sequence number of the last commit that wrote `page`.
+    pub fn page_seq(&self, page: usize) -> u64 {
+        self.page_seq
+            .get(page)
+            .map_or(0, |a| a.load(Ordering::Acquire))
+    }
+
+    /// Publishes a commit: new versions, per-page sequence, journal entry, then
+    /// the commit sequence itself. Caller holds the region's commit lock.
+    pub fn publish(&self, seq: u64, versions: Vec<(u32, Box<Version>)>) {
+        assert_eq!(
+            seq,
+            self.commit_seq.load(Ordering::Acquire) + 1,
+            "commits publish in order"
+        );
+        let mut pages = Vec::with_capacity(versions.len());
+        {
+            let mut dirty = lock(&self.dirty);
+            for (page, v) in versions {
+                let head = self.heads.get(page as usize).expect("page within max size");
+                assert_eq!(v.seq, seq);
+                v.next
+                    .store(head.load(Ordering::Acquire), Ordering::Relaxed);
+                head.store(Box::into_raw(v), Ordering::Release);
+                self.page_seq
+                    .get(page as usize)
+                    .expect("page")
+                    .store(seq, Ordering::Release);
+                dirty.insert(page);
+                pages.push(page);
+            }
+        }
+        {
+            let mut j = lock(&self.journal);
+            j.pages += pages.len();
+            j.entries.push_back((seq, pages.into_boxed_slice()));
+            while j.pages > JOURNAL_PAGES {
+                let (s, p) = j.entries.pop_front().expect("nonempty");
+                j.pages -= p.len();
+                j.complete_after = s;
+            }
+        }
+        self.commit_seq.store(seq, Ordering::Release);
+    }
+
+    /// Calls `f` for each page changed by commits in `(after, upto]`; false if
+    /// the journal no longer reaches back that far.
+    pub fn changed_pages(&self, after: u64, upto: u64, mut f: impl FnMut(u32)) -> bool {
+        let j = lock(&self.journal);
+        if after < j.complete_after {
+            return false;
+        }
+        for (s, pages) in j.entries.iter().rev() {
+            if *s <= after {
+                break;
+            }
+            if *s <= upto {
+                pages.iter().for_each(|&p| f(p));
+            }
+        }
+        true
+    }
+
+    /// Starts a checkpoint: returns the horizon `T <= min(limit, every live
+    /// snapshot)`, published so that transactions beginning later use `>= T`.
+    pub fn checkpoint_horizon(&self, limit: u64) -> u64 {
+        let t0 = limit.min(self.commit_seq());
+        self.horizon.fetch_max(t0, Ordering::SeqCst);
+        let oldest = self.snapshots().1.unwrap_or(u64::MAX);
+        let t = t0.min(oldest);
+        // Lower the published horizon again if a snapshot holds it back.
+        self.horizon.store(t, Ordering::SeqCst);
+        t
+    }
+
+    /// Pages with in-memory versions, and for each the version to write at horizon `t`.
+    pub fn checkpoint_pages(&self, t: u64) -> Vec<(u32, &Version)> {
+        let dirty = lock(&self.dirty).clone();
+        dirty
+            .into_iter()
+            .filter_map(|p| self.lookup(p as usize, t).map(|v| (p, v)))
+            .collect()
+    }
+
+    /// After versions up to `t` reached the region file: unlinks them and frees
+    /// what no reader can still see.
+    pub fn trim(&self, t: u64) {
+        let mut unlinked = Vec::new();
+        {
+            let mut dirty = lock(&self.dirty);
+            dirty.retain(|&p| {
+                let head = self.heads.get(p as usize).expect("page");
+                let mut link: &AtomicPtr<Version> = head;
+                loop {
+                    let cur = link.load(Ordering::Acquire);
+                    // SAFETY: as in `lookup`; we also hold `dirty`, which every
+                    // writer of chains holds.
+                    match unsafe { cur.as_ref() } {
+                        None => break,
+                        Some(v) if v.seq <= t => {
+                            link.store(std::ptr::null_mut(), Ordering::SeqCst);
+                            unlinked.push(cur as usize);
+                            break;
+                        }
+                        Some(v) => link = &v.next,
+                    }
+                }
+                !head.load(Ordering::Acquire).is_null()
+            });
+        }
+        let e = self.epoch.fetch_add(1, Ordering::SeqCst);
+        let mut retired = lock(&self.retired);
+        retired.extend(unlinked.into_iter().map(|p| (e, p)));
+        let min_active = self
+            .slots
+            .iter()
+            .map(|s| s.epoch.load(Ordering::SeqCst))
+            .filter(|&e| e != 0)
+            .min()
+            .unwrap_or(u64::MAX);
+        retired.retain(|&(e, p)| {
+            if e >= min_active {
+                return true;
+            }
+            // Free the whole unlinked tail.
+            let mut q = p as *mut Version;
+            while !q.is_null() {
+                // SAFETY: unlinked at epoch e, and no reader entered at or before e
+                // is still reading, so nothing references these nodes.
+                let b = unsafe { Box::from_raw(q) };
+                q = b.next.load(Ordering::Relaxed);
+            }
+            false
+        });
+    }
+
+    /// Bytes of page versions held in memory.
+    pub fn version_pages(&self) -> usize {
+        let dirty = lock(&self.dirty);
+        dirty
+            .iter()
+            .map(|&p| {
+                let mut n = 0;
+                let mut q = self
+                    .heads
+                    .get(p as usize)
+                    .expect("page")
+                    .load(Ordering::Acquire);
+                // SAFETY: we hold `dirty`, so no trim runs concurrently.
+                while let Some(v) = unsafe { q.as_ref() } {
+                    n += 1;
+                    q = v.next.load(Ordering::Acquire);
+                }
+                n
+            })
+            .sum()
+    }
+}
+
+impl Drop for Mvcc {
+    fn drop(&mut self) {
+        self.trim(u64::MAX);
+        for s in self.slots.iter() {
+            s.epoch.store(0, Ordering::SeqCst);
+        }
+        self.trim(u64::MAX);
+        debug_assert!(lock(&self.retired).is_empty());
+    }
+}

@@ -1,0 +1,261 @@
+//! Virtual memory: reservations, file mappings, protection changes.
+//!
+//! Every `unsafe` call that creates or changes a mapping lives here. Callers
+//! hold a [`Reservation`] (an address range owned by us) and only map or
+//! protect inside it, which is what makes the `MAP_FIXED` calls sound.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
+
+/// Size of a page in regions, logs and views. Checked against the kernel's at start-up.
+pub const PAGE: usize = 4096;
+
+/// Access rights of a range of pages in a view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    None,
+    Read,
+    ReadWrite,
+}
+
+impl Access {
+    fn flags(self) -> MprotectFlags {
+        match self {
+            Access::None => MprotectFlags::empty(),
+            Access::Read => MprotectFlags::READ,
+            Access::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
+        }
+    }
+    fn prot(self) -> ProtFlags {
+        match self {
+            Access::None => ProtFlags::empty(),
+            Access::Read => ProtFlags::READ,
+            Access::ReadWrite => ProtFlags::READ | ProtFlags::WRITE,
+        }
+    }
+}
+
+/// An address range owned by this process, reserved `PROT_NONE` and without
+/// swap accounting. Unmapped on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a reservation is an address range; which thread unmaps it does not matter.
+unsafe impl Send for Reservation {}
+// SAFETY: shared references only read `base`/`len`.
+unsafe impl Sync for Reservation {}
+
+impl Reservation {
+    /// Reserves `len` bytes (rounded up to pages) anywhere, or at `at` if given
+    /// (failing with `EEXIST` if something is already mapped there).
+    pub fn new(len: usize, at: Option<usize>) -> rustix::io::Result<Reservation> {
+        let len = round_up(len.max(PAGE));
+        let mut flags = MapFlags::PRIVATE | MapFlags::NORESERVE;
+        if at.is_some() {
+            flags |= MapFlags::FIXED_NOREPLACE;
+        }
+        let hint = at.unwrap_or(0) as *mut std::ffi::c_void;
+        // SAFETY: an anonymous PROT_NONE mapping; with FIXED_NOREPLACE the kernel
+        // refuses to replace anything, so no existing memory is affected.
+        let p = unsafe { rustix::mm::mmap_anonymous(hint, len, ProtFlags::empty(), flags)? };
+        if let Some(addr) = at
+            && p as usize != addr
+        {
+            // Old kernels ignore FIXED_NOREPLACE and treat the address as a hint.
+            // SAFETY: `p` is the mapping we just created, of length `len`.
+            let _ = unsafe { rustix::mm::munmap(p, len) };
+            return Err(rustix::io::Errno::EXIST);
+        }
+        Ok(Reservation {
+            base: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: usize, len: usize) {
+        assert!(
+            offset.is_multiple_of(PAGE) && offset.checked_add(len).is_some_and(|e| e <= self.len),
+            "range {offset}+{len} outside reservation of {}",
+            self.len
+        );
+    }
+
+    /// Maps `len` bytes of `fd` from `file_offset` at `offset` inside the reservation, shared.
+    pub fn map_shared(
+        &self,
+        offset: usize,
+        len: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        access: Access,
+    ) -> rustix::io::Result<()> {
+        self.check(offset, len);
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the target range lies inside our own reservation (checked above),
+        // so MAP_FIXED only replaces memory this object owns.
+        unsafe {
+            rustix::mm::mmap(
+                self.base().add(offset).cast(),
+                len,
+                access.prot(),
+                MapFlags::SHARED | MapFlags::FIXED,
+                fd,
+                file_offset,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Maps anonymous zero-filled read-write memory at `offset` (for arrays that grow in place).
+    pub fn map_anonymous_rw(&self, offset: usize, len: usize) -> rustix::io::Result<()> {
+        self.check(offset, len);
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: inside our own reservation (checked above).
+        unsafe {
+            rustix::mm::mmap_anonymous(
+                self.base().add(offset).cast(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Changes the protection of whole pages inside the reservation.
+    pub fn protect(&self, offset: usize, len: usize, access: Access) -> rustix::io::Result<()> {
+        self.check(offset, len);
+        if len == 0 {
+            return Ok(());
+        }
+        protect_raw(self.base() as usize + offset, len, access)
+    }
+
+    /// Gives pages back to the kernel; anonymous memory reads as zeros afterwards.
+    pub fn discard(&self, offset: usize, len: usize) -> rustix::io::Result<()> {
+        self.check(offset, len);
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: inside our own reservation; callers only discard memory no
+        // reference points into (arrays of atomics that read as zero = empty).
+        unsafe { rustix::mm::madvise(self.base().add(offset).cast(), len, Advice::LinuxDontNeed) }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        // SAFETY: we own the whole range; nothing borrowed from it outlives self.
+        let _ = unsafe { rustix::mm::munmap(self.base().cast(), self.len) };
+    }
+}
+
+/// `mprotect` on an absolute address range. A raw system call, so it may be
+/// used from the fault handler.
+pub fn protect_raw(addr: usize, len: usize, access: Access) -> rustix::io::Result<()> {
+    debug_assert!(addr.is_multiple_of(PAGE) && len.is_multiple_of(PAGE));
+    // SAFETY: callers pass ranges inside reservations they own (views only
+    // protect their own pages); changing protection does not move memory.
+    unsafe { rustix::mm::mprotect(addr as *mut _, len, access.flags()) }
+}
+
+/// A fixed-capacity array of zero-initialised `T` in reserved memory: pages
+/// are committed by the kernel on first touch, and the array never moves, so
+/// the fault handler may index it without locks.
+pub struct ReservedArray<T> {
+    mem: Reservation,
+    capacity: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: ZeroIsValid> ReservedArray<T> {
+    pub fn new(capacity: usize) -> rustix::io::Result<Self> {
+        let bytes = round_up(capacity.max(1) * std::mem::size_of::<T>());
+        let mem = Reservation::new(bytes, None)?;
+        mem.map_anonymous_rw(0, bytes)?;
+        Ok(ReservedArray {
+            mem,
+            capacity,
+            _t: std::marker::PhantomData,
+        })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn get(&self, i: usize) -> Option<&T> {
+        // SAFETY: in bounds; the memory is mapped read-write for the whole
+        // capacity, zero-filled, and `T: ZeroIsValid` makes zero a valid `T`.
+        (i < self.capacity).then(|| unsafe { &*(self.mem.base() as *const T).add(i) })
+    }
+
+    /// Resets every element to zero and returns the memory to the kernel.
+    pub fn clear(&mut self) -> rustix::io::Result<()> {
+        self.mem.discard(0, self.mem.len())
+    }
+
+    /// Base address, for raw element access from the fault handler.
+    pub fn as_ptr(&self) -> *mut T {
+        self.mem.base().cast()
+    }
+}
+
+/// Marker for types whose all-zero bit pattern is a valid value (atomics, integers).
+///
+/// # Safety
+/// Implementors must be valid when zero-initialised and have no drop glue.
+pub unsafe trait ZeroIsValid {}
+// SAFETY: atomics and integers are valid at zero and have no drop glue.
+unsafe impl ZeroIsValid for std::sync::atomic::AtomicU8 {}
+// SAFETY: as above.
+unsafe impl ZeroIsValid for std::sync::atomic::AtomicU32 {}
+// SAFETY: as above.
+unsafe impl ZeroIsValid for std::sync::atomic::AtomicU64 {}
+// SAFETY: as above.
+unsafe impl ZeroIsValid for u8 {}
+// SAFETY: as above.
+unsafe impl ZeroIsValid for u32 {}
+// SAFETY: as above.
+unsafe impl ZeroIsValid for u64 {}
+
+/// An anonymous in-memory file (the backing of a view's private pages).
+pub fn memfd(name: &str) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
+}
+
+/// Sets the length of a file descriptor.
+pub fn set_len(fd: impl AsFd, len: u64) -> rustix::io::Result<()> {
+    rustix::fs::ftruncate(fd, len)
+}
+
+/// Rounds up to a whole number of pages.
+pub fn round_up(n: usize) -> usize {
+    n.div_ceil(PAGE) * PAGE
+}
+
+/// Checks that the kernel's page size is the one the formats assume.
+pub fn check_page_size() -> bool {
+    rustix::param::page_size() == PAGE
+}

@@ -1,0 +1,145 @@
+//! Page-level work shared by the fault handler and the advisory call:
+//! installing a page's snapshot version, saving a twin before the first
+//! write, and changing protection.
+//!
+//! Called from the SIGSEGV handler, so everything here is async-signal-safe:
+//! atomics, `memcpy` between our own mappings, and the raw `mprotect` call.
+//! No locks, no allocation, no panics on the handler path.
+
+use std::sync::atomic::Ordering;
+
+use super::{DOOM_READ_ONLY_WRITE, DOOM_TOO_LARGE, TOUCH_READ, TOUCH_WRITE, ViewInner};
+use crate::os::mem::{Access, PAGE, protect_raw};
+use crate::os::signal::FaultOutcome;
+use crate::wal::format::HEADER_BYTES;
+
+impl ViewInner {
+    /// Copies the version of `page` visible at `snapshot` into the private
+    /// copy. Caller is on the MVCC read side.
+    pub(super) fn install(&self, page: usize, snapshot: u64) {
+        let dst = self.alias.base() as usize + page * PAGE;
+        let src = match self.region.mvcc.lookup(page, snapshot) {
+            Some(v) => v.data.as_ptr(),
+            // SAFETY: the page lies below the region size, which the image maps.
+            None => unsafe {
+                self.region
+                    .image
+                    .base()
+                    .add(HEADER_BYTES as usize + page * PAGE)
+            },
+        };
+        // SAFETY: both are whole pages in live mappings; the alias is private to
+        // this view and the source is an immutable version or the file image.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, PAGE) };
+        self.valid
+            .get(page)
+            .expect("page within capacity")
+            .store(1, Ordering::Release);
+    }
+
+    /// Makes `page` part of the current transaction with the given access;
+    /// does not change protection. Returns the protection the page needs.
+    pub(super) fn touch(&self, page: usize, write: bool) -> Access {
+        let serial = self.serial.load(Ordering::Relaxed);
+        let t = self.touched.get(page).expect("page within capacity");
+        let prev = t.load(Ordering::Relaxed);
+        let bits = if prev >> 2 == serial { prev & 3 } else { 0 };
+        if self
+            .valid
+            .get(page)
+            .is_some_and(|v| v.load(Ordering::Acquire) == 0)
+        {
+            self.install(page, self.snapshot.load(Ordering::Relaxed));
+        }
+        if write {
+            if bits & TOUCH_WRITE == 0 {
+                if self.read_only.load(Ordering::Relaxed) {
+                    self.doom(DOOM_READ_ONLY_WRITE);
+                }
+                let n = self.write_n.load(Ordering::Relaxed);
+                if n < self.write_set.capacity() {
+                    let twin = self.twins.base() as usize + n * PAGE;
+                    let cur = self.alias.base() as usize + page * PAGE;
+                    // SAFETY: a twin slot and a page of our alias, both mapped RW.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(cur as *const u8, twin as *mut u8, PAGE)
+                    };
+                    // SAFETY: n < capacity of the reserved array.
+                    unsafe { *self.write_set.as_ptr().add(n) = page as u32 };
+                    self.write_n.store(n + 1, Ordering::Relaxed);
+                } else {
+                    self.doom(DOOM_TOO_LARGE);
+                }
+            }
+            t.store(
+                serial << 2 | bits | TOUCH_WRITE | TOUCH_READ,
+                Ordering::Relaxed,
+            );
+            Access::ReadWrite
+        } else {
+            if bits == 0 {
+                if self.track_reads.load(Ordering::Relaxed) {
+                    let n = self.read_n.load(Ordering::Relaxed);
+                    if n < self.read_set.capacity() {
+                        // SAFETY: n < capacity.
+                        unsafe { *self.read_set.as_ptr().add(n) = page as u32 };
+                        self.read_n.store(n + 1, Ordering::Relaxed);
+                    } else {
+                        self.doom(DOOM_TOO_LARGE);
+                    }
+                }
+                t.store(serial << 2 | TOUCH_READ, Ordering::Relaxed);
+            }
+            if bits & TOUCH_WRITE != 0 {
+                Access::ReadWrite
+            } else {
+                Access::Read
+            }
+        }
+    }
+
+    pub(super) fn doom(&self, why: u8) {
+        let _ = self
+            .doomed
+            .compare_exchange(0, why, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The fault routine registered with the signal module.
+    pub(super) fn on_fault(&self, addr: usize, write: bool) -> FaultOutcome {
+        let off = addr - self.user.base() as usize;
+        if off >= self.mapped.load(Ordering::Acquire) {
+            return FaultOutcome::BeyondRegion;
+        }
+        let page = off / PAGE;
+        let page_addr = self.user.base() as usize + page * PAGE;
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.islands.fetch_add(1, Ordering::Relaxed);
+        let access = if self.active.load(Ordering::Acquire) {
+            self.touch(page, write)
+        } else {
+            if write {
+                return FaultOutcome::WriteOutsideTransaction;
+            }
+            // Outside a transaction the view shows the latest committed data.
+            let mvcc = &self.region.mvcc;
+            let entered = mvcc.enter(self.slot);
+            self.install(page, mvcc.commit_seq());
+            if entered {
+                mvcc.leave(self.slot);
+            }
+            Access::Read
+        };
+        match protect_raw(page_addr, PAGE, access) {
+            Ok(()) => FaultOutcome::Handled,
+            Err(_) => FaultOutcome::ProtectFailed,
+        }
+    }
+}
+
+/// The `FaultFn` registered for every view.
+pub(super) fn handle(ctx: *const (), addr: usize, write: bool) -> FaultOutcome {
+    // SAFETY: `ctx` is the boxed ViewInner registered in `View::open`; the
+    // registration is dropped before the box.
+    let view = unsafe { &*(ctx as *const ViewInner) };
+    view.on_fault(addr, write)
+}

@@ -1,0 +1,752 @@
+//! Views: one mapping of a region per thread, and transactions on it.
+//!
+//! A view reserves address space for the region's maximum size and maps a
+//! private memory file there twice: at the user's address, where protection
+//! tracks first touches, and at a hidden alias that is always writable and
+//! receives page contents. A page's content is *valid* when it equals the
+//! committed version at the view's last snapshot; valid pages stay mapped
+//! between transactions, and `begin` invalidates only pages that commits
+//! changed since (from the MVCC change journal). Stores land in the private
+//! file, never in the region file; at commit the written pages are diffed
+//! against their twins (copies taken at the first write) to form the log
+//! record.
+
+mod fault;
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+use crate::mvcc::Version;
+use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
+use crate::os::signal::{self, Registration};
+use crate::region::{CommitRequest, RegionInner};
+use crate::wal::format::Range;
+
+const TOUCH_READ: u32 = 1;
+const TOUCH_WRITE: u32 = 2;
+const DOOM_USER: u8 = 1;
+const DOOM_READ_ONLY_WRITE: u8 = 2;
+const DOOM_TOO_LARGE: u8 = 3;
+/// Most pages one transaction may write (twins are reserved address space).
+pub const MAX_WRITE_PAGES: usize = 1 << 18;
+/// Most pages one serializable transaction may read.
+pub const MAX_READ_PAGES: usize = 1 << 22;
+/// Readable pages kept mapped before a view re-protects everything, to stay
+/// far below `vm.max_map_count` (each isolated page costs two mappings).
+const MAX_ISLANDS: u64 = 16 * 1024;
+
+/// Isolation level of a read-write transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Every page read must be unchanged at commit (the default).
+    #[default]
+    Serializable,
+    /// Only pages written must be unchanged at commit (write skew is possible).
+    Snapshot,
+}
+
+/// How a transaction runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TxnOptions {
+    /// A read-only transaction never aborts; a store in it dooms it.
+    pub read_only: bool,
+    pub isolation: Isolation,
+}
+
+impl TxnOptions {
+    pub const READ_ONLY: TxnOptions = TxnOptions {
+        read_only: true,
+        isolation: Isolation::Serializable,
+    };
+    pub const SNAPSHOT: TxnOptions = TxnOptions {
+        read_only: false,
+        isolation: Isolation::Snapshot,
+    };
+}
+
+/// Advisory access for [`View::set_page_access`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageAccess {
+    Read,
+    Write,
+}
+
+pub(crate) struct ViewInner {
+    region: Arc<RegionInner>,
+    slot: usize,
+    user: Reservation,
+    alias: Reservation,
+    twins: Reservation,
+    memfd: OwnedFd,
+    mapped: AtomicUsize,
+    valid: ReservedArray<AtomicU8>,
+    touched: ReservedArray<AtomicU32>,
+    read_set: ReservedArray<u32>,
+    write_set: ReservedArray<u32>,
+    read_n: AtomicUsize,
+    write_n: AtomicUsize,
+    active: AtomicBool,
+    read_only: AtomicBool,
+    track_reads: AtomicBool,
+    snapshot: AtomicU64,
+    serial: AtomicU32,
+    doomed: AtomicU8,
+    faults: AtomicU64,
+    /// Faults since the whole view was last protected (an upper bound on islands).
+    islands: AtomicU64,
+    valid_seq: AtomicU64,
+    last_commit: AtomicU64,
+}
+
+/// One mapping of a region, used by one thread at a time.
+///
+/// Inside a transaction, loads see one consistent snapshot and stores stay
+/// private until commit. Outside one, the mapping shows committed data and
+/// rejects stores loudly.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("txmap-doc-view-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let region = txmap::Region::create(&dir.join("v.txm"), 1 << 20, Default::default()).unwrap();
+/// let mut view = region.view().unwrap();
+/// view.run(|v| {
+///     let n: u64 = v.read(0)?;
+///     v.write(0, &(n + 1))
+/// }).unwrap();
+/// view.begin_read().unwrap();
+/// assert_eq!(view.read::<u64>(0).unwrap(), 1);
+/// view.commit().unwrap();
+/// # drop(view); drop(region); std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub struct View {
+    inner: Box<ViewInner>,
+    registration: Option<Registration>,
+    depth: u32,
+}
+
+// SAFETY: a view may move between threads; it is used by one at a time (&mut self).
+unsafe impl Send for View {}
+
+impl View {
+    pub(crate) fn open(region: Arc<RegionInner>, at: Option<usize>) -> Result<View> {
+        let max = region.opts.max_size as usize;
+        let pages = max / PAGE;
+        let os = |op| move |e| Error::os(op, e);
+        let slot = region.mvcc.claim_slot().ok_or_else(|| {
+            Error::Invalid(format!(
+                "too many views on one region (at most {})",
+                crate::mvcc::MAX_SLOTS
+            ))
+        })?;
+        let inner = (|| {
+            Ok::<_, Error>(Box::new(ViewInner {
+                user: Reservation::new(max, at).map_err(|e| {
+                    if e == rustix::io::Errno::EXIST {
+                        Error::Invalid(format!(
+                            "address {:#x} is not free for a view",
+                            at.unwrap_or(0)
+                        ))
+                    } else {
+                        Error::os("reserve view address space", e)
+                    }
+                })?,
+                alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
+                twins: {
+                    let r = Reservation::new(MAX_WRITE_PAGES * PAGE, None)
+                        .map_err(os("reserve twins"))?;
+                    r.map_anonymous_rw(0, r.len()).map_err(os("map twins"))?;
+                    r
+                },
+                memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
+                mapped: AtomicUsize::new(0),
+                valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+                touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+                read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
+                write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
+                read_n: AtomicUsize::new(0),
+                write_n: AtomicUsize::new(0),
+                active: AtomicBool::new(false),
+                read_only: AtomicBool::new(false),
+                track_reads: AtomicBool::new(false),
+                snapshot: AtomicU64::new(0),
+                serial: AtomicU32::new(1),
+                doomed: AtomicU8::new(0),
+                faults: AtomicU64::new(0),
+                islands: AtomicU64::new(0),
+                valid_seq: AtomicU64::new(region.mvcc.commit_seq()),
+                last_commit: AtomicU64::new(0),
+                slot,
+                region: region.clone(),
+            }))
+        })();
+        let inner = match inner {
+            Ok(i) => i,
+            Err(e) => {
+                region.mvcc.release_slot(slot);
+                return Err(e);
+            }
+        };
+        let mut view = View {
+            inner,
+            registration: None,
+            depth: 0,
+        };
+        view.sync_size()?;
+        let ctx = &*view.inner as *const ViewInner as *const ();
+        let reg = signal::register(
+            view.inner.user.base() as usize,
+            view.inner.user.len(),
+            ctx,
+            fault::handle,
+        )
+        .map_err(|e| Error::Os {
+            op: "register view",
+            source: e,
+        })?;
+        view.registration = Some(reg);
+        Ok(view)
+    }
+
+    /// Maps newly grown parts of the region into this view.
+    fn sync_size(&mut self) -> Result<()> {
+        let v = &self.inner;
+        let size = v.region.size() as usize;
+        let old = v.mapped.load(Ordering::Acquire);
+        if size <= old {
+            return Ok(());
+        }
+        crate::os::mem::set_len(&v.memfd, size as u64)
+            .map_err(|e| Error::os("size view memory", e))?;
+        let fd = v.memfd.as_fd();
+        v.alias
+            .map_shared(old, size - old, fd, old as u64, Access::ReadWrite)
+            .map_err(|e| Error::os("map view alias", e))?;
+        v.user
+            .map_shared(old, size - old, fd, old as u64, Access::None)
+            .map_err(|e| Error::os("map view", e))?;
+        v.mapped.store(size, Ordering::Release);
+        Ok(())
+    }
+
+    /// Address of byte 0 of the region in this view.
+    pub fn base(&self) -> *mut u8 {
+        self.inner.user.base()
+    }
+
+    /// Bytes of the region mapped in this view.
+    pub fn len(&self) -> usize {
+        self.inner.mapped.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True inside a transaction.
+    pub fn in_transaction(&self) -> bool {
+        self.depth > 0
+    }
+
+    /// Page faults this view has handled (first touches).
+    pub fn faults(&self) -> u64 {
+        self.inner.faults.load(Ordering::Relaxed)
+    }
+
+    /// Begins a serializable read-write transaction.
+    pub fn begin(&mut self) -> Result<()> {
+        self.begin_with(TxnOptions::default())
+    }
+
+    /// Begins a read-only transaction (never aborts).
+    pub fn begin_read(&mut self) -> Result<()> {
+        self.begin_with(TxnOptions::READ_ONLY)
+    }
+
+    /// Begins a transaction; a nested begin is folded into the outermost one.
+    pub fn begin_with(&mut self, opts: TxnOptions) -> Result<()> {
+        if self.depth > 0 {
+            self.depth += 1;
+            return Ok(());
+        }
+        self.sync_size()?;
+        let v = &*self.inner;
+        let mvcc = &v.region.mvcc;
+        let s = mvcc.begin(v.slot);
+        v.snapshot.store(s, Ordering::Relaxed);
+        let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
+        let protect_all = track_reads || v.islands.load(Ordering::Relaxed) > MAX_ISLANDS;
+        // Invalidate pages that commits since our last snapshot changed.
+        let own = v.last_commit.load(Ordering::Relaxed);
+        let mut err = Ok(());
+        let complete = mvcc.changed_pages(v.valid_seq.load(Ordering::Relaxed), s, |p| {
+            let valid = v.valid.get(p as usize).expect("page below max size");
+            if valid.load(Ordering::Relaxed) == 1 && mvcc.page_seq(p as usize) != own {
+                valid.store(0, Ordering::Relaxed);
+                if !protect_all && err.is_ok() {
+                    err = v.user.protect(p as usize * PAGE, PAGE, Access::None);
+                }
+            }
+        });
+        if let Err(e) = err {
+            mvcc.end(v.slot);
+            return Err(Error::os("protect view page", e));
+        }
+        if !complete {
+            // Too far behind: forget every page.
+            self.inner
+                .valid
+                .clear()
+                .map_err(|e| Error::os("reset view", e))?;
+        }
+        let v = &*self.inner;
+        if protect_all || !complete {
+            v.user
+                .protect(0, v.mapped.load(Ordering::Relaxed), Access::None)
+                .map_err(|e| Error::os("protect view", e))?;
+            v.islands.store(0, Ordering::Relaxed);
+        }
+        v.valid_seq.store(s, Ordering::Relaxed);
+        let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> 2);
+        if serial == 0 {
+            self.inner
+                .touched
+                .clear()
+                .map_err(|e| Error::os("reset view", e))?;
+        }
+        let v = &*self.inner;
+        v.serial.store(serial.max(1), Ordering::Relaxed);
+        v.read_n.store(0, Ordering::Relaxed);
+        v.write_n.store(0, Ordering::Relaxed);
+        v.doomed.store(0, Ordering::Relaxed);
+        v.read_only.store(opts.read_only, Ordering::Relaxed);
+        v.track_reads.store(track_reads, Ordering::Relaxed);
+        v.active.store(true, Ordering::Release);
+        self.depth = 1;
+        Ok(())
+    }
+
+    /// Commits. Inner (nested) commits return `Ok` at once. The outermost
+    /// returns `Err(Error::Conflict)` if a concurrent commit invalidated what the
+    /// transaction read (nothing of it is visible; retry), `Err(Error::Aborted)`
+    /// after [`View::abort`], and an I/O error if the log could not be written.
+    pub fn commit(&mut self) -> Result<()> {
+        match self.depth {
+            0 => return Err(Error::Invalid("commit outside a transaction".into())),
+            1 => {}
+            _ => {
+                self.depth -= 1;
+                return Ok(());
+            }
+        }
+        let r = self.commit_outermost();
+        self.finish(r.is_ok());
+        r
+    }
+
+    fn commit_outermost(&mut self) -> Result<()> {
+        let v = &*self.inner;
+        match v.doomed.load(Ordering::Relaxed) {
+            0 => {}
+            DOOM_USER => return Err(Error::Aborted),
+            DOOM_READ_ONLY_WRITE => {
+                return Err(Error::Invalid(
+                    "store inside a read-only transaction; it was rolled back".into(),
+                ));
+            }
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "transaction too large: more than {MAX_WRITE_PAGES} pages written or {MAX_READ_PAGES} read"
+                )));
+            }
+        }
+        let n = v.write_n.load(Ordering::Relaxed);
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the first n entries were written by `touch`.
+        let pages = unsafe { std::slice::from_raw_parts(v.write_set.as_ptr(), n) };
+        let mut ranges = Vec::new();
+        let mut versions = Vec::with_capacity(n);
+        for (i, &page) in pages.iter().enumerate() {
+            // SAFETY: twin slot i and the page in our alias are mapped, and
+            // nothing else writes them during commit (the view is &mut self).
+            let (twin, cur) = unsafe {
+                (
+                    std::slice::from_raw_parts(v.twins.base().add(i * PAGE), PAGE),
+                    std::slice::from_raw_parts(v.alias.base().add(page as usize * PAGE), PAGE),
+                )
+            };
+            let before = ranges.len();
+            diff(twin, cur, page as u64 * PAGE as u64, &mut ranges);
+            if ranges.len() > before {
+                versions.push((page, Version::new(0, cur)));
+            }
+        }
+        let read_pages = if v.track_reads.load(Ordering::Relaxed) {
+            // SAFETY: the first read_n entries were written by `touch`.
+            unsafe {
+                std::slice::from_raw_parts(v.read_set.as_ptr(), v.read_n.load(Ordering::Relaxed))
+            }
+        } else {
+            &[]
+        };
+        if versions.is_empty() {
+            return Ok(()); // stores that changed nothing
+        }
+        let seq = v.region.commit(CommitRequest {
+            snapshot: v.snapshot.load(Ordering::Relaxed),
+            read_pages,
+            versions,
+            ranges,
+        })?;
+        v.last_commit.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends the outermost transaction: written pages become readable
+    /// (committed) or are restored from their twins (aborted).
+    fn finish(&mut self, committed: bool) {
+        let v = &*self.inner;
+        v.active.store(false, Ordering::Release);
+        let n = v.write_n.load(Ordering::Relaxed);
+        let mut reset = v.doomed.load(Ordering::Relaxed) == DOOM_TOO_LARGE;
+        for i in 0..n {
+            // SAFETY: entries below write_n are initialised.
+            let page = unsafe { *v.write_set.as_ptr().add(i) } as usize;
+            if !committed {
+                // SAFETY: twin slot i and our alias page are mapped and not aliased.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        v.twins.base().add(i * PAGE),
+                        v.alias.base().add(page * PAGE),
+                        PAGE,
+                    );
+                }
+            }
+            reset |= v.user.protect(page * PAGE, PAGE, Access::Read).is_err();
+        }
+        if reset {
+            // Pages written without a twin cannot be restored: forget them all.
+            let ok = v
+                .user
+                .protect(0, v.mapped.load(Ordering::Relaxed), Access::None)
+                .is_ok();
+            assert!(ok, "cannot re-protect a view");
+            let _ = self.inner.valid.clear();
+        }
+        let v = &*self.inner;
+        if n > 4096 {
+            let _ = v.twins.discard(0, n.min(MAX_WRITE_PAGES) * PAGE);
+            let _ = v.twins.map_anonymous_rw(0, v.twins.len());
+        }
+        v.region.mvcc.end(v.slot);
+        self.depth = 0;
+    }
+
+    /// Dooms the whole transaction: its stores are discarded at commit, which
+    /// then returns `Err(Error::Aborted)`. Reads keep seeing its snapshot.
+    pub fn abort(&mut self) -> Result<()> {
+        if self.depth == 0 {
+            return Err(Error::Invalid("abort outside a transaction".into()));
+        }
+        self.inner.doom(DOOM_USER);
+        Ok(())
+    }
+
+    /// Ends the transaction now, discarding its stores, whatever the nesting depth.
+    pub fn rollback(&mut self) {
+        if self.depth > 0 {
+            self.depth = 1;
+            self.finish(false);
+        }
+    }
+
+    /// Runs `f` in a serializable transaction, retrying on conflict with
+    /// randomised exponential backoff. Errors other than conflicts are returned.
+    pub fn run<T>(&mut self, f: impl FnMut(&mut View) -> Result<T>) -> Result<T> {
+        self.run_with(TxnOptions::default(), f)
+    }
+
+    pub fn run_with<T>(
+        &mut self,
+        opts: TxnOptions,
+        mut f: impl FnMut(&mut View) -> Result<T>,
+    ) -> Result<T> {
+        let mut backoff = Backoff::new(self.inner.slot as u64);
+        loop {
+            self.begin_with(opts)?;
+            let r = f(self);
+            let r = match r {
+                Ok(x) => self.commit().map(|_| x),
+                Err(e) => {
+                    self.rollback();
+                    Err(e)
+                }
+            };
+            match r {
+                Err(Error::Conflict) if self.depth == 0 => backoff.wait(),
+                other => return other,
+            }
+        }
+    }
+
+    fn check_range(&self, off: u64, len: usize) -> Result<usize> {
+        let end = off
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.len() as u64);
+        match end {
+            Some(_) => Ok(off as usize),
+            None => Err(Error::Invalid(format!(
+                "range {off}+{len} is outside the region ({} bytes)",
+                self.len()
+            ))),
+        }
+    }
+
+    /// Bytes at `off` (a snapshot read inside a transaction).
+    pub fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
+        let o = self.check_range(off, len)?;
+        // SAFETY: in bounds of the mapping; first touches fault into our handler.
+        Ok(unsafe { std::slice::from_raw_parts(self.base().add(o), len) })
+    }
+
+    /// Writable bytes at `off`; stores stay private until commit.
+    pub fn slice_mut(&mut self, off: u64, len: usize) -> Result<&mut [u8]> {
+        if self.depth == 0 {
+            return Err(Error::Invalid("store outside a transaction".into()));
+        }
+        let o = self.check_range(off, len)?;
+        // SAFETY: in bounds; exclusive through &mut self; faults are handled.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.base().add(o), len) })
+    }
+
+    /// Reads a plain value at `off` (any alignment).
+    pub fn read<T: Pod>(&self, off: u64) -> Result<T> {
+        let b = self.slice(off, std::mem::size_of::<T>())?;
+        // SAFETY: T is Pod, so any bytes are a valid T; read_unaligned handles alignment.
+        Ok(unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) })
+    }
+
+    /// Writes a plain value at `off` (any alignment).
+    pub fn write<T: Pod>(&mut self, off: u64, value: &T) -> Result<()> {
+        let b = self.slice_mut(off, std::mem::size_of::<T>())?;
+        // SAFETY: T is Pod; the destination is exactly size_of::<T>() writable bytes.
+        unsafe { std::ptr::write_unaligned(b.as_mut_ptr().cast(), *value) };
+        Ok(())
+    }
+
+    /// Reads through a typed offset pointer.
+    pub fn get<T: Pod>(&self, p: Ptr<T>) -> Result<T> {
+        self.read(p.offset)
+    }
+
+    /// Writes through a typed offset pointer.
+    pub fn set<T: Pod>(&mut self, p: Ptr<T>, value: &T) -> Result<()> {
+        self.write(p.offset, value)
+    }
+
+    /// Declares that the transaction will read or write `[off, off+len)`: the
+    /// pages are brought in and tracked in one call, without a fault each
+    /// (LIBXAC's `setPageAccess`).
+    pub fn set_page_access(&mut self, off: u64, len: usize, access: PageAccess) -> Result<()> {
+        if self.depth == 0 {
+            return Err(Error::Invalid(
+                "set_page_access outside a transaction".into(),
+            ));
+        }
+        let o = self.check_range(off, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let v = &*self.inner;
+        let (first, last) = (o / PAGE, (o + len - 1) / PAGE);
+        let mut run: Option<(usize, Access)> = None;
+        let flush = |r: Option<(usize, Access)>, end: usize| match r {
+            Some((start, a)) => v
+                .user
+                .protect(start * PAGE, (end - start) * PAGE, a)
+                .map_err(|e| Error::os("protect view", e)),
+            None => Ok(()),
+        };
+        for page in first..=last {
+            let a = v.touch(page, access == PageAccess::Write);
+            match run {
+                Some((_, ra)) if ra == a => {}
+                _ => {
+                    flush(run, page)?;
+                    run = Some((page, a));
+                }
+            }
+        }
+        flush(run, last + 1)
+    }
+
+    /// Grows the region to at least `size` bytes and maps the new pages here.
+    pub fn grow(&mut self, size: u64) -> Result<()> {
+        self.inner.region.grow(size)?;
+        self.sync_size()
+    }
+
+    /// The region this view maps.
+    pub fn region(&self) -> crate::Region {
+        crate::Region {
+            inner: self.inner.region.clone(),
+        }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        self.rollback();
+        // Unregister before the memory the handler uses goes away.
+        self.registration.take();
+        self.inner.region.mvcc.release_slot(self.inner.slot);
+    }
+}
+
+/// Appends the byte ranges where `new` differs from `old`; gaps shorter than a
+/// range header are merged so records stay small.
+fn diff<'a>(old: &[u8], new: &'a [u8], base: u64, out: &mut Vec<Range<'a>>) {
+    const MERGE: usize = 16;
+    let words = old.len() / 8;
+    let w = |b: &[u8], i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().expect("8"));
+    let mut i = 0;
+    let mut cur: Option<(usize, usize)> = None;
+    while i < words {
+        if w(old, i) != w(new, i) {
+            let s = (0..8)
+                .find(|&k| old[i * 8 + k] != new[i * 8 + k])
+                .expect("differs")
+                + i * 8;
+            let e = (0..8)
+                .rev()
+                .find(|&k| old[i * 8 + k] != new[i * 8 + k])
+                .expect("differs")
+                + i * 8
+                + 1;
+            cur = match cur {
+                Some((cs, ce)) if s - ce <= MERGE => Some((cs, e)),
+                Some((cs, ce)) => {
+                    out.push(Range {
+                        offset: base + cs as u64,
+                        bytes: &new[cs..ce],
+                    });
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        i += 1;
+    }
+    if let Some((cs, ce)) = cur {
+        out.push(Range {
+            offset: base + cs as u64,
+            bytes: &new[cs..ce],
+        });
+    }
+}
+
+/// Plain data that may be read from and written to a region as raw bytes.
+///
+/// # Safety
+/// Every bit pattern must be a valid value, and the type must hold no
+/// pointers or references (offsets only: see [`Ptr`]).
+pub unsafe trait Pod: Copy + 'static {}
+macro_rules! pod {
+    ($($t:ty),*) => { $(
+        // SAFETY: primitive integers and floats accept every bit pattern.
+        unsafe impl Pod for $t {}
+    )* };
+}
+pod!(
+    u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64, usize, isize
+);
+// SAFETY: arrays of Pod are Pod.
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+
+/// A typed offset into a region: valid in every view, whatever its address.
+#[repr(transparent)]
+pub struct Ptr<T> {
+    pub offset: u64,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Ptr<T> {
+    pub const fn new(offset: u64) -> Ptr<T> {
+        Ptr {
+            offset,
+            _t: std::marker::PhantomData,
+        }
+    }
+    /// The pointer `n` elements further on.
+    pub const fn add(self, n: u64) -> Ptr<T> {
+        Ptr::new(self.offset + n * std::mem::size_of::<T>() as u64)
+    }
+}
+
+impl<T> Clone for Ptr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Ptr<T> {}
+impl<T> std::fmt::Debug for Ptr<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ptr({})", self.offset)
+    }
+}
+impl<T> PartialEq for Ptr<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.offset == o.offset
+    }
+}
+// SAFETY: an offset is a plain u64.
+unsafe impl<T: 'static> Pod for Ptr<T> {}
+
+/// Randomised exponential backoff between retries.
+struct Backoff {
+    rng: crate::io::sim::SplitMix,
+    limit_us: u64,
+}
+
+impl Backoff {
+    fn new(seed: u64) -> Backoff {
+        Backoff {
+            rng: crate::io::sim::SplitMix(seed ^ 0x5eed),
+            limit_us: 2,
+        }
+    }
+    fn wait(&mut self) {
+        let us = self.rng.next() % self.limit_us;
+        self.limit_us = (self.limit_us * 2).min(10_000);
+        if us < 2 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_finds_exact_ranges_and_merges_small_gaps() {
+        let old = vec![0u8; PAGE];
+        let mut new = old.clone();
+        new[5] = 1;
+        new[9] = 2; // gap of 3 bytes: merged with [5]
+        new[100] = 3;
+        new[4095] = 4;
+        let mut out = Vec::new();
+        diff(&old, &new, 8192, &mut out);
+        let got: Vec<(u64, usize)> = out.iter().map(|r| (r.offset, r.bytes.len())).collect();
+        assert_eq!(got, vec![(8192 + 5, 5), (8192 + 100, 1), (8192 + 4095, 1)]);
+        let mut out = Vec::new();
+        diff(&old, &old, 0, &mut out);
+        assert!(out.is_empty());
+    }
+}

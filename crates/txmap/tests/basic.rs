@@ -1,0 +1,277 @@
+//! Regions, views, transactions: the basic contract.
+mod common;
+
+use common::*;
+use txmap::{Error, Options, PageAccess, Ptr, Region, TxnOptions};
+
+const PAGE: u64 = 4096;
+
+#[test]
+fn committed_writes_survive_reopen_and_aborted_ones_vanish() {
+    let d = ext4_dir("reopen");
+    let p = d.join("r.txm");
+    {
+        let r = Region::create(&p, 16 * PAGE, Options::default()).unwrap();
+        let mut v = r.view().unwrap();
+        v.begin().unwrap();
+        v.write(10, &0xdead_beef_u64).unwrap();
+        v.write(5 * PAGE + 3, &7u8).unwrap();
+        v.commit().unwrap();
+        v.begin().unwrap();
+        v.write(10, &1u64).unwrap();
+        v.abort().unwrap();
+        assert_eq!(
+            v.read::<u64>(10).unwrap(),
+            1,
+            "an aborted transaction still reads its own writes"
+        );
+        assert!(matches!(v.commit(), Err(Error::Aborted)));
+        v.begin_read().unwrap();
+        assert_eq!(v.read::<u64>(10).unwrap(), 0xdead_beef);
+        v.commit().unwrap();
+    }
+    let r = Region::open(&p, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(10).unwrap(), 0xdead_beef);
+    assert_eq!(v.read::<u8>(5 * PAGE + 3).unwrap(), 7);
+    assert_eq!(v.read::<u8>(5 * PAGE + 4).unwrap(), 0);
+    v.commit().unwrap();
+}
+
+#[test]
+fn uncommitted_writes_are_invisible_to_other_views_and_absent_from_the_file() {
+    let d = ext4_dir("private");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.begin().unwrap();
+    a.slice_mut(PAGE, 8).unwrap().copy_from_slice(b"SECRET!!");
+    b.begin_read().unwrap();
+    assert_eq!(b.slice(PAGE, 8).unwrap(), &[0u8; 8]);
+    b.commit().unwrap();
+    r.checkpoint().unwrap();
+    let file = std::fs::read(&p).unwrap();
+    assert!(
+        !file.windows(8).any(|w| w == b"SECRET!!"),
+        "uncommitted bytes reached the region file"
+    );
+    let log = std::fs::read(txmap::log_path(&p)).unwrap();
+    assert!(
+        !log.windows(8).any(|w| w == b"SECRET!!"),
+        "uncommitted bytes reached the log"
+    );
+    a.commit().unwrap();
+    b.begin_read().unwrap();
+    assert_eq!(b.slice(PAGE, 8).unwrap(), b"SECRET!!");
+    b.commit().unwrap();
+}
+
+#[test]
+fn raw_loads_and_stores_work_inside_a_transaction() {
+    let d = ext4_dir("raw");
+    let r = Region::create(&d.join("r.txm"), 64 * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    let base = v.base() as *mut u64;
+    for i in 0..64 {
+        // SAFETY: inside a transaction, within the region.
+        unsafe { *base.add(i * 512 + 1) = i as u64 * 3 };
+    }
+    v.commit().unwrap();
+    let faults = v.faults();
+    v.begin_read().unwrap();
+    let sum: u64 = (0..64).map(|i| unsafe { *base.add(i * 512 + 1) }).sum();
+    v.commit().unwrap();
+    assert_eq!(sum, 3 * (0..64).sum::<u64>());
+    assert_eq!(
+        v.faults(),
+        faults,
+        "pages that did not change stay mapped between transactions"
+    );
+}
+
+#[test]
+fn nested_transactions_fold_into_the_outermost() {
+    let d = ext4_dir("nested");
+    let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    let mut other = r.view().unwrap();
+    v.begin().unwrap();
+    v.write(0, &1u32).unwrap();
+    v.begin().unwrap();
+    v.write(4, &2u32).unwrap();
+    v.commit().unwrap(); // inner: nothing visible yet
+    other.begin_read().unwrap();
+    assert_eq!(other.read::<u32>(4).unwrap(), 0);
+    other.commit().unwrap();
+    v.commit().unwrap();
+    other.begin_read().unwrap();
+    assert_eq!(
+        (other.read::<u32>(0).unwrap(), other.read::<u32>(4).unwrap()),
+        (1, 2)
+    );
+    other.commit().unwrap();
+    // an inner abort dooms the whole transaction
+    v.begin().unwrap();
+    v.write(0, &9u32).unwrap();
+    v.begin().unwrap();
+    v.abort().unwrap();
+    v.commit().unwrap();
+    assert!(matches!(v.commit(), Err(Error::Aborted)));
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u32>(0).unwrap(), 1);
+    v.commit().unwrap();
+}
+
+#[test]
+fn a_read_only_transaction_that_stores_is_rolled_back_with_an_error() {
+    let d = ext4_dir("rostore");
+    let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    // SAFETY: inside a transaction.
+    unsafe { *v.base() = 5 };
+    let e = v.commit().unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u8>(0).unwrap(), 0);
+    v.commit().unwrap();
+}
+
+#[test]
+fn region_grows_without_remapping_by_hand() {
+    let d = ext4_dir("grow");
+    let p = d.join("r.txm");
+    {
+        let r = Region::create(&p, PAGE, Options::default()).unwrap();
+        let mut v = r.view().unwrap();
+        let base = v.base();
+        v.begin().unwrap();
+        assert!(
+            v.write(PAGE * 9, &1u8).is_err(),
+            "write past the end is refused"
+        );
+        v.grow(PAGE * 10).unwrap();
+        v.write(PAGE * 9, &42u8).unwrap();
+        v.commit().unwrap();
+        assert_eq!(v.base(), base, "growth keeps the view's address");
+        assert_eq!(r.size(), 10 * PAGE);
+    }
+    let r = Region::open(&p, Options::default()).unwrap();
+    assert_eq!(r.size(), 10 * PAGE);
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u8>(PAGE * 9).unwrap(), 42);
+    v.commit().unwrap();
+}
+
+#[test]
+fn typed_offset_pointers_work_in_any_view() {
+    let d = ext4_dir("ptr");
+    let r = Region::create(&d.join("r.txm"), 2 * PAGE, Options::default()).unwrap();
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    assert_ne!(a.base(), b.base());
+    let head: Ptr<Ptr<u64>> = Ptr::new(0);
+    a.run(|v| {
+        let target = Ptr::<u64>::new(PAGE + 8);
+        v.set(head, &target)?;
+        v.set(target, &77)
+    })
+    .unwrap();
+    b.begin_read().unwrap();
+    let target = b.get(head).unwrap();
+    assert_eq!(b.get(target).unwrap(), 77);
+    b.commit().unwrap();
+}
+
+#[test]
+fn advisory_access_tracks_a_range_without_faults() {
+    let d = ext4_dir("advise");
+    let r = Region::create(&d.join("r.txm"), 32 * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    v.set_page_access(0, 32 * PAGE as usize, PageAccess::Write)
+        .unwrap();
+    let f = v.faults();
+    for i in 0..32 {
+        v.write(i * PAGE, &(i as u32)).unwrap();
+    }
+    assert_eq!(v.faults(), f, "declared pages do not fault");
+    v.commit().unwrap();
+    let mut w = r.view().unwrap();
+    w.begin_read().unwrap();
+    w.set_page_access(0, 32 * PAGE as usize, PageAccess::Read)
+        .unwrap();
+    let f = w.faults();
+    let sum: u32 = (0..32).map(|i| w.read::<u32>(i * PAGE).unwrap()).sum();
+    assert_eq!((sum, w.faults()), ((0..32).sum(), f));
+    w.commit().unwrap();
+}
+
+#[test]
+fn a_store_outside_a_transaction_fails_loudly() {
+    if role().as_deref() == Some("store-outside") {
+        let d = ext4_dir("outside-child");
+        let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+        let v = r.view().unwrap();
+        // SAFETY: deliberately wrong: a store outside a transaction.
+        unsafe { std::ptr::write_volatile(v.base(), 1) };
+        unreachable!("the store must not succeed");
+    }
+    let out = child(
+        "a_store_outside_a_transaction_fails_loudly",
+        "store-outside",
+        &[],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{stderr}");
+    assert!(
+        stderr.contains("store to a view outside a transaction"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn faults_that_are_not_ours_reach_the_previous_handler() {
+    if role().as_deref() == Some("foreign") {
+        let d = ext4_dir("foreign-child");
+        let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+        let _v = r.view().unwrap(); // installs our handler
+        let p = std::ptr::null_mut::<u64>().wrapping_add(16);
+        // SAFETY: deliberately wrong: a wild store that is not ours.
+        unsafe { std::ptr::write_volatile(p, 1) };
+        unreachable!();
+    }
+    let out = child(
+        "faults_that_are_not_ours_reach_the_previous_handler",
+        "foreign",
+        &[],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{stderr}");
+    assert!(!stderr.contains("txmap:"), "{stderr}");
+}
+
+#[test]
+fn read_only_transactions_on_current_pages_do_not_fault() {
+    let d = ext4_dir("rofast");
+    let r = Region::create(&d.join("r.txm"), 8 * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run_with(TxnOptions::READ_ONLY, |v| v.read::<u64>(0))
+        .unwrap();
+    let f = v.faults();
+    for _ in 0..100 {
+        v.run_with(TxnOptions::READ_ONLY, |v| v.read::<u64>(0))
+            .unwrap();
+    }
+    assert_eq!(v.faults(), f);
+}

@@ -1,0 +1,77 @@
+//! Test helpers: directories on a pinned file system, child processes.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+const EXT4_MAGIC: i64 = 0xEF53;
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// A directory removed on drop.
+pub struct TestDir(pub PathBuf);
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fs_magic(p: &Path) -> i64 {
+    rustix::fs::statfs(p).map(|s| s.f_type as i64).unwrap_or(0)
+}
+
+fn make(root: &Path, name: &str) -> TestDir {
+    let d = root.join(format!(
+        "{name}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    TestDir(d)
+}
+
+/// A directory on ext4 (the target directory's disk): real fsync, no
+/// synchronous userfaultfd. Fails the test if the disk is not ext4.
+pub fn ext4_dir(name: &str) -> TestDir {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&root).unwrap();
+    assert_eq!(
+        fs_magic(&root),
+        EXT4_MAGIC,
+        "{} must be on ext4 for this test",
+        root.display()
+    );
+    make(&root, name)
+}
+
+/// A directory on tmpfs (/dev/shm): fsync is a no-op.
+pub fn tmpfs_dir(name: &str) -> TestDir {
+    let root = Path::new("/dev/shm");
+    assert_eq!(fs_magic(root), TMPFS_MAGIC, "/dev/shm must be tmpfs");
+    make(root, name)
+}
+
+/// Re-runs this test binary as a child running only test `name` with `role` set.
+pub fn child(name: &str, role: &str, envs: &[(&str, String)]) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+    c.env("TXMAP_TEST_ROLE", role);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c
+}
+
+/// The role this process plays, if it is a child started by `child`.
+pub fn role() -> Option<String> {
+    std::env::var("TXMAP_TEST_ROLE").ok()
+}
