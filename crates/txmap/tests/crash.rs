@@ -1,0 +1,258 @@
+//! Crash safety with real processes: a child commits under load and is killed
+//! with SIGKILL at a random moment; the region is then reopened (by the test or
+//! by the next child, which must recover without help) and checked: no
+//! acknowledged commit lost, no partial commit visible.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use txmap::{Durability, Options, Region, View};
+
+const PAGE: u64 = 4096;
+const ACCOUNTS: u64 = 16;
+const TOTAL: i64 = 1_600_000;
+const MIRRORS: u64 = 4;
+
+fn account(i: u64) -> u64 {
+    i * PAGE + 8 * (i % 5)
+}
+
+/// Thread t's counter is kept in MIRRORS pages at once: a partial commit shows
+/// as mirrors that disagree.
+fn mirror(t: u64, m: u64) -> u64 {
+    (ACCOUNTS + t * MIRRORS + m) * PAGE + 24
+}
+
+fn opts(durability: Durability, checkpoint_bytes: u64) -> Options {
+    Options {
+        durability,
+        checkpoint_bytes,
+        ..Options::default()
+    }
+}
+
+fn size(threads: u64) -> u64 {
+    (ACCOUNTS + threads * MIRRORS + 1) * PAGE
+}
+
+/// The child: transfers money and bumps its counter in each transaction,
+/// printing "t c" after each commit returns.
+fn writer_child() {
+    let path = std::env::var("TXMAP_PATH").unwrap();
+    let threads: u64 = std::env::var("TXMAP_THREADS").unwrap().parse().unwrap();
+    let durability = if std::env::var("TXMAP_ASYNC").is_ok() {
+        Durability::Async
+    } else {
+        Durability::Durable
+    };
+    let ckpt: u64 = std::env::var("TXMAP_CKPT").unwrap().parse().unwrap();
+    let r = Region::open(path.as_ref(), opts(durability, ckpt)).unwrap();
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                let mut rng = txmap::io::sim::SplitMix(std::process::id() as u64 * 31 + t);
+                loop {
+                    let (from, to, amount) = (
+                        rng.next() % ACCOUNTS,
+                        rng.next() % ACCOUNTS,
+                        (rng.next() % 100) as i64,
+                    );
+                    let c = v
+                        .run(|v| {
+                            let c = v.read::<u64>(mirror(t, 0))? + 1;
+                            for m in 0..MIRRORS {
+                                v.write(mirror(t, m), &c)?;
+                            }
+                            let a = v.read::<i64>(account(from))?;
+                            v.write(account(from), &(a - amount))?;
+                            let b = v.read::<i64>(account(to))?;
+                            v.write(account(to), &(b + amount))?;
+                            Ok(c)
+                        })
+                        .unwrap();
+                    println!("{t} {c}");
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
+
+/// Checks the invariants in a fresh view; returns each thread's counter.
+fn check(v: &mut View, threads: u64) -> Vec<u64> {
+    v.begin_read().unwrap();
+    let total: i64 = (0..ACCOUNTS)
+        .map(|i| v.read::<i64>(account(i)).unwrap())
+        .sum();
+    assert_eq!(
+        total, TOTAL,
+        "money created or destroyed: a partial commit is visible"
+    );
+    let counters = (0..threads)
+        .map(|t| {
+            let c = v.read::<u64>(mirror(t, 0)).unwrap();
+            for m in 1..MIRRORS {
+                assert_eq!(
+                    v.read::<u64>(mirror(t, m)).unwrap(),
+                    c,
+                    "thread {t}: mirrors disagree"
+                );
+            }
+            c
+        })
+        .collect();
+    v.commit().unwrap();
+    counters
+}
+
+fn kill_rounds(test: &str, rounds: u64, threads: u64, durability: Durability, ckpt: u64) {
+    let d = ext4_dir(test);
+    let p = d.join("crash.txm");
+    {
+        let r = Region::create(&p, size(threads), opts(durability, ckpt)).unwrap();
+        let mut v = r.view().unwrap();
+        v.run(|v| (0..ACCOUNTS).try_for_each(|i| v.write(account(i), &(TOTAL / ACCOUNTS as i64))))
+            .unwrap();
+    }
+    let mut acked = vec![0u64; threads as usize];
+    // Commits per thread that may be durable but unacknowledged: each child can
+    // leave one per thread after its last print (threads commit one at a time).
+    let mut slack = vec![0u64; threads as usize];
+    let mut rng = txmap::io::sim::SplitMix(rounds * 7 + threads);
+    for round in 0..rounds {
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_THREADS", threads.to_string()),
+            ("TXMAP_CKPT", ckpt.to_string()),
+        ];
+        let mut cmd = child(test, "writer", &envs);
+        if durability == Durability::Async {
+            cmd.env("TXMAP_ASYNC", "1");
+        }
+        let mut c = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let wait_for = 1 + rng.next() % 40;
+        let mut line = String::new();
+        let mut seen = 0;
+        slack.iter_mut().for_each(|s| *s += 1);
+        let record = |line: &str, acked: &mut Vec<u64>, slack: &mut Vec<u64>| {
+            let mut it = line.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+            let (t, c) = (it.next().unwrap() as usize, it.next().unwrap());
+            assert!(
+                c > acked[t],
+                "counter went backwards: {c} after {}",
+                acked[t]
+            );
+            acked[t] = c;
+            slack[t] = 1;
+        };
+        while seen < wait_for {
+            line.clear();
+            if out.read_line(&mut line).unwrap() == 0 {
+                let mut err = String::new();
+                std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
+                panic!("child exited early in round {round}: {err}");
+            }
+            if line.starts_with(|ch: char| ch.is_ascii_digit()) {
+                record(&line, &mut acked, &mut slack);
+                seen += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(rng.next() % 2000));
+        c.kill().unwrap(); // SIGKILL
+        c.wait().unwrap();
+        // Acknowledgements printed before the kill are still in the pipe.
+        for l in out.lines() {
+            let l = l.unwrap();
+            if l.starts_with(|ch: char| ch.is_ascii_digit()) {
+                record(&l, &mut acked, &mut slack);
+            }
+        }
+        // Every other round the next child recovers on its own.
+        if round % 2 == 1 || round + 1 == rounds {
+            let r = Region::open(&p, opts(durability, ckpt)).unwrap();
+            let counters = check(&mut r.view().unwrap(), threads);
+            for t in 0..threads as usize {
+                assert!(
+                    counters[t] >= acked[t],
+                    "round {round}: thread {t} acknowledged commit {} but the region holds {}",
+                    acked[t],
+                    counters[t]
+                );
+                assert!(
+                    counters[t] <= acked[t] + slack[t],
+                    "round {round}: commit from nowhere"
+                );
+                acked[t] = counters[t];
+                slack[t] = 0;
+            }
+        }
+    }
+}
+
+#[test]
+fn sigkill_single_writer_durable() {
+    if role().is_some() {
+        return writer_child();
+    }
+    kill_rounds(
+        "sigkill_single_writer_durable",
+        100,
+        1,
+        Durability::Durable,
+        64 << 20,
+    );
+}
+
+#[test]
+fn sigkill_four_writer_threads_durable() {
+    if role().is_some() {
+        return writer_child();
+    }
+    kill_rounds(
+        "sigkill_four_writer_threads_durable",
+        80,
+        4,
+        Durability::Durable,
+        64 << 20,
+    );
+}
+
+#[test]
+fn sigkill_during_frequent_checkpoints() {
+    if role().is_some() {
+        return writer_child();
+    }
+    kill_rounds(
+        "sigkill_during_frequent_checkpoints",
+        80,
+        2,
+        Durability::Durable,
+        1,
+    );
+}
+
+#[test]
+fn sigkill_async_commits_survive_a_process_crash() {
+    if role().is_some() {
+        return writer_child();
+    }
+    kill_rounds(
+        "sigkill_async_commits_survive_a_process_crash",
+        60,
+        2,
+        Durability::Async,
+        256 << 10,
+    );
+}

@@ -1,0 +1,249 @@
+//! Isolation: serializable by default, snapshot isolation on request,
+//! consistent snapshots for every transaction, read-only transactions never abort.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use common::*;
+use txmap::{Error, Isolation, Options, Region, TxnOptions, View};
+
+const PAGE: u64 = 4096;
+
+/// Two transactions each read x and y (on different pages) and withdraw from one
+/// if x + y covers it. Returns (result of the second commit, x + y afterwards).
+fn write_skew(isolation: Isolation) -> (Result<(), Error>, i64) {
+    let d = ext4_dir(&format!("skew-{isolation:?}"));
+    let r = Region::create(&d.join("r.txm"), 2 * PAGE, Options::default()).unwrap();
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.run(|v| {
+        v.write(0, &50i64)?;
+        v.write(PAGE, &50i64)
+    })
+    .unwrap();
+    let opts = TxnOptions {
+        read_only: false,
+        isolation,
+    };
+    a.begin_with(opts).unwrap();
+    b.begin_with(opts).unwrap();
+    for v in [&a, &b] {
+        assert_eq!(
+            v.read::<i64>(0).unwrap() + v.read::<i64>(PAGE).unwrap(),
+            100
+        );
+    }
+    a.write(0, &-10i64).unwrap(); // x -= 60
+    b.write(PAGE, &-10i64).unwrap(); // y -= 60
+    a.commit().unwrap();
+    let second = b.commit();
+    b.begin_read().unwrap();
+    let sum = b.read::<i64>(0).unwrap() + b.read::<i64>(PAGE).unwrap();
+    b.commit().unwrap();
+    (second, sum)
+}
+
+#[test]
+fn write_skew_is_prevented_under_serializable() {
+    let (second, sum) = write_skew(Isolation::Serializable);
+    assert!(matches!(second, Err(Error::Conflict)), "{second:?}");
+    assert_eq!(sum, 40);
+}
+
+#[test]
+fn write_skew_is_allowed_under_snapshot_isolation() {
+    let (second, sum) = write_skew(Isolation::Snapshot);
+    assert!(second.is_ok(), "{second:?}");
+    assert_eq!(sum, -20);
+}
+
+#[test]
+fn snapshot_isolation_still_rejects_concurrent_writes_to_one_page() {
+    let d = ext4_dir("si-ww");
+    let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    a.begin_with(TxnOptions::SNAPSHOT).unwrap();
+    b.begin_with(TxnOptions::SNAPSHOT).unwrap();
+    a.write(0, &1u8).unwrap();
+    b.write(100, &2u8).unwrap(); // other bytes, same page
+    a.commit().unwrap();
+    assert!(matches!(b.commit(), Err(Error::Conflict)));
+}
+
+const ACCOUNTS: u64 = 16;
+const TOTAL: i64 = 16_000;
+
+fn account(i: u64) -> u64 {
+    i * PAGE + 8 * (i % 7)
+}
+
+fn bank(d: &TestDir) -> Region {
+    let r = Region::create(&d.join("bank.txm"), ACCOUNTS * PAGE, Options::default()).unwrap();
+    r.view()
+        .unwrap()
+        .run(|v| (0..ACCOUNTS).try_for_each(|i| v.write(account(i), &(TOTAL / ACCOUNTS as i64))))
+        .unwrap();
+    r
+}
+
+fn sum(v: &View) -> i64 {
+    (0..ACCOUNTS)
+        .map(|i| v.read::<i64>(account(i)).unwrap())
+        .sum()
+}
+
+/// Transfers between random accounts on several threads while other threads
+/// check the total inside their transactions (read-only, serializable and
+/// snapshot), including transactions that will abort.
+fn invariant_under_load(isolation: Isolation) {
+    let d = ext4_dir(&format!("bank-{isolation:?}"));
+    let r = bank(&d);
+    let torn = Arc::new(AtomicBool::new(false));
+    let ro_failures = Arc::new(AtomicU64::new(0));
+    let commits = Arc::new(AtomicU64::new(0));
+    let mut hs = Vec::new();
+    for t in 0..3u64 {
+        let (r, torn, commits) = (r.clone(), torn.clone(), commits.clone());
+        hs.push(std::thread::spawn(move || {
+            let mut v = r.view().unwrap();
+            let mut rng = txmap::io::sim::SplitMix(t + 1);
+            let opts = TxnOptions {
+                read_only: false,
+                isolation,
+            };
+            for _ in 0..300 {
+                let (from, to) = (rng.next() % ACCOUNTS, rng.next() % ACCOUNTS);
+                let amount = (rng.next() % 50) as i64;
+                v.run_with(opts, |v| {
+                    if sum(v) != TOTAL {
+                        torn.store(true, Ordering::SeqCst);
+                    }
+                    let a = v.read::<i64>(account(from))?;
+                    v.write(account(from), &(a - amount))?;
+                    let b = v.read::<i64>(account(to))?;
+                    v.write(account(to), &(b + amount))
+                })
+                .unwrap();
+                commits.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let (r, torn, ro_failures) = (r.clone(), torn.clone(), ro_failures.clone());
+        hs.push(std::thread::spawn(move || {
+            let mut v = r.view().unwrap();
+            for _ in 0..400 {
+                v.begin_read().unwrap();
+                if sum(&v) != TOTAL {
+                    torn.store(true, Ordering::SeqCst);
+                }
+                if v.commit().is_err() {
+                    ro_failures.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert!(
+        !torn.load(Ordering::SeqCst),
+        "a transaction saw a torn snapshot"
+    );
+    assert_eq!(
+        ro_failures.load(Ordering::SeqCst),
+        0,
+        "read-only transactions never abort"
+    );
+    assert_eq!(commits.load(Ordering::SeqCst), 900);
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(sum(&v), TOTAL);
+    v.commit().unwrap();
+}
+
+#[test]
+fn bank_invariant_holds_inside_every_serializable_transaction() {
+    invariant_under_load(Isolation::Serializable);
+}
+
+#[test]
+fn bank_invariant_holds_inside_every_snapshot_transaction() {
+    invariant_under_load(Isolation::Snapshot);
+}
+
+#[test]
+fn concurrent_increments_lose_no_update() {
+    let d = ext4_dir("incr");
+    let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+    let hs: Vec<_> = (0..4)
+        .map(|t| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                let opts = if t % 2 == 0 {
+                    TxnOptions::default()
+                } else {
+                    TxnOptions::SNAPSHOT
+                };
+                for _ in 0..250 {
+                    v.run_with(opts, |v| {
+                        let n: u64 = v.read(64)?;
+                        v.write(64, &(n + 1))
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(64).unwrap(), 1000);
+    v.commit().unwrap();
+}
+
+#[test]
+fn a_long_reader_keeps_its_snapshot_across_commits_and_checkpoints() {
+    let d = ext4_dir("longreader");
+    let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
+    let mut reader = r.view().unwrap();
+    let mut writer = r.view().unwrap();
+    writer.run(|v| v.write(0, &1u64)).unwrap();
+    reader.begin_read().unwrap();
+    assert_eq!(reader.read::<u64>(0).unwrap(), 1);
+    for i in 2..50u64 {
+        writer
+            .run(|v| {
+                v.write(0, &i)?;
+                v.write(3 * PAGE, &i)
+            })
+            .unwrap();
+        r.checkpoint().unwrap();
+    }
+    assert_eq!(r.stats().oldest_snapshot, Some(1));
+    assert_eq!(
+        reader.read::<u64>(0).unwrap(),
+        1,
+        "snapshot changed under a reader"
+    );
+    assert_eq!(
+        reader.read::<u64>(3 * PAGE).unwrap(),
+        0,
+        "first touch after commits must still see the snapshot"
+    );
+    assert!(
+        r.stats().log_bytes > 0,
+        "the log cannot be emptied while the reader needs old versions"
+    );
+    reader.commit().unwrap();
+    r.checkpoint().unwrap();
+    let s = r.stats();
+    assert_eq!((s.log_bytes, s.version_pages, s.checkpoint_seq), (0, 0, 49));
+    reader.begin_read().unwrap();
+    assert_eq!(reader.read::<u64>(0).unwrap(), 49);
+    reader.commit().unwrap();
+}
