@@ -13,7 +13,7 @@ pub const HEADER_BYTES: u64 = PAGE as u64;
 pub const SLOT_OFFSETS: [usize; 2] = [0, 2048];
 const SLOT_BODY: usize = 48;
 
-pub const RECORD_HEADER: usize = 32;
+pub const RECORD_HEADER: usize = 40;
 pub const KIND_COMMIT: u8 = 1;
 /// Largest payload a record may claim; larger claims are corruption.
 pub const MAX_PAYLOAD: usize = 1 << 31;
@@ -189,6 +189,7 @@ pub fn encode_commit<'a>(
     out: &mut Vec<u8>,
     salt: u64,
     seq: u64,
+    synced: u64,
     data_size: u64,
     ranges: impl Iterator<Item = Range<'a>> + Clone,
 ) {
@@ -203,6 +204,7 @@ pub fn encode_commit<'a>(
     out.extend_from_slice(&(payload as u32).to_le_bytes());
     out.extend_from_slice(&salt.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&synced.to_le_bytes());
     out.extend_from_slice(&data_size.to_le_bytes());
     out.extend_from_slice(&(n as u32).to_le_bytes());
     for r in ranges {
@@ -223,6 +225,9 @@ pub fn padded(n: usize) -> usize {
 #[derive(Debug)]
 pub struct CommitRecord<'a> {
     pub seq: u64,
+    /// Every record up to this sequence number was synced before this one was
+    /// written: a damaged record at or below it is corruption, not a torn tail.
+    pub synced: u64,
     pub data_size: u64,
     pub ranges: Vec<Range<'a>>,
     /// Bytes the record occupies in the log, with padding.
@@ -264,6 +269,12 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         return Err(RecordError::Malformed("unknown record kind"));
     }
     let seq = get(buf, 24);
+    let synced = get(buf, 32);
+    if synced >= seq {
+        return Err(RecordError::Malformed(
+            "claims to have been synced before it was written",
+        ));
+    }
     let p = &buf[RECORD_HEADER..RECORD_HEADER + payload];
     if p.len() < 12 {
         return Err(RecordError::Malformed("commit payload too short"));
@@ -297,6 +308,7 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
     let len = padded(RECORD_HEADER + payload).min(buf.len());
     Ok(CommitRecord {
         seq,
+        synced,
         data_size,
         ranges,
         len,
@@ -321,10 +333,13 @@ mod tests {
                 bytes: &data[..3],
             },
         ];
-        encode_commit(&mut out, 99, 5, 16384, ranges.iter().cloned());
+        encode_commit(&mut out, 99, 5, 3, 16384, ranges.iter().cloned());
         assert_eq!(out.len() % 8, 0);
         let r = decode_record(&out, 99).unwrap();
-        assert_eq!((r.seq, r.data_size, r.len), (5, 16384, out.len()));
+        assert_eq!(
+            (r.seq, r.synced, r.data_size, r.len),
+            (5, 3, 16384, out.len())
+        );
         assert_eq!(r.ranges, ranges.to_vec());
         assert_eq!(
             decode_record(&out, 98).unwrap_err(),

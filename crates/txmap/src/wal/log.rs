@@ -123,7 +123,8 @@ impl Log {
             a.last_seq + 1,
             "log records must be appended in sequence order"
         );
-        format::encode_commit(&mut a.buf, salt, seq, data_size, ranges);
+        let synced = self.synced.load(Ordering::Acquire);
+        format::encode_commit(&mut a.buf, salt, seq, synced, data_size, ranges);
         a.last_seq = seq;
     }
 

@@ -1,7 +1,8 @@
 //! Reading a log back: the records of the current epoch, in order, and where
-//! they end. A damaged record at the tail (a write torn by a crash) ends the
-//! log; a damaged record followed by valid ones is corruption and an error,
-//! because skipping it would silently lose committed data.
+//! they end. A damaged record ends the log if it may never have been synced
+//! (a crash tears or reorders unsynced writes, so valid records may even
+//! follow it). It is corruption, and an error, if a later record proves it
+//! was synced: skipping it would silently lose a durable commit.
 
 use super::format::{self, CommitRecord, HEADER_BYTES, LogHeader, RecordError};
 
@@ -57,12 +58,12 @@ pub fn scan<'a>(log: &'a [u8], header: &LogHeader) -> Result<Scan<'a>, Corruptio
             }
             Err(RecordError::Short) => break Some("end of file inside a record header"),
             Err(RecordError::NotARecord(why)) => {
-                if let Some(later) = find_later_record(log, off + 8, header.salt) {
+                if let Some(later) = find_proof_of_sync(log, off + 8, header.salt, seq) {
                     return Err(Corruption {
                         offset: off as u64,
                         seq,
                         what: format!(
-                            "record damaged ({why}) but a valid record follows at offset {later}"
+                            "record damaged ({why}) but the record at offset {later} shows it was synced"
                         ),
                     });
                 }
@@ -77,15 +78,16 @@ pub fn scan<'a>(log: &'a [u8], header: &LogHeader) -> Result<Scan<'a>, Corruptio
     })
 }
 
-/// The offset of any valid record of this epoch at or after `from` (8-aligned).
-fn find_later_record(log: &[u8], from: usize, salt: u64) -> Option<u64> {
+/// The offset of a valid record of this epoch at or after `from` (8-aligned)
+/// written after record `seq` was synced.
+fn find_proof_of_sync(log: &[u8], from: usize, salt: u64, seq: u64) -> Option<u64> {
     let magic = format::RECORD_MAGIC.to_le_bytes();
     let salt_bytes = salt.to_le_bytes();
     let mut off = from.div_ceil(8) * 8;
     while off + format::RECORD_HEADER <= log.len() {
         if log[off..off + 4] == magic
             && log[off + 16..off + 24] == salt_bytes
-            && format::decode_record(&log[off..], salt).is_ok()
+            && format::decode_record(&log[off..], salt).is_ok_and(|r| r.synced >= seq)
         {
             return Some(off as u64);
         }
@@ -99,7 +101,12 @@ mod tests {
     use super::*;
     use crate::wal::format::Range;
 
+    /// `n` records starting at seq 10; record i claims records before `synced(i)` synced.
     fn log_with(n: u64) -> (Vec<u8>, LogHeader, Vec<usize>) {
+        log_synced(n, |i| 9 + i)
+    }
+
+    fn log_synced(n: u64, synced: impl Fn(u64) -> u64) -> (Vec<u8>, LogHeader, Vec<usize>) {
         let h = LogHeader {
             region_id: 1,
             generation: 1,
@@ -115,6 +122,7 @@ mod tests {
                 &mut buf,
                 77,
                 10 + i,
+                synced(i),
                 8192,
                 [Range {
                     offset: i * 10,
@@ -153,7 +161,17 @@ mod tests {
         buf[starts[2] + 40] ^= 1;
         let e = scan(&buf, &h).unwrap_err();
         assert_eq!((e.offset, e.seq), (starts[2] as u64, 12));
-        assert!(e.what.contains("valid record follows"), "{}", e.what);
+        assert!(e.what.contains("shows it was synced"), "{}", e.what);
+    }
+
+    #[test]
+    fn a_hole_in_an_unsynced_batch_ends_the_log_instead_of_failing() {
+        // records 10..14 were written in one batch after 9 was synced
+        let (mut buf, h, starts) = log_synced(5, |_| 9);
+        buf[starts[2] + 40] ^= 1;
+        let s = scan(&buf, &h).unwrap();
+        assert_eq!(s.records.len(), 2);
+        assert_eq!(s.end, starts[2] as u64);
     }
 
     #[test]
