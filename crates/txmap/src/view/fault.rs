@@ -31,17 +31,20 @@ impl ViewInner {
         // SAFETY: both are whole pages in live mappings; the alias is private to
         // this view and the source is an immutable version or the file image.
         unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, PAGE) };
-        self.valid
-            .get(page)
-            .expect("page within capacity")
-            .store(1, Ordering::Release);
+        if let Some(v) = self.valid.get(page) {
+            v.store(1, Ordering::Release);
+        }
     }
 
     /// Makes `page` part of the current transaction with the given access;
     /// does not change protection. Returns the protection the page needs.
+    /// The caller has checked that `page` is below the mapped size.
     pub(super) fn touch(&self, page: usize, write: bool) -> Access {
         let serial = self.serial.load(Ordering::Relaxed);
-        let t = self.touched.get(page).expect("page within capacity");
+        let Some(t) = self.touched.get(page) else {
+            debug_assert!(false, "page {page} beyond the view's tables");
+            return Access::None;
+        };
         let prev = t.load(Ordering::Relaxed);
         let bits = if prev >> 2 == serial { prev & 3 } else { 0 };
         if self
