@@ -194,7 +194,7 @@ fn random_bytes_never_panic_the_opener() {
             let i = (rng.next() as usize) % limit.min(target.len());
             target[i] = rng.next() as u8;
         }
-        if rng.next() % 5 == 0 {
+        if rng.next().is_multiple_of(5) {
             let n = (rng.next() as usize) % target.len();
             target.truncate(n);
         }

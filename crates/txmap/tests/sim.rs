@@ -88,7 +88,7 @@ fn power_loss_recovers_a_prefix_including_every_synced_commit() {
             history.push(next);
             if durability == Durability::Durable {
                 synced = history.len() - 1;
-            } else if rng.next() % 5 == 0 {
+            } else if rng.next().is_multiple_of(5) {
                 s.region.sync().unwrap();
                 synced = history.len() - 1;
             }

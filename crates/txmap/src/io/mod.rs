@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A file-like store of bytes with explicit durability.
+#[allow(clippy::len_without_is_empty)] // an empty file is not a special case here
 pub trait Storage: Send + Sync {
     /// Current length in bytes.
     fn len(&self) -> std::io::Result<u64>;

@@ -196,6 +196,8 @@ impl Storage for SimStorage {
 pub struct SplitMix(pub u64);
 
 impl SplitMix {
+    /// The next pseudo-random value.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;

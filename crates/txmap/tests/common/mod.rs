@@ -25,7 +25,7 @@ impl Drop for TestDir {
 }
 
 fn fs_magic(p: &Path) -> i64 {
-    rustix::fs::statfs(p).map(|s| s.f_type as i64).unwrap_or(0)
+    rustix::fs::statfs(p).map(|s| s.f_type).unwrap_or(0)
 }
 
 fn make(root: &Path, name: &str) -> TestDir {
