@@ -1,1 +1,45 @@
-//! C API tests live in tests/.
+//! Runs the C test programs in c/ (compiled by build.rs) from `cargo test`;
+//! the tests themselves are in tests/.
+//!
+//! Each C test function takes a directory and returns 0 on success or the
+//! line number of the first failed check (printed to stderr).
+
+use std::ffi::{CString, c_char, c_int};
+use std::path::{Path, PathBuf};
+
+// The C tests call txmap's exported C functions: link the crate.
+use txmap as _;
+
+/// Signature of the C test functions.
+pub type CTest = unsafe extern "C" fn(dir: *const c_char) -> c_int;
+
+unsafe extern "C" {
+    pub fn ctest_native_basic(dir: *const c_char) -> c_int;
+    pub fn ctest_native_abort(dir: *const c_char) -> c_int;
+    pub fn ctest_native_close_in_transaction(dir: *const c_char) -> c_int;
+    pub fn ctest_native_conflict(dir: *const c_char) -> c_int;
+    pub fn ctest_native_threads(dir: *const c_char) -> c_int;
+    pub fn ctest_native_read_only(dir: *const c_char) -> c_int;
+    pub fn ctest_native_page_access(dir: *const c_char) -> c_int;
+    pub fn ctest_native_errors(dir: *const c_char) -> c_int;
+    pub fn ctest_native_errmsg_thread_local(dir: *const c_char) -> c_int;
+
+    pub fn ctest_xac_before_init(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_session(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_reopen(dir: *const c_char) -> c_int;
+}
+
+/// A fresh, empty directory `<base>/<name>-<pid>`.
+pub fn fresh_dir(base: &Path, name: &str) -> PathBuf {
+    let d = base.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create test directory");
+    d
+}
+
+/// Runs C test `f` on `dir` and returns what it returned (0: passed).
+pub fn run(f: CTest, dir: &Path) -> c_int {
+    let c = CString::new(dir.as_os_str().as_encoded_bytes()).expect("no NUL in path");
+    // SAFETY: the C tests take a NUL-terminated path that outlives the call.
+    unsafe { f(c.as_ptr()) }
+}

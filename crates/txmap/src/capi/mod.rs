@@ -1,1 +1,258 @@
-//! C API (filled in below).
+//! C API: the native `txmap_*` calls ([`native`]) and the LIBXAC-style calls
+//! ([`xac`]). The header `include/txmap.h` is generated from this module by
+//! `scripts/gen-header.sh` (cbindgen).
+//!
+//! Conventions shared by every exported function:
+//!
+//! * No call ever unwinds into C: each catches Rust panics and reports them
+//!   as [`TXMAP_EINTERNAL`] (native calls) or `-1` with `errno`
+//!   `ENOTRECOVERABLE` (LIBXAC calls).
+//! * Null pointers are rejected with [`TXMAP_EINVAL`] (`EINVAL`), except that
+//!   the `*_close` calls accept `NULL` and do nothing, like `free`.
+//! * After a failed call, [`txmap_errmsg`] returns a message that says what
+//!   went wrong, on the calling thread.
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, OsStr, c_char, c_int};
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+
+use crate::error::Error;
+
+pub mod native;
+pub mod xac;
+
+pub use native::*;
+pub use xac::*;
+
+/// Success.
+pub const TXMAP_OK: c_int = 0;
+/// The transaction conflicted with a concurrent commit; nothing of it is
+/// visible. Retry it.
+pub const TXMAP_CONFLICT: c_int = -1;
+/// The transaction was aborted by the program (`txmap_abort`); nothing of it
+/// is visible.
+pub const TXMAP_ABORTED: c_int = -2;
+/// Invalid argument, or a call not allowed in the current state (for example
+/// `txmap_commit` outside a transaction, or a store in a read-only
+/// transaction).
+pub const TXMAP_EINVAL: c_int = -3;
+/// A system call on a region or log file failed (see `txmap_errmsg`).
+pub const TXMAP_EIO: c_int = -4;
+/// A region or log file holds bytes that txmap cannot have written.
+pub const TXMAP_ECORRUPT: c_int = -5;
+/// The region is already open (by this or another process), or a LIBXAC
+/// transaction of another thread is open.
+pub const TXMAP_EBUSY: c_int = -6;
+/// A memory-mapping system call failed (usually `ENOMEM` or
+/// `vm.max_map_count`).
+pub const TXMAP_EOS: c_int = -7;
+/// An earlier write or sync failed; close and reopen the region to recover
+/// from its log.
+pub const TXMAP_EPOISONED: c_int = -8;
+/// The operation is not supported (yet).
+pub const TXMAP_ENOTSUP: c_int = -9;
+/// A bug in txmap (a caught Rust panic); the handle may be unusable.
+pub const TXMAP_EINTERNAL: c_int = -10;
+
+/// Why an exported call failed: its return code, the `errno` the LIBXAC calls
+/// set, and the message for `txmap_errmsg`.
+pub(crate) struct Failure {
+    pub code: c_int,
+    pub errno: c_int,
+    pub msg: String,
+}
+
+impl Failure {
+    pub fn new(code: c_int, errno: c_int, msg: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            errno,
+            msg: msg.into(),
+        }
+    }
+
+    pub fn invalid(msg: impl Into<String>) -> Failure {
+        Failure::new(TXMAP_EINVAL, libc::EINVAL, msg)
+    }
+
+    pub fn null(arg: &str) -> Failure {
+        Failure::invalid(format!("argument `{arg}` is NULL"))
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let os = |s: &std::io::Error, default| s.raw_os_error().unwrap_or(default);
+        let (code, errno) = match &e {
+            Error::Io { source, .. } => (TXMAP_EIO, os(source, libc::EIO)),
+            Error::Corrupt { .. } => (TXMAP_ECORRUPT, libc::EIO),
+            Error::Conflict => (TXMAP_CONFLICT, libc::EAGAIN),
+            Error::Aborted => (TXMAP_ABORTED, libc::ECANCELED),
+            Error::Invalid(_) => (TXMAP_EINVAL, libc::EINVAL),
+            Error::Busy { .. } => (TXMAP_EBUSY, libc::EBUSY),
+            Error::Os { source, .. } => (TXMAP_EOS, os(source, libc::ENOMEM)),
+            Error::Poisoned(_) => (TXMAP_EPOISONED, libc::EIO),
+        };
+        Failure::new(code, errno, e.to_string())
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+/// Records `msg` as the calling thread's last error message.
+fn set_errmsg(msg: String) {
+    let mut bytes = msg.into_bytes();
+    bytes.retain(|&b| b != 0);
+    let c = CString::new(bytes).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            *m = Some(c);
+        }
+    });
+}
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(code: c_int) {
+    // SAFETY: `__errno_location` returns a valid pointer to the calling
+    // thread's errno, which lives as long as the thread.
+    unsafe { *libc::__errno_location() = code };
+}
+
+/// Runs the body of exported function `name`: catches panics and records the
+/// message of any failure for `txmap_errmsg`.
+pub(crate) fn guarded<T>(name: &str, f: impl FnOnce() -> Result<T, Failure>) -> Result<T, Failure> {
+    let r = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Failure::new(
+                TXMAP_EINTERNAL,
+                libc::ENOTRECOVERABLE,
+                format!("internal error (please report): {what}"),
+            ))
+        }
+    };
+    r.inspect_err(|e| set_errmsg(format!("{name}: {}", e.msg)))
+}
+
+/// The status code of a native call's result.
+pub(crate) fn status(r: Result<(), Failure>) -> c_int {
+    match r {
+        Ok(()) => TXMAP_OK,
+        Err(e) => e.code,
+    }
+}
+
+/// A path argument (any bytes but NUL; need not be UTF-8).
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that outlives `'a`.
+pub(crate) unsafe fn path_arg<'a>(p: *const c_char, arg: &str) -> Result<&'a Path, Failure> {
+    if p.is_null() {
+        return Err(Failure::null(arg));
+    }
+    // SAFETY: non-null, and NUL-terminated and live per the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    if bytes.is_empty() {
+        return Err(Failure::invalid(format!("argument `{arg}` is empty")));
+    }
+    Ok(Path::new(OsStr::from_bytes(bytes)))
+}
+
+/// Message of the last failed txmap call (native or LIBXAC) on the calling
+/// thread, or "" if none failed yet. The string stays valid until the next
+/// failing call on this thread; copy it to keep it.
+#[unsafe(no_mangle)]
+pub extern "C" fn txmap_errmsg() -> *const c_char {
+    static EMPTY: &CStr = c"";
+    catch_unwind(|| {
+        LAST_ERROR
+            .try_with(|m| {
+                m.try_borrow()
+                    .ok()
+                    .and_then(|s| s.as_ref().map(|s| s.as_ptr()))
+            })
+            .ok()
+            .flatten()
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(EMPTY.as_ptr())
+}
+
+/// A static description of a `TXMAP_*` return code ("unknown code" for
+/// others). Never NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn txmap_strerror(code: c_int) -> *const c_char {
+    let s: &'static CStr = match code {
+        TXMAP_OK => c"success",
+        TXMAP_CONFLICT => c"transaction conflicted with a concurrent commit; retry it",
+        TXMAP_ABORTED => c"transaction aborted by the program",
+        TXMAP_EINVAL => c"invalid argument or call",
+        TXMAP_EIO => c"I/O error on a region or log file",
+        TXMAP_ECORRUPT => c"region or log file is corrupt",
+        TXMAP_EBUSY => c"region or transaction is busy",
+        TXMAP_EOS => c"memory-mapping call failed",
+        TXMAP_EPOISONED => c"region unusable after an I/O failure; reopen it",
+        TXMAP_ENOTSUP => c"operation not supported",
+        TXMAP_EINTERNAL => c"internal error in txmap",
+        _ => c"unknown code",
+    };
+    s.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errmsg() -> String {
+        // SAFETY: txmap_errmsg returns a NUL-terminated string valid until
+        // the next failing call on this thread.
+        unsafe { CStr::from_ptr(txmap_errmsg()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn panics_become_internal_errors_with_a_message() {
+        let r: Result<(), Failure> = guarded("txmap_test", || panic!("boom"));
+        assert_eq!(status(r), TXMAP_EINTERNAL);
+        assert!(
+            errmsg().contains("txmap_test: internal error"),
+            "{}",
+            errmsg()
+        );
+        assert!(errmsg().contains("boom"));
+    }
+
+    #[test]
+    fn errors_map_to_codes_and_errno() {
+        let f = Failure::from(Error::Busy { path: "x".into() });
+        assert_eq!((f.code, f.errno), (TXMAP_EBUSY, libc::EBUSY));
+        let f = Failure::from(Error::io(
+            "open",
+            "x",
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        ));
+        assert_eq!((f.code, f.errno), (TXMAP_EIO, libc::ENOENT));
+        let r = guarded("txmap_test", || {
+            Err::<(), _>(Failure::from(Error::Conflict))
+        });
+        assert_eq!(status(r), TXMAP_CONFLICT);
+        assert!(errmsg().starts_with("txmap_test: transaction aborted: conflict"));
+    }
+
+    #[test]
+    fn messages_never_hold_nul_bytes() {
+        set_errmsg("a\0b".into());
+        assert_eq!(errmsg(), "ab");
+    }
+}

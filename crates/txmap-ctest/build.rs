@@ -1,0 +1,38 @@
+//! Compiles the C test programs in c/ (all but smoke.c, which has its own
+//! `main` and is built by tests/smoke.rs) into a static library that the
+//! Rust tests call. Their txmap_* / x* symbols come from the txmap crate.
+
+use std::path::Path;
+
+fn main() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let include = manifest.join("../../include");
+    let c_dir = manifest.join("c");
+    println!("cargo:rerun-if-changed={}", c_dir.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        include.join("txmap.h").display()
+    );
+
+    let mut sources: Vec<_> = std::fs::read_dir(&c_dir)
+        .expect("read c/")
+        .map(|e| e.expect("read c/").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .filter(|p| p.file_name().is_some_and(|n| n != "smoke.c"))
+        .collect();
+    sources.sort();
+    for s in &sources {
+        println!("cargo:rerun-if-changed={}", s.display());
+    }
+
+    cc::Build::new()
+        .files(&sources)
+        .include(&include)
+        .include(&c_dir)
+        .std("c11")
+        .flag("-pthread")
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("txmap_ctest_c");
+    println!("cargo:rustc-link-lib=pthread");
+}

@@ -1,0 +1,425 @@
+//! The native C API: regions, views and transactions behind opaque handles.
+//!
+//! Every call returns `TXMAP_OK` (0) or a negative `TXMAP_*` code, and on
+//! failure leaves a message for `txmap_errmsg`.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use super::{Failure, guarded, path_arg, status};
+use crate::{Durability, Error, Isolation, Options, PageAccess, Region, TxnOptions, View};
+
+/// Region flag: commits return once their log record is written to the OS
+/// (they survive a crash of the process, and after power loss the region
+/// recovers to a prefix of the commits). Without it commits are durable.
+pub const TXMAP_ASYNC: c_int = 1;
+
+/// Transaction flag: a read-only transaction, which never conflicts; a store
+/// in it makes `txmap_commit` fail with `TXMAP_EINVAL`.
+pub const TXMAP_READ_ONLY: c_int = 1;
+/// Transaction flag: snapshot isolation; only pages written must be unchanged
+/// at commit (write skew is possible). Without it transactions are
+/// serializable.
+pub const TXMAP_SNAPSHOT: c_int = 2;
+
+/// Access for `txmap_set_page_access`: the transaction will read the pages.
+pub const TXMAP_ACCESS_READ: c_int = 1;
+/// Access for `txmap_set_page_access`: the transaction will write the pages.
+pub const TXMAP_ACCESS_WRITE: c_int = 2;
+
+/// An open region (a data file and its log). Opaque.
+#[allow(non_camel_case_types)]
+pub struct txmap_region {
+    region: Region,
+}
+
+/// A view: one mapping of a region, used by one thread at a time. Opaque.
+#[allow(non_camel_case_types)]
+pub struct txmap_view {
+    view: View,
+}
+
+fn region_options(flags: c_int) -> Result<Options, Failure> {
+    if flags & !TXMAP_ASYNC != 0 {
+        return Err(Failure::invalid(format!("unknown region flags {flags:#x}")));
+    }
+    Ok(Options {
+        durability: if flags & TXMAP_ASYNC != 0 {
+            Durability::Async
+        } else {
+            Durability::Durable
+        },
+        ..Options::default()
+    })
+}
+
+/// Stores a new region handle in `*out`.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+unsafe fn put_region(
+    out: *mut *mut txmap_region,
+    open: impl FnOnce() -> Result<Region, Error>,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::null("out"));
+    }
+    // SAFETY: non-null and writable per the caller's contract.
+    unsafe { *out = std::ptr::null_mut() };
+    let region = open()?;
+    let h = Box::into_raw(Box::new(txmap_region { region }));
+    // SAFETY: as above.
+    unsafe { *out = h };
+    Ok(())
+}
+
+/// # Safety
+/// `r` is NULL or a live handle from `txmap_region_create`/`txmap_region_open`.
+unsafe fn region_ref<'a>(r: *const txmap_region) -> Result<&'a txmap_region, Failure> {
+    // SAFETY: per the caller's contract.
+    unsafe { r.as_ref() }.ok_or_else(|| Failure::null("region"))
+}
+
+/// # Safety
+/// `v` is NULL or a live handle from `txmap_view_open`, not in use by
+/// another thread.
+unsafe fn view_mut<'a>(v: *mut txmap_view) -> Result<&'a mut View, Failure> {
+    // SAFETY: per the caller's contract.
+    unsafe { v.as_mut() }
+        .map(|h| &mut h.view)
+        .ok_or_else(|| Failure::null("view"))
+}
+
+/// Creates a new zero-filled region of `size` bytes (a positive multiple of
+/// 4096) at `path`, plus its log `path-log`, and opens it. Fails with
+/// `TXMAP_EINVAL` if `path` exists. `flags`: 0 or `TXMAP_ASYNC`. On success
+/// `*out` is the new handle; on failure it is set to NULL.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_create(
+    path: *const c_char,
+    size: u64,
+    flags: c_int,
+    out: *mut *mut txmap_region,
+) -> c_int {
+    status(guarded("txmap_region_create", || {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path, "path") }?;
+        let opts = region_options(flags)?;
+        // SAFETY: per this function's contract.
+        unsafe { put_region(out, || Region::create(path, size, opts)) }
+    }))
+}
+
+/// Opens the existing region at `path`, recovering it from its log if a
+/// process died with it open. `flags`: 0 or `TXMAP_ASYNC`. Fails with
+/// `TXMAP_EBUSY` if it is already open. On failure `*out` is set to NULL.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_open(
+    path: *const c_char,
+    flags: c_int,
+    out: *mut *mut txmap_region,
+) -> c_int {
+    status(guarded("txmap_region_open", || {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path, "path") }?;
+        let opts = region_options(flags)?;
+        // SAFETY: per this function's contract.
+        unsafe { put_region(out, || Region::open(path, opts)) }
+    }))
+}
+
+/// Closes a region handle. Views opened on it stay usable; the region is
+/// checkpointed and closed when its last view is closed too. NULL is
+/// accepted and ignored.
+///
+/// # Safety
+/// `region` is NULL or a live region handle, not used again afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_close(region: *mut txmap_region) -> c_int {
+    status(guarded("txmap_region_close", || {
+        if !region.is_null() {
+            // SAFETY: a live handle made by Box::into_raw, given up by the caller.
+            drop(unsafe { Box::from_raw(region) });
+        }
+        Ok(())
+    }))
+}
+
+/// Bytes in the region, or 0 if `region` is NULL.
+///
+/// # Safety
+/// `region` is NULL or a live region handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_size(region: *const txmap_region) -> u64 {
+    guarded("txmap_region_size", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { region_ref(region) }?.region.size())
+    })
+    .unwrap_or(0)
+}
+
+/// Grows the region to at least `size` bytes (rounded up to 4096); new bytes
+/// are zero. Views map the new pages at their next transaction (or at once
+/// with `txmap_view_grow`).
+///
+/// # Safety
+/// `region` is NULL or a live region handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_grow(region: *mut txmap_region, size: u64) -> c_int {
+    status(guarded("txmap_region_grow", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { region_ref(region) }?.region.grow(size)?)
+    }))
+}
+
+/// Copies committed data into the region file and empties the log when no
+/// open transaction needs older data.
+///
+/// # Safety
+/// `region` is NULL or a live region handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_checkpoint(region: *mut txmap_region) -> c_int {
+    status(guarded("txmap_region_checkpoint", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { region_ref(region) }?.region.checkpoint()?)
+    }))
+}
+
+/// Makes every commit so far durable (useful with `TXMAP_ASYNC`).
+///
+/// # Safety
+/// `region` is NULL or a live region handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_sync(region: *mut txmap_region) -> c_int {
+    status(guarded("txmap_region_sync", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { region_ref(region) }?.region.sync()?)
+    }))
+}
+
+/// Opens a new view of the region. A view is used by one thread at a time;
+/// open one per thread. On failure `*out` is set to NULL.
+///
+/// # Safety
+/// `region` is NULL or a live region handle; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_open(
+    region: *mut txmap_region,
+    out: *mut *mut txmap_view,
+) -> c_int {
+    status(guarded("txmap_view_open", || {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        // SAFETY: non-null and writable per this function's contract.
+        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: per this function's contract.
+        let view = unsafe { region_ref(region) }?.region.view()?;
+        let h = Box::into_raw(Box::new(txmap_view { view }));
+        // SAFETY: as above.
+        unsafe { *out = h };
+        Ok(())
+    }))
+}
+
+/// Closes a view, rolling back its open transaction if any. Its memory is
+/// unmapped: pointers into it become invalid. NULL is accepted and ignored.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not used again afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_close(view: *mut txmap_view) -> c_int {
+    status(guarded("txmap_view_close", || {
+        if !view.is_null() {
+            // SAFETY: a live handle made by Box::into_raw, given up by the caller.
+            drop(unsafe { Box::from_raw(view) });
+        }
+        Ok(())
+    }))
+}
+
+/// Address of byte 0 of the region in this view, or NULL if `view` is NULL.
+/// Inside a transaction the memory may be read and written with plain loads
+/// and stores; outside one it is read-only and shows committed data, not
+/// necessarily the latest (pages keep their content as of the view's last
+/// transaction), and a store crashes the program.
+///
+/// # Safety
+/// `view` is NULL or a live view handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_base(view: *mut txmap_view) -> *mut c_void {
+    guarded("txmap_view_base", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.base().cast::<c_void>())
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// Bytes of the region mapped in this view (0 if `view` is NULL). It catches
+/// up with `txmap_region_grow` at the next `txmap_begin`.
+///
+/// # Safety
+/// `view` is NULL or a live view handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_len(view: *mut txmap_view) -> usize {
+    guarded("txmap_view_len", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.len())
+    })
+    .unwrap_or(0)
+}
+
+/// Grows the region to at least `size` bytes and maps the new pages in this
+/// view at once.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_grow(view: *mut txmap_view, size: u64) -> c_int {
+    status(guarded("txmap_view_grow", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.grow(size)?)
+    }))
+}
+
+/// Begins a transaction on the view. `flags`: 0 (serializable read-write),
+/// `TXMAP_READ_ONLY`, `TXMAP_SNAPSHOT`. A nested begin is folded into the
+/// outermost transaction (its flags are ignored).
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_begin(view: *mut txmap_view, flags: c_int) -> c_int {
+    status(guarded("txmap_begin", || {
+        if flags & !(TXMAP_READ_ONLY | TXMAP_SNAPSHOT) != 0 {
+            return Err(Failure::invalid(format!(
+                "unknown transaction flags {flags:#x}"
+            )));
+        }
+        let opts = TxnOptions {
+            read_only: flags & TXMAP_READ_ONLY != 0,
+            isolation: if flags & TXMAP_SNAPSHOT != 0 {
+                Isolation::Snapshot
+            } else {
+                Isolation::Serializable
+            },
+        };
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.begin_with(opts)?)
+    }))
+}
+
+/// Commits. A nested (inner) commit returns `TXMAP_OK` at once. The
+/// outermost returns `TXMAP_OK` once the commit is as durable as the region
+/// promises, `TXMAP_CONFLICT` if a concurrent commit changed what it read
+/// (nothing of it is visible: retry), `TXMAP_ABORTED` after `txmap_abort`,
+/// `TXMAP_EINVAL` after a store in a read-only transaction, `TXMAP_EIO` or
+/// `TXMAP_EPOISONED` if the log could not be written (the commit may be
+/// visible but not durable; reopen the region to recover). In every case
+/// the outermost transaction is over.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_commit(view: *mut txmap_view) -> c_int {
+    status(guarded("txmap_commit", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.commit()?)
+    }))
+}
+
+/// Dooms the whole transaction (whatever the nesting depth): the outermost
+/// `txmap_commit` discards its stores and returns `TXMAP_ABORTED`. Until
+/// then the transaction stays open and its loads keep seeing its snapshot,
+/// including its own earlier stores.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_abort(view: *mut txmap_view) -> c_int {
+    status(guarded("txmap_abort", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.abort()?)
+    }))
+}
+
+/// Ends the transaction now, whatever the nesting depth, discarding its
+/// stores. Does nothing outside a transaction.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_rollback(view: *mut txmap_view) -> c_int {
+    status(guarded("txmap_rollback", || {
+        // SAFETY: per this function's contract.
+        unsafe { view_mut(view) }?.rollback();
+        Ok(())
+    }))
+}
+
+/// 1 inside a transaction, 0 outside one (or if `view` is NULL).
+///
+/// # Safety
+/// `view` is NULL or a live view handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_in_transaction(view: *mut txmap_view) -> c_int {
+    guarded("txmap_in_transaction", || {
+        // SAFETY: per this function's contract.
+        Ok(c_int::from(unsafe { view_mut(view) }?.in_transaction()))
+    })
+    .unwrap_or(0)
+}
+
+/// Declares that the current transaction will read (`TXMAP_ACCESS_READ`) or
+/// write (`TXMAP_ACCESS_WRITE`) the `length` bytes at `addr` (inside the
+/// view): the pages are brought in and tracked in one call instead of one
+/// page fault each. Advisory; fails with `TXMAP_EINVAL` outside a
+/// transaction or the view.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_set_page_access(
+    view: *mut txmap_view,
+    addr: *const c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    status(guarded("txmap_set_page_access", || {
+        // SAFETY: per this function's contract.
+        let view = unsafe { view_mut(view) }?;
+        set_page_access(view, addr, length, access)
+    }))
+}
+
+/// `View::set_page_access` by address; shared with `setPageAccess`.
+pub(crate) fn set_page_access(
+    view: &mut View,
+    addr: *const c_void,
+    length: usize,
+    access: c_int,
+) -> Result<(), Failure> {
+    let access = match access {
+        TXMAP_ACCESS_READ => PageAccess::Read,
+        a if a & TXMAP_ACCESS_WRITE != 0 && a & !(TXMAP_ACCESS_READ | TXMAP_ACCESS_WRITE) == 0 => {
+            PageAccess::Write
+        }
+        a => return Err(Failure::invalid(format!("unknown access {a}"))),
+    };
+    let base = view.base() as usize;
+    let off = (addr as usize)
+        .checked_sub(base)
+        .filter(|&o| o <= view.len())
+        .ok_or_else(|| {
+            Failure::invalid(format!(
+                "address {addr:p} is not inside the view ({base:#x}, {} bytes)",
+                view.len()
+            ))
+        })?;
+    Ok(view.set_page_access(off as u64, length, access)?)
+}

@@ -1,0 +1,368 @@
+//! LIBXAC-style calls: `xInit`, `xMmap`, `xbegin`, `xend`, ...
+//!
+//! The state is process-wide, as in LIBXAC: one directory, one mapped region
+//! (for now) and one view of it, used by whichever thread calls `xbegin`.
+//! While that thread's transaction is open, `xbegin` from another thread
+//! fails with `EBUSY`, and only the owning thread may touch the region (any
+//! access to the region's memory belongs to the open transaction).
+//!
+//! Calls that fail return `-1` (or NULL) and set `errno`; `txmap_errmsg`
+//! says more.
+
+use std::ffi::{OsStr, OsString, c_char, c_int, c_void};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use super::{Failure, TXMAP_EBUSY, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno};
+use crate::{Durability, Error, Options, Region, View};
+
+/// `xInit` durability: commits are atomic and isolated and survive a crash
+/// of the process, not of the OS (txmap `Durability::Async`).
+pub const XAC_NONDURABLE: c_int = 0;
+/// `xInit` durability: once `xend` returns `XAC_COMMITTED` the commit
+/// survives power loss (txmap `Durability::Durable`).
+pub const XAC_DURABLE: c_int = 1;
+/// `xend`: the transaction committed (or an inner `xend` returned).
+pub const XAC_COMMITTED: c_int = 0;
+/// `xend`: the transaction aborted (conflict or `xabort`); nothing of it is
+/// visible.
+pub const XAC_ABORTED: c_int = 1;
+/// `setPageAccess`: the transaction will read the pages.
+pub const XAC_READ: c_int = 1;
+/// `setPageAccess`: the transaction will write the pages.
+pub const XAC_WRITE: c_int = 2;
+
+struct Mapped {
+    name: OsString,
+    view: View,
+    /// The thread whose transaction is open on `view`.
+    owner: Option<ThreadId>,
+}
+
+struct Xac {
+    dir: PathBuf,
+    opts: Options,
+    mapped: Option<Mapped>,
+}
+
+static STATE: Mutex<Option<Xac>> = Mutex::new(None);
+
+fn state() -> MutexGuard<'static, Option<Xac>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn initialized(g: &mut Option<Xac>) -> Result<&mut Xac, Failure> {
+    g.as_mut()
+        .ok_or_else(|| Failure::invalid("xInit has not been called"))
+}
+
+fn mapped(g: &mut Option<Xac>) -> Result<&mut Mapped, Failure> {
+    initialized(g)?
+        .mapped
+        .as_mut()
+        .ok_or_else(|| Failure::invalid("no region is mapped (call xMmap first)"))
+}
+
+fn busy(msg: impl Into<String>) -> Failure {
+    Failure::new(TXMAP_EBUSY, libc::EBUSY, msg)
+}
+
+/// Fails unless the calling thread owns the open transaction of `m`.
+fn own_transaction(m: &Mapped, call: &str) -> Result<(), Failure> {
+    match m.owner {
+        None => Err(Failure::invalid(format!("{call} outside a transaction"))),
+        Some(o) if o != std::thread::current().id() => Err(Failure::new(
+            TXMAP_EBUSY,
+            libc::EPERM,
+            format!("{call}: the open transaction belongs to another thread"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Runs a LIBXAC call that returns an int: `-1` and errno on failure.
+fn int_call(name: &str, f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
+    guarded(name, f).unwrap_or_else(|e| {
+        set_errno(e.errno);
+        -1
+    })
+}
+
+/// Initializes the LIBXAC calls; once per process (again only after
+/// `xShutdown`). `dir` holds the regions and their logs and is created if
+/// absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
+/// with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
+/// creating `dir`).
+///
+/// # Safety
+/// `dir` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
+    int_call("xInit", || {
+        // SAFETY: per this function's contract.
+        let dir = unsafe { path_arg(dir, "dir") }?;
+        let durability = match durability {
+            XAC_DURABLE => Durability::Durable,
+            XAC_NONDURABLE => Durability::Async,
+            d => return Err(Failure::invalid(format!("unknown durability {d}"))),
+        };
+        let mut g = state();
+        if g.is_some() {
+            return Err(busy("already initialized (call xShutdown first)"));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let dir = std::path::absolute(dir).map_err(|e| Error::io("resolve", dir, e))?;
+        *g = Some(Xac {
+            dir,
+            opts: Options {
+                durability,
+                ..Options::default()
+            },
+            mapped: None,
+        });
+        Ok(0)
+    })
+}
+
+/// Rolls back the calling thread's open transaction (if any), unmaps every
+/// region and closes it (checkpointing it, so the log is empty and
+/// consistent). Afterwards `xInit` may be called again. Returns 0, or -1 with
+/// errno `EBUSY` if another thread's transaction is open, `EINVAL` if not
+/// initialized, or the errno of a failed checkpoint (shut down anyway; the
+/// log keeps every commit).
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub extern "C" fn xShutdown() -> c_int {
+    int_call("xShutdown", || {
+        let mut g = state();
+        let st = initialized(&mut g)?;
+        if let Some(m) = &st.mapped
+            && m.owner.is_some_and(|o| o != std::thread::current().id())
+        {
+            return Err(busy("a transaction of another thread is open"));
+        }
+        let st = g.take().expect("checked above");
+        drop(g);
+        if let Some(m) = st.mapped {
+            let region = m.view.region();
+            drop(m);
+            region.checkpoint()?;
+        }
+        Ok(0)
+    })
+}
+
+/// Maps the region `name` of the `xInit` directory and returns its address.
+/// It is created zero-filled with `length` rounded up to 4096 bytes if
+/// absent, and grown if smaller. Mapping the same name again returns the same
+/// address. Only one region may be mapped at a time: another name fails with
+/// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
+/// failure returns NULL with errno (`EINVAL`: not initialized, or a bad
+/// name: it must be a plain file name not ending in "-log";
+/// `EBUSY`: the region is open elsewhere, or must grow while a transaction
+/// is open; file errors keep their errno).
+///
+/// Inside a transaction the memory may be read and written freely; outside
+/// one it is read-only and shows committed data, not necessarily the latest
+/// (pages keep their content as of the last transaction), and a store to it
+/// crashes the program.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_void {
+    let r = guarded("xMmap", || {
+        // SAFETY: per this function's contract.
+        let name = unsafe { path_arg(name, "name") }?.as_os_str();
+        let bytes = name.as_bytes();
+        if bytes.contains(&b'/') || bytes == b"." || bytes == b".." {
+            return Err(Failure::invalid(format!(
+                "region name {name:?} must be a plain file name"
+            )));
+        }
+        if bytes.ends_with(b"-log") {
+            return Err(Failure::invalid(format!(
+                "region name {name:?} must not end in \"-log\" (the suffix of log files)"
+            )));
+        }
+        let size = length
+            .checked_next_multiple_of(4096)
+            .ok_or_else(|| Failure::invalid(format!("length {length} is too large")))?
+            as u64;
+        let mut g = state();
+        let st = initialized(&mut g)?;
+        if let Some(m) = &mut st.mapped {
+            if m.name != name {
+                return Err(Failure::new(
+                    TXMAP_ENOTSUP,
+                    libc::ENOTSUP,
+                    format!(
+                        "cannot map {name:?} while {:?} is mapped: atomic commit across \
+                         regions is not supported yet (xMunmap it first)",
+                        m.name
+                    ),
+                ));
+            }
+            if size > m.view.region().size() {
+                if m.owner.is_some() {
+                    return Err(busy(format!(
+                        "cannot grow {name:?} while a transaction is open"
+                    )));
+                }
+                m.view.grow(size)?;
+            }
+            return Ok(m.view.base().cast::<c_void>());
+        }
+        let path = st.dir.join(name);
+        let exists = path.try_exists().map_err(|e| Error::io("stat", &path, e))?;
+        let region = if exists {
+            Region::open(&path, st.opts.clone())?
+        } else if size == 0 {
+            return Err(Failure::invalid(format!(
+                "{} does not exist and length is 0",
+                path.display()
+            )));
+        } else {
+            match Region::create(&path, size, st.opts.clone()) {
+                Ok(r) => r,
+                // Another process created it since we looked: open it.
+                Err(Error::Invalid(_)) if path.exists() => Region::open(&path, st.opts.clone())?,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if region.size() < size {
+            region.grow(size)?;
+        }
+        let view = region.view()?;
+        let base = view.base().cast::<c_void>();
+        st.mapped = Some(Mapped {
+            name: name.to_owned(),
+            view,
+            owner: None,
+        });
+        Ok(base)
+    });
+    r.unwrap_or_else(|e| {
+        set_errno(e.errno);
+        std::ptr::null_mut()
+    })
+}
+
+/// Unmaps the region `name` and closes it (checkpointing it). Returns 0, or
+/// -1 with errno `EINVAL` (not mapped), `EBUSY` (a transaction is open), or
+/// the errno of a failed checkpoint (the region is unmapped anyway and its
+/// log keeps every commit).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn xMunmap(name: *const c_char) -> c_int {
+    int_call("xMunmap", || {
+        // SAFETY: per this function's contract.
+        let name: &OsStr = unsafe { path_arg(name, "name") }?.as_os_str();
+        let mut g = state();
+        let st = initialized(&mut g)?;
+        match &st.mapped {
+            Some(m) if m.name == name => {
+                if m.owner.is_some() {
+                    return Err(busy(format!(
+                        "cannot unmap {name:?} while a transaction is open"
+                    )));
+                }
+            }
+            _ => return Err(Failure::invalid(format!("{name:?} is not mapped"))),
+        }
+        let m = st.mapped.take().expect("checked above");
+        let region = m.view.region();
+        drop(m);
+        let checkpoint = region.checkpoint();
+        drop(region);
+        checkpoint?;
+        Ok(0)
+    })
+}
+
+/// Begins a serializable transaction on the mapped region, owned by the
+/// calling thread. A nested `xbegin` (same thread) is folded into the
+/// outermost transaction. Returns 0, or -1 with errno `EBUSY` if another
+/// thread's transaction is open, `EINVAL` if no region is mapped.
+#[unsafe(no_mangle)]
+pub extern "C" fn xbegin() -> c_int {
+    int_call("xbegin", || {
+        let mut g = state();
+        let m = mapped(&mut g)?;
+        let me = std::thread::current().id();
+        if m.owner.is_some_and(|o| o != me) {
+            return Err(busy("a transaction of another thread is open"));
+        }
+        m.view.begin()?;
+        m.owner = Some(me);
+        Ok(0)
+    })
+}
+
+/// Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the
+/// commit is as durable as `xInit` asked, or `XAC_ABORTED` after a conflict
+/// with a concurrent commit or after `xabort` (nothing of the transaction is
+/// visible; the caller may retry). An inner `xend` returns `XAC_COMMITTED`.
+/// -1 with errno on error: `EINVAL` outside a transaction, `EPERM` if the
+/// transaction belongs to another thread, `EIO` etc. if the log could not be
+/// written (the transaction is over; it may be visible but not durable, and
+/// the region must be unmapped and mapped again to recover).
+#[unsafe(no_mangle)]
+pub extern "C" fn xend() -> c_int {
+    int_call("xend", || {
+        let mut g = state();
+        let m = mapped(&mut g)?;
+        own_transaction(m, "xend")?;
+        let r = m.view.commit();
+        if !m.view.in_transaction() {
+            m.owner = None;
+        }
+        match r {
+            Ok(()) => Ok(XAC_COMMITTED),
+            Err(Error::Conflict | Error::Aborted) => Ok(XAC_ABORTED),
+            Err(e) => Err(e.into()),
+        }
+    })
+}
+
+/// Dooms the whole open transaction (whatever the nesting depth): the
+/// outermost `xend` discards its writes and returns `XAC_ABORTED`. The
+/// transaction stays open until then and its reads keep seeing its snapshot.
+/// Note: until that `xend`, the transaction's own earlier writes stay
+/// visible to it (they are discarded at the outermost `xend`, never
+/// committed). Returns 0, or -1 with errno `EINVAL` outside a transaction,
+/// `EPERM` if it belongs to another thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn xabort() -> c_int {
+    int_call("xabort", || {
+        let mut g = state();
+        let m = mapped(&mut g)?;
+        own_transaction(m, "xabort")?;
+        m.view.abort()?;
+        Ok(0)
+    })
+}
+
+/// Advisory: the open transaction will read (`XAC_READ`) or write
+/// (`XAC_WRITE`) the `length` bytes at `addr` in the mapped region; the pages
+/// are brought in and tracked in one call instead of one page fault each.
+/// Returns 0, or -1 with errno `EINVAL` (outside a transaction, a bad access
+/// or a range outside the region) or `EPERM` (another thread's transaction).
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub extern "C" fn setPageAccess(addr: *mut c_void, length: usize, access: c_int) -> c_int {
+    int_call("setPageAccess", || {
+        let mut g = state();
+        let m = mapped(&mut g)?;
+        own_transaction(m, "setPageAccess")?;
+        native::set_page_access(&mut m.view, addr, length, access)?;
+        Ok(0)
+    })
+}
