@@ -1,1 +1,506 @@
-fn main() {}
+//! `txmap`: create, describe, check and recover txmap regions.
+//!
+//! `info` and `check` only read (no lock is taken, nothing is written), so
+//! they work while a program has the region open. `recover` opens the region
+//! like a program would, which replays the log, and closes it again.
+//!
+//! Exit status: 0 success (`check`: sound), 1 the region is damaged
+//! (`check`: unsound), 2 usage, I/O or any other error. Errors are one line on
+//! standard error, starting with `txmap: `.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand};
+use txmap::inspect::{self, CheckReport, Report};
+use txmap::{Error, Options, Region};
+
+const PAGE: u64 = 4096;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "txmap",
+    version,
+    about = "Create, inspect, check and recover txmap regions",
+    after_help = "A region is two files: PATH (header page and data) and PATH-log (its write-ahead log).\n\
+                  Exit status: 0 success (check: sound), 1 region damaged (check: unsound), 2 usage or I/O error."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a new zero-filled region at PATH (and PATH-log); fails if either exists
+    Create {
+        /// The region file to create (its log is PATH-log)
+        path: PathBuf,
+        /// Region size in bytes, a multiple of 4096; suffixes K, M, G, T (binary) are accepted
+        #[arg(long, short, value_parser = parse_size)]
+        size: u64,
+    },
+    /// Describe a region and its log (read-only; works while the region is open)
+    Info {
+        /// The region file (its log is PATH-log)
+        path: PathBuf,
+        /// Print one JSON object instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify a region and its log (read-only); exit status 0 only if sound
+    Check {
+        /// The region file (its log is PATH-log)
+        path: PathBuf,
+        /// Print one JSON object instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay logged commits into the region file (as opening it does) and checkpoint it
+    Recover {
+        /// The region file (its log is PATH-log)
+        path: PathBuf,
+    },
+}
+
+/// A command's failure: one line for standard error and the exit status.
+struct Fail {
+    msg: String,
+    code: u8,
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail {
+            code: if matches!(e, Error::Corrupt { .. }) {
+                1
+            } else {
+                2
+            },
+            msg: e.to_string(),
+        }
+    }
+}
+
+fn usage(msg: impl Into<String>) -> Fail {
+    Fail {
+        msg: msg.into(),
+        code: 2,
+    }
+}
+
+/// Parses a size such as `4096`, `64K`, `1M`, `2GiB`: a positive multiple of the page size.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    if num.is_empty() {
+        return Err(
+            "expected a number of bytes, optionally with a suffix K, M, G or T (as in 64M)".into(),
+        );
+    }
+    let n: u64 = num.parse().map_err(|_| "number too large".to_string())?;
+    let unit: u64 = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        "T" | "TB" | "TIB" => 1 << 40,
+        _ => return Err(format!("unknown suffix '{suffix}' (use K, M, G or T)")),
+    };
+    let size = n
+        .checked_mul(unit)
+        .ok_or_else(|| "size too large".to_string())?;
+    if size == 0 || !size.is_multiple_of(PAGE) {
+        return Err(format!(
+            "the size must be a positive multiple of the page size, {PAGE} bytes ({size} is not)"
+        ));
+    }
+    Ok(size)
+}
+
+/// `1048576` → `1 MiB`, `1572864` → `1.5 MiB`.
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut unit = 1024u64;
+    let mut i = 0;
+    while i + 1 < UNITS.len() && n >= unit * 1024 {
+        unit *= 1024;
+        i += 1;
+    }
+    if n.is_multiple_of(unit) {
+        format!("{} {}", n / unit, UNITS[i])
+    } else {
+        format!("{:.1} {}", n as f64 / unit as f64, UNITS[i])
+    }
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn create(path: &Path, size: u64) -> Result<String, Fail> {
+    let lp = txmap::log_path(path);
+    for p in [path, lp.as_path()] {
+        if std::fs::symlink_metadata(p).is_ok() {
+            return Err(usage(format!("{} already exists", p.display())));
+        }
+    }
+    let opts = Options {
+        max_size: size.max(Options::default().max_size),
+        ..Options::default()
+    };
+    drop(Region::create(path, size, opts)?);
+    Ok(format!(
+        "created {}: {size} bytes ({}, {}); log {}\n",
+        path.display(),
+        human(size),
+        plural(size / PAGE, "page", "pages"),
+        lp.display()
+    ))
+}
+
+fn info_text(r: &Report) -> String {
+    let mut lines: Vec<(&str, String)> = vec![
+        ("region", r.path.display().to_string()),
+        ("region id", format!("{:016x}", r.region_id)),
+        (
+            "size",
+            format!(
+                "{} bytes ({}, {})",
+                r.data_size,
+                human(r.data_size),
+                plural(r.pages(), "page", "pages")
+            ),
+        ),
+        (
+            "pages in use",
+            format!("{} of {} in the data file", r.pages_in_use, r.pages()),
+        ),
+        (
+            "region file",
+            format!(
+                "{} bytes (format {}, header generation {})",
+                r.file_len, r.format_version, r.region_header_generation
+            ),
+        ),
+        (
+            "log size",
+            if r.log_records == 0 {
+                format!(
+                    "{} bytes on disk ({}), no records (next commit is {})",
+                    r.log_len,
+                    r.log_path.display(),
+                    r.log_start_seq
+                )
+            } else {
+                format!(
+                    "{} bytes on disk ({}), {} bytes in {} ({}..{})",
+                    r.log_len,
+                    r.log_path.display(),
+                    r.log_bytes_used,
+                    plural(r.log_records, "record", "records"),
+                    r.log_start_seq,
+                    r.log_start_seq + r.log_records - 1
+                )
+            },
+        ),
+        (
+            "last checkpoint",
+            if r.checkpoint_seq == 0 {
+                "none (commit 0)".to_string()
+            } else {
+                format!("commit {}", r.checkpoint_seq)
+            },
+        ),
+        ("commits", r.last_seq.to_string()),
+    ];
+    let recovery = match (r.pending_commits, r.open_by) {
+        (0, _) => "not needed".to_string(),
+        (n, Some(_)) => format!(
+            "not needed while open: {} since the checkpoint {} in the log",
+            plural(n, "commit", "commits"),
+            if n == 1 { "is" } else { "are" }
+        ),
+        (n, None) => format!(
+            "pending: {} in the log {} not in the data file (`txmap recover` or the next open applies them)",
+            plural(n, "commit", "commits"),
+            if n == 1 { "is" } else { "are" }
+        ),
+    };
+    lines.push(("recovery", recovery));
+    if let Some(t) = &r.torn_tail {
+        lines.push(("torn tail", format!("{t} (ignored by recovery)")));
+    }
+    if let Some(pid) = r.open_by {
+        let who = match pid {
+            0 => "a process outside this PID namespace".to_string(),
+            p => format!("process {p}"),
+        };
+        lines.push(("open by", who));
+    }
+    let mut out = String::new();
+    for (k, v) in lines {
+        out.push_str(&format!("{:<16} {v}\n", format!("{k}:")));
+    }
+    out
+}
+
+/// A JSON string literal.
+fn js(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            '\t' => o.push_str("\\t"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn js_opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
+    v.as_ref().map_or_else(|| "null".to_string(), f)
+}
+
+fn info_json(r: &Report) -> String {
+    let fields = [
+        ("path", js(&r.path.to_string_lossy())),
+        ("log_path", js(&r.log_path.to_string_lossy())),
+        ("region_id", js(&format!("{:016x}", r.region_id))),
+        ("format_version", r.format_version.to_string()),
+        ("page_size", r.page_size.to_string()),
+        ("size", r.data_size.to_string()),
+        ("pages", r.pages().to_string()),
+        ("pages_in_use", r.pages_in_use.to_string()),
+        ("file_len", r.file_len.to_string()),
+        (
+            "region_header_generation",
+            r.region_header_generation.to_string(),
+        ),
+        ("checkpoint_seq", r.checkpoint_seq.to_string()),
+        ("commits", r.last_seq.to_string()),
+        ("last_seq", r.last_seq.to_string()),
+        ("log_len", r.log_len.to_string()),
+        ("log_header_generation", r.log_header_generation.to_string()),
+        ("log_start_seq", r.log_start_seq.to_string()),
+        ("log_records", r.log_records.to_string()),
+        ("log_bytes_used", r.log_bytes_used.to_string()),
+        ("torn_tail", js_opt(&r.torn_tail, |t| js(t))),
+        ("pending_commits", r.pending_commits.to_string()),
+        ("needs_recovery", r.needs_recovery.to_string()),
+        ("open_by", js_opt(&r.open_by, |p| p.to_string())),
+    ];
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", js(k)))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+fn info(path: &Path, json: bool) -> Result<String, Fail> {
+    let r = inspect::inspect(path).map_err(|e| {
+        let mut f = Fail::from(e);
+        if f.code == 1 {
+            f.msg.push_str(" (`txmap check` lists every problem)");
+        }
+        f
+    })?;
+    Ok(if json {
+        info_json(&r) + "\n"
+    } else {
+        info_text(&r)
+    })
+}
+
+fn check_text(c: &CheckReport) -> String {
+    let mut out = String::new();
+    for p in &c.problems {
+        out.push_str(&format!("problem: {p}\n"));
+    }
+    for w in &c.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    let r = &c.report;
+    let counts = format!(
+        "{}, checkpoint at commit {}, {}",
+        plural(r.last_seq, "commit", "commits"),
+        r.checkpoint_seq,
+        plural(c.warnings.len() as u64, "warning", "warnings")
+    );
+    if c.is_sound() {
+        out.push_str(&format!("{}: sound ({counts})\n", r.path.display()));
+    } else {
+        out.push_str(&format!(
+            "{}: NOT SOUND: {} ({counts})\n",
+            r.path.display(),
+            plural(c.problems.len() as u64, "problem", "problems")
+        ));
+    }
+    out
+}
+
+fn check_json(c: &CheckReport) -> String {
+    let list = |v: &[String]| {
+        let items: Vec<String> = v.iter().map(|s| js(s)).collect();
+        format!("[{}]", items.join(","))
+    };
+    format!(
+        "{{\"sound\":{},\"problems\":{},\"warnings\":{},\"report\":{}}}\n",
+        c.is_sound(),
+        list(&c.problems),
+        list(&c.warnings),
+        info_json(&c.report)
+    )
+}
+
+/// Output and exit status (1 when unsound).
+fn check(path: &Path, json: bool) -> Result<(String, u8), Fail> {
+    let c = inspect::check(path)?;
+    let text = if json { check_json(&c) } else { check_text(&c) };
+    Ok((text, if c.is_sound() { 0 } else { 1 }))
+}
+
+fn recover(path: &Path) -> Result<String, Fail> {
+    // Reserve enough address space for whatever size the files say.
+    let mut opts = Options::default();
+    if let Ok(r) = inspect::inspect(path) {
+        let need = r.data_size.max(r.file_len.saturating_sub(PAGE));
+        opts.max_size = opts.max_size.max(need.div_ceil(PAGE) * PAGE);
+    }
+    let region = Region::open(path, opts)?;
+    let replayed = region.stats().recovered_commits;
+    region.checkpoint()?;
+    let ckpt = region.stats().checkpoint_seq;
+    drop(region);
+    Ok(format!(
+        "{}: {} replayed; checkpoint at commit {ckpt}\n",
+        path.display(),
+        plural(replayed, "commit", "commits")
+    ))
+}
+
+fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
+    match cmd {
+        Cmd::Create { path, size } => create(&path, size).map(|s| (s, 0)),
+        Cmd::Info { path, json } => info(&path, json).map(|s| (s, 0)),
+        Cmd::Check { path, json } => check(&path, json),
+        Cmd::Recover { path } => recover(&path).map(|s| (s, 0)),
+    }
+}
+
+/// A clap error as one line: its first paragraph, without the `error: ` prefix.
+fn clap_line(e: &clap::Error) -> String {
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        || e.kind() == ErrorKind::MissingSubcommand
+    {
+        return "missing command (create, info, check or recover); see 'txmap --help'".into();
+    }
+    let text = e.render().to_string();
+    let first = text.split("\n\n").next().unwrap_or_default();
+    let first = first.trim().trim_start_matches("error:");
+    let words: Vec<&str> = first.split_whitespace().collect();
+    format!("{}; see 'txmap --help'", words.join(" "))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("txmap: internal error: {}{at}", one_line(&msg));
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("txmap: {}", clap_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli.cmd) {
+        Ok((out, code)) => {
+            let mut stdout = std::io::stdout().lock();
+            if let Err(e) = stdout
+                .write_all(out.as_bytes())
+                .and_then(|_| stdout.flush())
+                && e.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                eprintln!("txmap: write to standard output: {e}");
+                return ExitCode::from(2);
+            }
+            ExitCode::from(code)
+        }
+        Err(f) => {
+            eprintln!("txmap: {}", one_line(&f.msg));
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes_and_must_be_whole_pages() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        for bad in [
+            "",
+            "0",
+            "1000",
+            "4097",
+            "1X",
+            "K",
+            "-4096",
+            "99999999999999999999",
+            "20000000T",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn human_sizes_and_json_strings() {
+        assert_eq!(human(4096), "4 KiB");
+        assert_eq!(human(1 << 20), "1 MiB");
+        assert_eq!(human(3 << 19), "1.5 MiB");
+        assert_eq!(human(100), "100 B");
+        assert_eq!(js("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,301 @@
+//! Runs the built `txmap` binary against regions made with the library.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use txmap::wal::format::{self, HEADER_BYTES, LogHeader};
+use txmap::{Options, Region, log_path};
+
+const PAGE: u64 = 4096;
+
+/// A directory under the target directory (ext4), removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "cli-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn txmap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_txmap"))
+        .args(args)
+        .output()
+        .expect("run txmap")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts a failure with exactly one `txmap: ` line on stderr; returns it.
+fn fails(o: &Output, code: i32) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.starts_with("txmap: "), "{err:?}");
+    assert!(!err.contains("panicked"), "{err:?}");
+    err
+}
+
+fn succeeds(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
+    stdout(o)
+}
+
+/// Commits `n` transactions on an open region, the i-th storing `i + 1` at page `i`.
+fn commit_n(r: &Region, n: u64) {
+    let mut v = r.view().unwrap();
+    for i in 0..n {
+        v.begin().unwrap();
+        v.write(i * PAGE + 16, &(i + 1)).unwrap();
+        v.commit().unwrap();
+    }
+}
+
+/// Copies a region that is open (its commits are all in the log).
+fn copy_open_region(from: &Path, to: &Path) {
+    std::fs::copy(log_path(from), log_path(to)).unwrap();
+    std::fs::copy(from, to).unwrap();
+}
+
+fn record_offsets(log: &Path) -> Vec<u64> {
+    let bytes = std::fs::read(log).unwrap();
+    let h = LogHeader::decode(&bytes[..HEADER_BYTES as usize]).unwrap();
+    let mut off = HEADER_BYTES as usize;
+    let mut out = Vec::new();
+    while let Ok(r) = format::decode_record(&bytes[off..], h.salt) {
+        out.push(off as u64);
+        off += r.len;
+    }
+    out
+}
+
+fn flip(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0x10;
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn create_then_info_shows_the_size_and_check_is_sound() {
+    let d = Dir::new("create");
+    let p = d.join("r.txm");
+    let out = succeeds(&txmap(&["create", s(&p), "--size", "64K"]));
+    assert!(out.contains("65536 bytes"), "{out}");
+    assert!(p.exists() && log_path(&p).exists());
+    let info = succeeds(&txmap(&["info", s(&p)]));
+    assert!(info.contains("65536 bytes (64 KiB, 16 pages)"), "{info}");
+    assert!(info.contains("pages in use:    0 of 16"), "{info}");
+    assert!(info.contains("recovery:        not needed"), "{info}");
+    let json = succeeds(&txmap(&["info", "--json", s(&p)]));
+    assert!(
+        json.starts_with('{') && json.trim_end().ends_with('}'),
+        "{json}"
+    );
+    for field in [
+        "\"size\":65536",
+        "\"pages\":16",
+        "\"pages_in_use\":0",
+        "\"commits\":0",
+        "\"needs_recovery\":false",
+        "\"torn_tail\":null",
+    ] {
+        assert!(json.contains(field), "{field} missing from {json}");
+    }
+    let check = succeeds(&txmap(&["check", s(&p)]));
+    assert!(check.contains("sound"), "{check}");
+    assert!(succeeds(&txmap(&["check", "--json", s(&p)])).contains("\"sound\":true"));
+    // sizes with other suffixes
+    let q = d.join("q.txm");
+    succeeds(&txmap(&["create", s(&q), "-s", "2M"]));
+    assert!(succeeds(&txmap(&["info", s(&q)])).contains("2097152 bytes"));
+}
+
+#[test]
+fn check_on_a_corrupted_log_fails_and_names_the_offset() {
+    let d = Dir::new("corrupt");
+    let (a, b) = (d.join("a.txm"), d.join("b.txm"));
+    let region = Region::create(&a, 16 * PAGE, Options::default()).unwrap();
+    commit_n(&region, 4);
+    copy_open_region(&a, &b);
+    let offs = record_offsets(&log_path(&b));
+    assert_eq!(offs.len(), 4);
+    flip(&log_path(&b), offs[1] + 36);
+    let o = txmap(&["check", s(&b)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(&format!("offset {}", offs[1])), "{out}");
+    assert!(out.contains("record 2"), "{out}");
+    assert!(out.contains("NOT SOUND"), "{out}");
+    let j = stdout(&txmap(&["check", "--json", s(&b)]));
+    assert!(j.contains("\"sound\":false"), "{j}");
+    // info and recover refuse it, naming the offset too
+    let err = fails(&txmap(&["info", s(&b)]), 1);
+    assert!(err.contains(&format!("offset {}", offs[1])), "{err}");
+    let err = fails(&txmap(&["recover", s(&b)]), 1);
+    assert!(err.contains(&format!("offset {}", offs[1])), "{err}");
+    // the original, still open, is sound and says who has it open
+    assert!(succeeds(&txmap(&["check", s(&a)])).contains("sound"));
+    let info = succeeds(&txmap(&["info", s(&a)]));
+    assert!(
+        info.contains(&format!("open by:         process {}", std::process::id())),
+        "{info}"
+    );
+    assert!(info.contains("not needed while open"), "{info}");
+}
+
+#[test]
+fn a_torn_last_record_is_only_a_warning() {
+    let d = Dir::new("torn");
+    let (a, b) = (d.join("a.txm"), d.join("b.txm"));
+    let region = Region::create(&a, 16 * PAGE, Options::default()).unwrap();
+    commit_n(&region, 3);
+    copy_open_region(&a, &b);
+    let offs = record_offsets(&log_path(&b));
+    flip(&log_path(&b), offs[2] + 40);
+    let out = succeeds(&txmap(&["check", s(&b)]));
+    assert!(out.contains("warning:") && out.contains("torn"), "{out}");
+    let info = succeeds(&txmap(&["info", s(&b)]));
+    assert!(info.contains("torn tail:"), "{info}");
+    assert!(info.contains("commits:         2"), "{info}");
+    let out = succeeds(&txmap(&["recover", s(&b)]));
+    assert!(out.contains("2 commits replayed"), "{out}");
+}
+
+#[test]
+fn recover_replays_the_log_of_a_region_left_open() {
+    let d = Dir::new("recover");
+    let (a, b) = (d.join("a.txm"), d.join("b.txm"));
+    let region = Region::create(&a, 16 * PAGE, Options::default()).unwrap();
+    commit_n(&region, 3);
+    // b is what a crash with a open would have left
+    copy_open_region(&a, &b);
+    drop(region);
+    let info = succeeds(&txmap(&["info", s(&b)]));
+    assert!(
+        info.contains("recovery:        pending: 3 commits"),
+        "{info}"
+    );
+    assert!(succeeds(&txmap(&["info", "--json", s(&b)])).contains("\"needs_recovery\":true"));
+    let check = succeeds(&txmap(&["check", s(&b)]));
+    assert!(check.contains("recovery is pending"), "{check}");
+
+    let out = succeeds(&txmap(&["recover", s(&b)]));
+    assert!(out.contains("3 commits replayed"), "{out}");
+    assert!(out.contains("checkpoint at commit 3"), "{out}");
+    assert!(succeeds(&txmap(&["check", s(&b)])).contains(": sound"));
+    let json = succeeds(&txmap(&["info", "--json", s(&b)]));
+    for field in [
+        "\"checkpoint_seq\":3",
+        "\"commits\":3",
+        "\"pages_in_use\":3",
+        "\"log_records\":0",
+        "\"needs_recovery\":false",
+        "\"open_by\":null",
+    ] {
+        assert!(json.contains(field), "{field} missing from {json}");
+    }
+    // a second recovery has nothing to do
+    assert!(succeeds(&txmap(&["recover", s(&b)])).contains("0 commits replayed"));
+    // the values are there
+    let r = Region::open(&b, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    for i in 0..3 {
+        assert_eq!(v.read::<u64>(i * PAGE + 16).unwrap(), i + 1);
+    }
+    v.commit().unwrap();
+}
+
+#[test]
+fn recover_refuses_a_region_another_process_has_open() {
+    let d = Dir::new("busy");
+    let p = d.join("r.txm");
+    let region = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
+    let err = fails(&txmap(&["recover", s(&p)]), 2);
+    assert!(err.contains("already open"), "{err}");
+    drop(region);
+    succeeds(&txmap(&["recover", s(&p)]));
+}
+
+#[test]
+fn bad_arguments_are_one_line_errors() {
+    let d = Dir::new("args");
+    let p = d.join("r.txm");
+    let missing = d.join("missing.txm");
+    for (args, expect) in [
+        (
+            vec!["create", s(&p), "--size", "0"],
+            "multiple of the page size",
+        ),
+        (
+            vec!["create", s(&p), "--size", "1000"],
+            "multiple of the page size",
+        ),
+        (vec!["create", s(&p), "--size", "12Q"], "suffix"),
+        (vec!["create", s(&p), "--size", "lots"], "number"),
+        (vec!["create", s(&p)], "--size"),
+        (vec!["info", s(&missing)], "No such file"),
+        (vec!["check", s(&missing)], "No such file"),
+        (vec!["recover", s(&missing)], "No such file"),
+        (vec!["info", s(&d.0)], "directory"),
+        (vec!["info"], "PATH"),
+        (vec!["frobnicate"], "frobnicate"),
+        (vec![], "missing command"),
+        (vec!["info", "--bogus", s(&p)], "--bogus"),
+    ] {
+        let err = fails(&txmap(&args), 2);
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+    assert!(!p.exists(), "a failed create left a file");
+
+    succeeds(&txmap(&["create", s(&p), "--size", "4K"]));
+    let err = fails(&txmap(&["create", s(&p), "--size", "4K"]), 2);
+    assert!(err.contains("already exists"), "{err}");
+    // the log named instead of the region
+    let err = fails(&txmap(&["check", s(&log_path(&p))]), 2);
+    assert!(err.contains("log file"), "{err}");
+    // a missing log
+    std::fs::remove_file(log_path(&p)).unwrap();
+    let err = fails(&txmap(&["check", s(&p)]), 2);
+    assert!(err.contains("log file is missing"), "{err}");
+    // garbage where the region should be: damaged (1), one line
+    let junk = d.join("junk");
+    std::fs::write(&junk, vec![0x5a; 10000]).unwrap();
+    std::fs::write(log_path(&junk), vec![0xa5; 5000]).unwrap();
+    for cmd in ["info", "check", "recover"] {
+        let err = fails(&txmap(&[cmd, s(&junk)]), 1);
+        assert!(err.contains("not a txmap file"), "{cmd}: {err}");
+    }
+    std::fs::write(&junk, []).unwrap();
+    let err = fails(&txmap(&["check", s(&junk)]), 1);
+    assert!(err.contains("empty"), "{err}");
+    // help and version are not errors
+    assert!(succeeds(&txmap(&["--help"])).contains("recover"));
+    assert!(succeeds(&txmap(&["--version"])).starts_with("txmap "));
+}
