@@ -111,6 +111,8 @@ int ctest_native_abort(const char *dir) {
     CHECK_EQ(txmap_abort(v), TXMAP_OK);
     CHECK_EQ(txmap_in_transaction(v), 1);
     CHECK_EQ(x[1000], 8); /* reads still see the snapshot */
+    CHECK_EQ(x[0], 7);    /* and the stores are discarded at once */
+    x[0] = 101;
     CHECK_EQ(txmap_commit(v), TXMAP_ABORTED);
     CHECK(errmsg_has("aborted"));
     CHECK_EQ(txmap_in_transaction(v), 0);

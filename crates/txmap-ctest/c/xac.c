@@ -140,6 +140,9 @@ int ctest_xac_session(const char *dir) {
     CHECK_EQ(xbegin(), 0);
     CHECK_EQ(xabort(), 0);
     CHECK_EQ(x[1], 77); /* still open, reads see its snapshot */
+    CHECK_EQ(x[0], 11); /* its writes are discarded at once */
+    CHECK_EQ(x[512], 0);
+    x[512] = 5; /* a later write in the doomed transaction is discarded too */
     CHECK_EQ(xend(), XAC_COMMITTED); /* inner */
     CHECK_EQ(xend(), XAC_ABORTED);
     CHECK_EQ(x[0], 11);

@@ -129,17 +129,31 @@ impl Region {
     /// ```
     pub fn create(path: &Path, size: u64, opts: Options) -> Result<Region> {
         check_size(size, opts.max_size)?;
-        if path.exists() {
-            return Err(Error::Invalid(format!("{} already exists", path.display())));
-        }
-        let data = FileStorage::open(path, true).map_err(|e| Error::io("create", path, e))?;
+        // O_EXCL: of two processes creating one region, exactly one formats it.
+        let data = match FileStorage::create_new(path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::Invalid(format!("{} already exists", path.display())));
+            }
+            Err(e) => return Err(Error::io("create", path, e)),
+        };
         let lp = log_path(path);
-        let log = FileStorage::open(&lp, true).map_err(|e| Error::io("create", &lp, e))?;
-        log.set_len(0).map_err(|e| Error::io("truncate", &lp, e))?;
-        Self::format(&data, &log, size)?;
-        crate::io::sync_dir(path.parent().unwrap_or(Path::new("")))
-            .map_err(|e| Error::io("sync directory of", path, e))?;
-        drop((data, log));
+        let made = (|| {
+            let log = FileStorage::create_new(&lp).map_err(|e| Error::io("create", &lp, e))?;
+            Self::format(&data, &log, size)?;
+            crate::io::sync_dir(path.parent().unwrap_or(Path::new("")))
+                .map_err(|e| Error::io("sync directory of", path, e))
+        })();
+        if let Err(e) = made {
+            // Leave nothing half-made behind (but never another region's log).
+            let _ = std::fs::remove_file(path);
+            if !matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
+            {
+                let _ = std::fs::remove_file(&lp);
+            }
+            return Err(e);
+        }
+        drop(data);
         Self::open(path, opts)
     }
 
@@ -227,6 +241,9 @@ impl Region {
             )));
         }
         let rec = recover(&*data, &*log)?;
+        // A region larger than the requested reservation still opens.
+        let mut opts = opts;
+        opts.max_size = opts.max_size.max(rec.header.data_size);
         check_size(rec.header.data_size, opts.max_size)?;
         let size = rec.header.data_size;
         let image = Reservation::new(HEADER_BYTES as usize + opts.max_size as usize, None)
@@ -304,6 +321,15 @@ impl Region {
         self.inner.checkpoint()
     }
 
+    /// Closes this handle, reporting a failure of the final checkpoint (which
+    /// dropping the last handle does silently; the log keeps the data either way).
+    /// Other clones and open views keep the region open.
+    pub fn close(self) -> Result<()> {
+        let r = self.inner.checkpoint();
+        drop(self);
+        r
+    }
+
     /// Makes every commit so far durable (useful in `Async` mode).
     pub fn sync(&self) -> Result<()> {
         let seq = self.inner.mvcc.commit_seq();
@@ -374,7 +400,17 @@ pub(crate) fn read_headers(
             ),
         ));
     }
-    if dl < HEADER_BYTES + header.data_size {
+    if header.data_size == 0 || !header.data_size.is_multiple_of(PAGE as u64) {
+        return Err(Error::corrupt(
+            data.path(),
+            0,
+            format!(
+                "header claims a data size of {} bytes, not a whole number of pages",
+                header.data_size
+            ),
+        ));
+    }
+    if dl < HEADER_BYTES.saturating_add(header.data_size) {
         return Err(Error::corrupt(
             data.path(),
             dl,
@@ -396,7 +432,7 @@ pub(crate) fn recover(data: &dyn Storage, log: &dyn Storage) -> Result<Recovered
     let mut bytes = vec![0u8; ll as usize];
     log.read_at(&mut bytes, 0)
         .map_err(|e| Error::io("read", log.path(), e))?;
-    if lh.start_seq > header.checkpoint_seq + 1 {
+    if lh.start_seq > header.checkpoint_seq.saturating_add(1) {
         return Err(Error::corrupt(
             log.path(),
             0,

@@ -22,9 +22,11 @@ fn committed_writes_survive_reopen_and_aborted_ones_vanish() {
         v.abort().unwrap();
         assert_eq!(
             v.read::<u64>(10).unwrap(),
-            1,
-            "an aborted transaction still reads its own writes"
+            0xdead_beef,
+            "abort discards the stores at once"
         );
+        v.write(10, &2u64).unwrap(); // stores after abort are tracked and discarded too
+        assert_eq!(v.read::<u64>(10).unwrap(), 2);
         assert!(matches!(v.commit(), Err(Error::Aborted)));
         v.begin_read().unwrap();
         assert_eq!(v.read::<u64>(10).unwrap(), 0xdead_beef);

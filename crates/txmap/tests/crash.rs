@@ -39,7 +39,7 @@ fn size(threads: u64) -> u64 {
 }
 
 /// The child: transfers money and bumps its counter in each transaction,
-/// printing "t c" after each commit returns.
+/// printing "ACK t c" after each commit returns.
 fn writer_child() {
     let path = std::env::var("TXMAP_PATH").unwrap();
     let threads: u64 = std::env::var("TXMAP_THREADS").unwrap().parse().unwrap();
@@ -75,7 +75,7 @@ fn writer_child() {
                             Ok(c)
                         })
                         .unwrap();
-                    println!("{t} {c}");
+                    println!("ACK {t} {c}");
                 }
             })
         })
@@ -148,8 +148,15 @@ fn kill_rounds(test: &str, rounds: u64, threads: u64, durability: Durability, ck
         let mut line = String::new();
         let mut seen = 0;
         slack.iter_mut().for_each(|s| *s += 1);
-        let record = |line: &str, acked: &mut Vec<u64>, slack: &mut Vec<u64>| {
-            let mut it = line.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+        // libtest may print "test NAME ... " without a newline first, so the
+        // marker is searched anywhere in the line.
+        let record = |line: &str, acked: &mut Vec<u64>, slack: &mut Vec<u64>| -> bool {
+            let Some(at) = line.find("ACK ") else {
+                return false;
+            };
+            let mut it = line[at + 4..]
+                .split_whitespace()
+                .map(|x| x.parse::<u64>().unwrap());
             let (t, c) = (it.next().unwrap() as usize, it.next().unwrap());
             assert!(
                 c > acked[t],
@@ -158,6 +165,7 @@ fn kill_rounds(test: &str, rounds: u64, threads: u64, durability: Durability, ck
             );
             acked[t] = c;
             slack[t] = 1;
+            true
         };
         while seen < wait_for {
             line.clear();
@@ -166,8 +174,7 @@ fn kill_rounds(test: &str, rounds: u64, threads: u64, durability: Durability, ck
                 std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
                 panic!("child exited early in round {round}: {err}");
             }
-            if line.starts_with(|ch: char| ch.is_ascii_digit()) {
-                record(&line, &mut acked, &mut slack);
+            if record(&line, &mut acked, &mut slack) {
                 seen += 1;
             }
         }
@@ -176,10 +183,7 @@ fn kill_rounds(test: &str, rounds: u64, threads: u64, durability: Durability, ck
         c.wait().unwrap();
         // Acknowledgements printed before the kill are still in the pipe.
         for l in out.lines() {
-            let l = l.unwrap();
-            if l.starts_with(|ch: char| ch.is_ascii_digit()) {
-                record(&l, &mut acked, &mut slack);
-            }
+            record(&l.unwrap(), &mut acked, &mut slack);
         }
         // Every other round the next child recovers on its own.
         if round % 2 == 1 || round + 1 == rounds {
@@ -194,7 +198,10 @@ fn kill_rounds(test: &str, rounds: u64, threads: u64, durability: Durability, ck
                 );
                 assert!(
                     counters[t] <= acked[t] + slack[t],
-                    "round {round}: commit from nowhere"
+                    "round {round}: commit from nowhere: thread {t} holds {} but acknowledged {} with slack {}",
+                    counters[t],
+                    acked[t],
+                    slack[t]
                 );
                 acked[t] = counters[t];
                 slack[t] = 0;

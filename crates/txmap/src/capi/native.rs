@@ -333,10 +333,10 @@ pub unsafe extern "C" fn txmap_commit(view: *mut txmap_view) -> c_int {
     }))
 }
 
-/// Dooms the whole transaction (whatever the nesting depth): the outermost
-/// `txmap_commit` discards its stores and returns `TXMAP_ABORTED`. Until
-/// then the transaction stays open and its loads keep seeing its snapshot,
-/// including its own earlier stores.
+/// Dooms the whole transaction (whatever the nesting depth): its stores are
+/// discarded at once, and the outermost `txmap_commit` returns
+/// `TXMAP_ABORTED`. Until then the transaction stays open and its loads see
+/// its snapshot (without its discarded stores).
 ///
 /// # Safety
 /// `view` is NULL or a live view handle, not in use by another thread.

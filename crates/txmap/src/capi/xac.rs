@@ -332,12 +332,10 @@ pub extern "C" fn xend() -> c_int {
     })
 }
 
-/// Dooms the whole open transaction (whatever the nesting depth): the
-/// outermost `xend` discards its writes and returns `XAC_ABORTED`. The
-/// transaction stays open until then and its reads keep seeing its snapshot.
-/// Note: until that `xend`, the transaction's own earlier writes stay
-/// visible to it (they are discarded at the outermost `xend`, never
-/// committed). Returns 0, or -1 with errno `EINVAL` outside a transaction,
+/// Dooms the whole open transaction (whatever the nesting depth): its writes
+/// are discarded at once, and the outermost `xend` returns `XAC_ABORTED`.
+/// The transaction stays open until then and its reads see its snapshot
+/// (without the discarded writes). Returns 0, or -1 with errno `EINVAL` outside a transaction,
 /// `EPERM` if it belongs to another thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn xabort() -> c_int {

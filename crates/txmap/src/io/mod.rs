@@ -75,6 +75,19 @@ impl FileStorage {
         })
     }
 
+    /// Creates `path`, failing if it exists.
+    pub fn create_new(path: &Path) -> std::io::Result<FileStorage> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(FileStorage {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
     pub fn file(&self) -> &File {
         &self.file
     }

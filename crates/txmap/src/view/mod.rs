@@ -445,13 +445,36 @@ impl View {
         self.depth = 0;
     }
 
-    /// Dooms the whole transaction: its stores are discarded at commit, which
-    /// then returns `Err(Error::Aborted)`. Reads keep seeing its snapshot.
+    /// Dooms the whole transaction: its stores are discarded at once (later
+    /// loads see the snapshot again), and the outermost commit returns
+    /// `Err(Error::Aborted)`. The transaction stays open until then.
     pub fn abort(&mut self) -> Result<()> {
         if self.depth == 0 {
             return Err(Error::Invalid("abort outside a transaction".into()));
         }
         self.inner.doom(DOOM_USER);
+        let v = &*self.inner;
+        let serial = v.serial.load(Ordering::Relaxed);
+        for i in 0..v.write_n.load(Ordering::Relaxed) {
+            // SAFETY: entries below write_n are initialised.
+            let page = unsafe { *v.write_set.as_ptr().add(i) } as usize;
+            // SAFETY: twin slot i and our alias page are mapped and not aliased.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    v.twins.base().add(i * PAGE),
+                    v.alias.base().add(page * PAGE),
+                    PAGE,
+                );
+            }
+            // Later stores fault again and take a new twin.
+            if let Some(t) = v.touched.get(page) {
+                t.store(serial << 2 | TOUCH_READ, Ordering::Relaxed);
+            }
+            v.user
+                .protect(page * PAGE, PAGE, Access::Read)
+                .map_err(|e| Error::os("protect view page", e))?;
+        }
+        v.write_n.store(0, Ordering::Relaxed);
         Ok(())
     }
 

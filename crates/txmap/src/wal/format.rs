@@ -280,6 +280,11 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         return Err(RecordError::Malformed("commit payload too short"));
     }
     let data_size = get(p, 0);
+    if data_size == 0 || !data_size.is_multiple_of(PAGE as u64) {
+        return Err(RecordError::Malformed(
+            "region size is not a whole number of pages",
+        ));
+    }
     let n = get32(p, 8) as usize;
     let mut ranges = Vec::with_capacity(n.min(p.len() / 12));
     let mut at = 12;
