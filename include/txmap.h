@@ -249,10 +249,10 @@ int txmap_begin(txmap_view *view, int flags);
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_commit(txmap_view *view);
 
-// Dooms the whole transaction (whatever the nesting depth): the outermost
-// `txmap_commit` discards its stores and returns `TXMAP_ABORTED`. Until
-// then the transaction stays open and its loads keep seeing its snapshot,
-// including its own earlier stores.
+// Dooms the whole transaction (whatever the nesting depth): its stores are
+// discarded at once, and the outermost `txmap_commit` returns
+// `TXMAP_ABORTED`. Until then the transaction stays open and its loads see
+// its snapshot (without its discarded stores).
 //
 // # Safety
 // `view` is NULL or a live view handle, not in use by another thread.
@@ -343,12 +343,10 @@ int xbegin(void);
 // the region must be unmapped and mapped again to recover).
 int xend(void);
 
-// Dooms the whole open transaction (whatever the nesting depth): the
-// outermost `xend` discards its writes and returns `XAC_ABORTED`. The
-// transaction stays open until then and its reads keep seeing its snapshot.
-// Note: until that `xend`, the transaction's own earlier writes stay
-// visible to it (they are discarded at the outermost `xend`, never
-// committed). Returns 0, or -1 with errno `EINVAL` outside a transaction,
+// Dooms the whole open transaction (whatever the nesting depth): its writes
+// are discarded at once, and the outermost `xend` returns `XAC_ABORTED`.
+// The transaction stays open until then and its reads see its snapshot
+// (without the discarded writes). Returns 0, or -1 with errno `EINVAL` outside a transaction,
 // `EPERM` if it belongs to another thread.
 int xabort(void);
 
