@@ -1,1 +1,269 @@
-fn main() {}
+//! txmap-bench: measures txmap's page tracking, transaction overhead and
+//! commit throughput and prints Markdown tables (see docs/benchmarks.md).
+//!
+//! `cargo run --release -p txmap-bench [-- --dir DIR --quick --only NAME]`
+
+mod commit;
+mod report;
+mod sys;
+mod touch;
+mod txn;
+mod vm;
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, ValueEnum};
+
+use report::{Ctx, Res, Table};
+
+#[derive(Parser)]
+#[command(
+    name = "txmap-bench",
+    about = "Benchmarks for txmap; prints Markdown tables to stdout, progress to stderr"
+)]
+struct Args {
+    /// Directory for the benchmark's files (a fresh subdirectory is created in
+    /// it and removed afterwards). Default: <workspace>/target/bench-tmp.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Fewer repetitions and shorter loops.
+    #[arg(long)]
+    quick: bool,
+    /// Run one part only (default: core, everything).
+    #[arg(long, value_enum, default_value_t = Section::Core)]
+    only: Section,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Section {
+    /// Everything below.
+    Core,
+    /// SIGSEGV + mprotect round trip and memcpy.
+    Floor,
+    /// First read / first write per page, with and without the advisory call.
+    Touch,
+    /// begin+commit of read-only and one-page write transactions.
+    Txn,
+    /// Durable commits/s with 1–8 threads vs fdatasync.
+    Commit,
+    /// userfaultfd async write-protect probe and comparison.
+    Uffd,
+}
+
+const PARTS: [Section; 5] = [
+    Section::Floor,
+    Section::Touch,
+    Section::Txn,
+    Section::Commit,
+    Section::Uffd,
+];
+
+fn steps(s: Section, reps: usize) -> usize {
+    match s {
+        Section::Core => PARTS.iter().map(|&p| steps(p, reps)).sum(),
+        Section::Floor => vm::FLOOR_STEPS,
+        Section::Touch => touch::steps(reps),
+        Section::Txn => txn::STEPS,
+        Section::Commit => commit::steps(reps),
+        Section::Uffd => vm::UFFD_STEPS,
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let started = Instant::now();
+    let base = args.dir.clone().unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/bench-tmp"
+        ))
+    });
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let dir = base.join(format!("run-{now}-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("txmap-bench: cannot create {}: {e}", dir.display());
+        std::process::exit(2);
+    }
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let reps = if args.quick { 3 } else { report::REPS };
+    let mut ctx = Ctx::new(dir.clone(), args.quick, reps, steps(args.only, reps));
+
+    header(&args, &dir, now, ctx.reps);
+    let mut failed = false;
+    for part in PARTS {
+        if args.only != Section::Core && args.only != part {
+            continue;
+        }
+        let r: Res<()> = match part {
+            Section::Floor => vm::run_floor(&mut ctx),
+            Section::Touch => touch::run(&mut ctx),
+            Section::Txn => txn::run(&mut ctx),
+            Section::Commit => commit::run(&mut ctx),
+            Section::Uffd => vm::run_uffd(&mut ctx),
+            Section::Core => unreachable!(),
+        };
+        if let Err(e) = r {
+            failed = true;
+            println!("\n**{part:?} stopped with an error: {e}**\n");
+            ctx.anomaly(format!("{part:?} stopped with an error: {e}"));
+        }
+    }
+
+    if !ctx.targets.is_empty() {
+        println!("## Against the targets\n");
+        let mut t = Table::new(&["target (from the issue)", "measured (medians)", "verdict"]);
+        for row in &ctx.targets {
+            t.row(row.to_vec());
+        }
+        t.print();
+    }
+    println!("## Anomalies\n");
+    if ctx.anomalies.is_empty() {
+        println!("None: every fault count, read-back value and commit result was as expected.\n");
+    } else {
+        for a in &ctx.anomalies {
+            println!("- {a}");
+        }
+        println!();
+    }
+    println!("Total run time: {:.0} s.", started.elapsed().as_secs_f64());
+    let _ = std::fs::remove_dir_all(&dir);
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+fn header(args: &Args, dir: &Path, now: u64, reps: usize) {
+    println!("# txmap benchmarks\n");
+    let mut t = Table::new(&["", ""]);
+    t.row(vec!["kernel".into(), sys::uname()]);
+    t.row(vec!["CPU".into(), cpu_model()]);
+    let online = std::thread::available_parallelism().map_or(0, |n| n.get());
+    t.row(vec![
+        "cores".into(),
+        format!("{online} available to this process"),
+    ]);
+    t.row(vec!["memory".into(), mem_total()]);
+    t.row(vec!["--dir file system".into(), fs_description(dir)]);
+    t.row(vec!["directory".into(), dir.display().to_string()]);
+    t.row(vec!["date (UTC)".into(), utc(now)]);
+    t.row(vec!["load average at start".into(), loadavg()]);
+    let cmd: Vec<String> = std::env::args().collect();
+    t.row(vec!["command".into(), format!("`{}`", cmd.join(" "))]);
+    t.row(vec![
+        "repetitions".into(),
+        format!(
+            "{reps} per measurement{}, part: {:?}",
+            if args.quick { " (--quick)" } else { "" },
+            args.only
+        ),
+    ]);
+    t.print();
+}
+
+fn cpu_model() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let model = field("model name").unwrap_or_else(|| "unknown".into());
+    let procs = info.lines().filter(|l| l.starts_with("processor")).count();
+    let mhz = field("cpu MHz").map_or(String::new(), |m| format!(", {m} MHz"));
+    format!("{model} ({procs} logical processors{mhz})")
+}
+
+/// The 1/5/15-minute load averages (other work on the machine shows here).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn mem_total() -> String {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .map(|l| l["MemTotal:".len()..].trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// statfs type of `dir`, plus the mount's source and options from mountinfo.
+fn fs_description(dir: &Path) -> String {
+    let ty = match rustix::fs::statfs(dir) {
+        Ok(s) => {
+            let magic = s.f_type as u64 & 0xffff_ffff;
+            let name = match magic {
+                0xEF53 => "ext4 (ext2/3/4 magic)",
+                0x5846_5342 => "xfs",
+                0x9123_683E => "btrfs",
+                0x0102_1994 => "tmpfs",
+                0x794C_7630 => "overlayfs",
+                0x6969 => "nfs",
+                0x2FC1_2FC1 => "zfs",
+                0xF2F5_2010 => "f2fs",
+                0x6573_5546 => "fuse",
+                0x0102_1997 => "9p",
+                _ => "unknown",
+            };
+            format!("{name}, statfs f_type {magic:#x}")
+        }
+        Err(e) => format!("statfs failed: {e}"),
+    };
+    match mount_of(dir) {
+        Some(m) => format!("{ty}; mounted {m}"),
+        None => ty,
+    }
+}
+
+fn mount_of(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let dir = dir.to_string_lossy();
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let sep = f.iter().position(|&x| x == "-")?;
+        let (mnt, opts) = (*f.get(4)?, *f.get(5)?);
+        let (fstype, source) = (*f.get(sep + 1)?, *f.get(sep + 2)?);
+        let inside = dir == mnt
+            || mnt == "/"
+            || (dir.starts_with(mnt) && dir.as_bytes().get(mnt.len()) == Some(&b'/'));
+        if inside && best.as_ref().is_none_or(|(l, _)| mnt.len() >= *l) {
+            best = Some((
+                mnt.len(),
+                format!("at {mnt} from {source} ({fstype}, {opts})"),
+            ));
+        }
+    }
+    best.map(|(_, s)| s)
+}
+
+/// "YYYY-MM-DD HH:MM:SS" for seconds since the epoch (UTC).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

@@ -1,0 +1,166 @@
+//! Repetition statistics, Markdown tables, progress and the shared context.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+
+/// Median and spread of a measurement's repetitions.
+#[derive(Clone, Copy, Debug)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Summary {
+        assert!(!values.is_empty(), "a measurement needs repetitions");
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Summary {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+
+    /// "median (min–max)".
+    pub fn cell(&self) -> String {
+        format!("{} ({}–{})", num(self.median), num(self.min), num(self.max))
+    }
+}
+
+/// A number with about three significant digits.
+pub fn num(x: f64) -> String {
+    let a = x.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 100.0 {
+        format!("{x:.0}")
+    } else if a >= 10.0 {
+        format!("{x:.1}")
+    } else if a >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// A Markdown table, printed with aligned columns.
+pub struct Table {
+    head: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new<S: Display>(head: &[S]) -> Table {
+        Table {
+            head: head.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.head.len(), "row width");
+        self.rows.push(cells);
+    }
+
+    pub fn print(&self) {
+        let w: Vec<usize> = (0..self.head.len())
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([self.head[i].chars().count(), 3])
+                    .max()
+                    .unwrap_or(3)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            let mut s = String::from("|");
+            for (c, &w) in cells.iter().zip(&w) {
+                let pad = w - c.chars().count();
+                s.push(' ');
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+                s.push_str(" |");
+            }
+            println!("{s}");
+        };
+        line(&self.head);
+        let sep: Vec<String> = w.iter().map(|&w| "-".repeat(w)).collect();
+        line(&sep);
+        for r in &self.rows {
+            line(r);
+        }
+        println!();
+    }
+}
+
+/// What every section gets: where to put files, how hard to try, progress.
+pub struct Ctx {
+    pub dir: PathBuf,
+    pub reps: usize,
+    pub quick: bool,
+    step: usize,
+    total: usize,
+    /// Unexpected results (wrong values, fault counts, errors), listed at the end.
+    pub anomalies: Vec<String>,
+    /// Rows of the closing "against the targets" table: target, measured, verdict.
+    pub targets: Vec<[String; 3]>,
+}
+
+impl Ctx {
+    pub fn new(dir: PathBuf, quick: bool, reps: usize, total: usize) -> Ctx {
+        Ctx {
+            dir,
+            reps,
+            quick,
+            step: 0,
+            total,
+            anomalies: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+
+    /// Prints "[k/N] what" to stderr.
+    pub fn progress(&mut self, what: impl Display) {
+        self.step += 1;
+        eprintln!("[{}/{}] {what}", self.step, self.total);
+    }
+
+    /// Records something that should not happen; printed at the end of the report.
+    pub fn anomaly(&mut self, what: impl Display) {
+        let s = what.to_string();
+        eprintln!("anomaly: {s}");
+        if !self.anomalies.contains(&s) {
+            self.anomalies.push(s);
+        }
+    }
+
+    /// Adds a row to the closing table of targets.
+    pub fn target(&mut self, target: impl Display, measured: impl Display, met: Option<bool>) {
+        let verdict = match met {
+            Some(true) => "met",
+            Some(false) => "**missed**",
+            None => "for reference",
+        };
+        self.targets
+            .push([target.to_string(), measured.to_string(), verdict.into()]);
+    }
+
+    /// A scaled count: `full` normally, a quarter with --quick.
+    pub fn count(&self, full: usize) -> usize {
+        if self.quick { (full / 4).max(1) } else { full }
+    }
+}
+
+/// Repetitions per measurement without --quick.
+pub const REPS: usize = 7;
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -1,0 +1,454 @@
+//! Every `unsafe` operation of the benchmark program: raw mappings, a trivial
+//! SIGSEGV handler for the signal+protect floor, userfaultfd and PAGEMAP_SCAN
+//! ioctls, and `uname`. Everything outside this module is safe code.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+pub const PAGE: usize = 4096;
+
+/// Protection of raw benchmark mappings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prot {
+    None,
+    Read,
+    ReadWrite,
+}
+
+impl Prot {
+    fn bits(self) -> libc::c_int {
+        match self {
+            Prot::None => libc::PROT_NONE,
+            Prot::Read => libc::PROT_READ,
+            Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        }
+    }
+}
+
+/// A mapping owned by the benchmark (never one of txmap's). Unmapped on drop.
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// A private anonymous mapping of `len` bytes.
+    pub fn anon(len: usize, prot: Prot) -> io::Result<Mapping> {
+        // SAFETY: a fresh anonymous mapping at an address the kernel picks;
+        // no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot.bits(),
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        Self::checked(p, len)
+    }
+
+    /// A read-write shared mapping of the first `len` bytes of `fd`.
+    pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared file mapping at an address the kernel picks;
+        // the descriptor is valid for the duration of the call.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        Self::checked(p, len)
+    }
+
+    fn checked(p: *mut libc::c_void, len: usize) -> io::Result<Mapping> {
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    pub fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Changes the protection of `[off, off+len)` of this mapping.
+    pub fn protect(&self, off: usize, len: usize, prot: Prot) -> io::Result<()> {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: the range lies inside our own mapping; nothing else holds
+        // references into it (accesses go through volatile byte operations).
+        let r = unsafe { libc::mprotect(self.ptr.add(off).cast(), len, prot.bits()) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Stores one byte. A protected page faults into whichever handler is
+    /// installed (the floor handler below, or a write-protect fault the
+    /// kernel resolves for userfaultfd).
+    #[inline]
+    pub fn write_byte(&self, off: usize, v: u8) {
+        assert!(off < self.len);
+        // SAFETY: in bounds of our mapping; callers only touch protected pages
+        // while a handler that unprotects them is installed (or when the kernel
+        // resolves the fault itself), so the store completes.
+        unsafe { std::ptr::write_volatile(self.ptr.add(off), v) }
+    }
+
+    /// Loads one byte (same conditions as [`Mapping::write_byte`]).
+    #[inline]
+    pub fn read_byte(&self, off: usize) -> u8 {
+        assert!(off < self.len);
+        // SAFETY: as for `write_byte`.
+        unsafe { std::ptr::read_volatile(self.ptr.add(off)) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we created this mapping and no references into it outlive us.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The floor: a trivial SIGSEGV handler that unprotects the faulting page.
+
+static FLOOR_BASE: AtomicUsize = AtomicUsize::new(0);
+static FLOOR_LEN: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn floor_handler(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: likewise a valid ucontext; bit 1 of the x86 page-fault error
+    // code (REG_ERR) says "write".
+    let write = unsafe {
+        let uc = uctx as *const libc::ucontext_t;
+        ((*uc).uc_mcontext.gregs[libc::REG_ERR as usize] & 2) != 0
+    };
+    let base = FLOOR_BASE.load(Ordering::Acquire);
+    let len = FLOOR_LEN.load(Ordering::Acquire);
+    if base != 0 && addr >= base && addr < base + len {
+        let page = addr & !(PAGE - 1);
+        let prot = if write { Prot::ReadWrite } else { Prot::Read };
+        // SAFETY: mprotect is async-signal-safe; the page lies in the
+        // benchmark's own registered mapping.
+        if unsafe { libc::mprotect(page as *mut libc::c_void, PAGE, prot.bits()) } == 0 {
+            return;
+        }
+    }
+    // Not ours: restore the default action; the access faults again and the
+    // process dies as it would have without us.
+    // SAFETY: sigaction is async-signal-safe; a zeroed sigaction is SIG_DFL.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Installs the floor handler for `m` while alive; restores the previous
+/// SIGSEGV action (txmap's, if a view was opened before) on drop. Only use it
+/// while no txmap view is being touched.
+pub struct FloorHandler {
+    old: libc::sigaction,
+}
+
+impl FloorHandler {
+    pub fn install(m: &Mapping) -> io::Result<FloorHandler> {
+        FLOOR_BASE.store(m.addr(), Ordering::Release);
+        FLOOR_LEN.store(m.len(), Ordering::Release);
+        // SAFETY: sigaction with a zeroed struct, our handler, an empty mask and
+        // the same flags txmap uses; the old action is saved for restoring.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = floor_handler as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGSEGV, &sa, &mut old) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(FloorHandler { old })
+        }
+    }
+
+    /// Points the handler at another mapping.
+    pub fn retarget(&self, m: &Mapping) {
+        FLOOR_BASE.store(m.addr(), Ordering::Release);
+        FLOOR_LEN.store(m.len(), Ordering::Release);
+    }
+}
+
+impl Drop for FloorHandler {
+    fn drop(&mut self) {
+        // SAFETY: restores the action saved by `install`.
+        unsafe { libc::sigaction(libc::SIGSEGV, &self.old, std::ptr::null_mut()) };
+        FLOOR_LEN.store(0, Ordering::Release);
+        FLOOR_BASE.store(0, Ordering::Release);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// userfaultfd (include/uapi/linux/userfaultfd.h; numbers checked against
+// linux-raw-sys 0.12.1, which is generated from the kernel UAPI headers).
+
+pub const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+pub const UFFD_API: u64 = 0xAA;
+/// _IOWR(0xAA, 0x3F, struct uffdio_api): 24-byte argument.
+const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+/// _IOWR(0xAA, 0x00, struct uffdio_register): 32-byte argument.
+const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+/// _IOWR(0xAA, 0x06, struct uffdio_writeprotect): 24-byte argument.
+const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xc018_aa06;
+pub const UFFD_FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
+pub const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
+const UFFDIO_REGISTER_MODE_WP: u64 = 2;
+const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<UffdioApi>() == 24);
+const _: () = assert!(std::mem::size_of::<UffdioRegister>() == 32);
+const _: () = assert!(std::mem::size_of::<UffdioWriteprotect>() == 24);
+
+/// # Safety
+/// `arg` must be the `#[repr(C)]` structure that `req` encodes, and every
+/// pointer inside it must be valid for what the kernel does with it.
+unsafe fn ioctl<T>(fd: &OwnedFd, req: libc::c_ulong, arg: &mut T) -> io::Result<libc::c_int> {
+    // SAFETY: per the contract above; `arg` is exclusively borrowed for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg as *mut T) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A userfaultfd with the API handshake done.
+pub struct Uffd {
+    fd: OwnedFd,
+    pub features: u64,
+}
+
+impl Uffd {
+    /// `userfaultfd(O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY)` and
+    /// UFFDIO_API asking for `features` (0 = report everything supported).
+    pub fn new(features: u64) -> io::Result<Uffd> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY;
+        // SAFETY: a plain system call with integer arguments.
+        let r = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a fresh descriptor that we now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(r as libc::c_int) };
+        let mut api = UffdioApi {
+            api: UFFD_API,
+            features,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_API takes a uffdio_api (24 bytes, no pointers).
+        unsafe { ioctl(&fd, UFFDIO_API, &mut api) }?;
+        Ok(Uffd {
+            fd,
+            features: api.features,
+        })
+    }
+
+    /// Registers all of `m` for write-protect tracking.
+    pub fn register_wp(&self, m: &Mapping) -> io::Result<()> {
+        let mut reg = UffdioRegister {
+            range: UffdioRange {
+                start: m.addr() as u64,
+                len: m.len() as u64,
+            },
+            mode: UFFDIO_REGISTER_MODE_WP,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_REGISTER takes a uffdio_register (32 bytes, no pointers);
+        // the range is our own mapping.
+        unsafe { ioctl(&self.fd, UFFDIO_REGISTER, &mut reg) }.map(drop)
+    }
+
+    /// Write-protects (or unprotects) all of `m`.
+    pub fn writeprotect(&self, m: &Mapping, wp: bool) -> io::Result<()> {
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange {
+                start: m.addr() as u64,
+                len: m.len() as u64,
+            },
+            mode: if wp { UFFDIO_WRITEPROTECT_MODE_WP } else { 0 },
+        };
+        // SAFETY: UFFDIO_WRITEPROTECT takes a uffdio_writeprotect (24 bytes, no
+        // pointers); the range is our own registered mapping.
+        unsafe { ioctl(&self.fd, UFFDIO_WRITEPROTECT, &mut w) }.map(drop)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// PAGEMAP_SCAN (include/uapi/linux/fs.h): reads the written set of an
+// async-write-protected range and re-protects it in one call.
+
+/// _IOWR('f', 16, struct pm_scan_arg): 96-byte argument.
+const PAGEMAP_SCAN: libc::c_ulong = 0xc060_6610;
+const PM_SCAN_WP_MATCHING: u64 = 1;
+const PM_SCAN_CHECK_WPASYNC: u64 = 2;
+const PAGE_IS_WRITTEN: u64 = 2;
+
+#[repr(C)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<PmScanArg>() == 96);
+
+/// One run of pages in a PAGEMAP_SCAN answer.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+pub struct PageRegion {
+    pub start: u64,
+    pub end: u64,
+    pub categories: u64,
+}
+
+pub struct Pagemap {
+    fd: OwnedFd,
+}
+
+impl Pagemap {
+    pub fn open() -> io::Result<Pagemap> {
+        Ok(Pagemap {
+            fd: File::open("/proc/self/pagemap")?.into(),
+        })
+    }
+
+    /// Reports the pages of `m` written since they were write-protected and
+    /// write-protects them again. Returns how many pages were reported.
+    pub fn written_and_reprotect(&self, m: &Mapping, out: &mut [PageRegion]) -> io::Result<usize> {
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+            start: m.addr() as u64,
+            end: (m.addr() + m.len()) as u64,
+            walk_end: 0,
+            vec: out.as_mut_ptr() as u64,
+            vec_len: out.len() as u64,
+            max_pages: 0,
+            category_inverted: 0,
+            category_mask: PAGE_IS_WRITTEN,
+            category_anyof_mask: 0,
+            return_mask: PAGE_IS_WRITTEN,
+        };
+        // SAFETY: PAGEMAP_SCAN takes a pm_scan_arg (96 bytes); its `vec` points at
+        // `out`, exclusively borrowed, which the kernel fills with at most
+        // `vec_len` PageRegion entries (same layout as struct page_region).
+        let n = unsafe { ioctl(&self.fd, PAGEMAP_SCAN, &mut arg) }? as usize;
+        Ok(out[..n.min(out.len())]
+            .iter()
+            .map(|r| ((r.end - r.start) / PAGE as u64) as usize)
+            .sum())
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// `uname -srvm`.
+pub fn uname() -> String {
+    // SAFETY: utsname is plain bytes; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, exclusively borrowed utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return "unknown".into();
+    }
+    let s = |f: &[libc::c_char]| {
+        let b: Vec<u8> = f
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    format!(
+        "{} {} {} {}",
+        s(&u.sysname),
+        s(&u.release),
+        s(&u.version),
+        s(&u.machine)
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Counting fdatasync calls (to see how many commits share one sync).
+
+static FDATASYNC_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// `fdatasync` calls made by this process so far (txmap's log syncs included).
+pub fn fdatasync_calls() -> u64 {
+    FDATASYNC_CALLS.load(Ordering::Relaxed)
+}
+
+/// Interposes libc's `fdatasync` for this executable: the standard library's
+/// `File::sync_data` (which txmap's log uses) links to this definition. It
+/// counts the call and makes the same system call.
+// SAFETY: the symbol has exactly libc's signature and semantics (returns -1
+// and sets errno on failure, as `libc::syscall` does), so every caller that
+// binds to it instead of libc's gets the behaviour it expects.
+#[unsafe(no_mangle)]
+pub extern "C" fn fdatasync(fd: libc::c_int) -> libc::c_int {
+    FDATASYNC_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: a plain system call with an integer argument.
+    unsafe { libc::syscall(libc::SYS_fdatasync, fd) as libc::c_int }
+}
