@@ -64,6 +64,9 @@ pub struct Stats {
     pub live_snapshots: usize,
     pub oldest_snapshot: Option<u64>,
     pub recovered_commits: u64,
+    /// Log syncs since open (checkpoints included); group commit keeps this
+    /// below the number of durable commits under concurrency.
+    pub log_syncs: u64,
 }
 
 /// An open region. Cheap to clone; views keep it alive.
@@ -348,6 +351,7 @@ impl Region {
             live_snapshots: n,
             oldest_snapshot: oldest,
             recovered_commits: i.recovered,
+            log_syncs: i.log.syncs(),
         }
     }
 }
@@ -534,14 +538,15 @@ impl RegionInner {
                 return Err(Error::Conflict);
             }
             let seq = self.mvcc.commit_seq() + 1;
-            let salt = self.log.salt();
             self.log
-                .append(salt, seq, self.size(), req.ranges.iter().cloned());
+                .append(seq, self.size(), req.ranges.iter().cloned());
             let mut versions = req.versions;
             for (_, v) in versions.iter_mut() {
                 v.seq = seq;
             }
-            self.mvcc.publish(seq, versions);
+            // Versions older than what the file must next receive are dropped
+            // as soon as no snapshot can see them.
+            self.mvcc.publish(seq, versions, self.log.synced_seq());
             seq
         };
         self.log
@@ -555,11 +560,11 @@ impl RegionInner {
     pub fn checkpoint(&self) -> Result<()> {
         let mut header = lock(&self.header);
         self.log.sync_and_maybe_reset(|synced| {
-            let t = self.mvcc.checkpoint_horizon(synced);
+            let t = self.mvcc.horizon(synced);
             if t > header.checkpoint_seq {
                 for (page, v) in self.mvcc.checkpoint_pages(t) {
                     self.data
-                        .write_at(&v.data, HEADER_BYTES + page as u64 * PAGE as u64)
+                        .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
                         .map_err(|e| Error::io("checkpoint", &self.path, e))?;
                 }
                 let next = RegionHeader {

@@ -28,22 +28,21 @@ pub const MAX_SLOTS: usize = 256;
 const JOURNAL_PAGES: usize = 1 << 20;
 
 /// One committed version of a page.
-#[repr(C, align(4096))]
 pub struct Version {
-    pub data: [u8; PAGE],
     pub seq: u64,
     next: AtomicPtr<Version>,
+    pub data: Box<[u8; PAGE]>,
 }
 
 impl Version {
     pub fn new(seq: u64, data: &[u8]) -> Box<Version> {
-        let mut v = Box::new(Version {
-            data: [0; PAGE],
+        let mut page = Box::new([0u8; PAGE]);
+        page.copy_from_slice(data);
+        Box::new(Version {
             seq,
             next: AtomicPtr::new(std::ptr::null_mut()),
-        });
-        v.data.copy_from_slice(data);
-        v
+            data: page,
+        })
     }
 }
 
@@ -63,6 +62,32 @@ struct Journal {
     pages: usize,
     /// Every commit after this sequence number is in `entries`.
     complete_after: u64,
+}
+
+/// Unlinks the part of a chain at or below `bound`; with `keep_first`, the
+/// newest version at or below `bound` stays. Returns the unlinked tail.
+/// Caller holds `Mvcc::dirty`, which every writer of chains holds.
+fn cut(head: &AtomicPtr<Version>, bound: u64, keep_first: bool) -> Option<usize> {
+    let mut link: &AtomicPtr<Version> = head;
+    loop {
+        let cur = link.load(Ordering::Acquire);
+        // SAFETY: nodes reachable from a head are alive (see module docs), and
+        // only the holder of `dirty` unlinks them.
+        let v = unsafe { cur.as_ref() }?;
+        if v.seq <= bound {
+            let (link, tail) = if keep_first {
+                (&v.next, v.next.load(Ordering::Acquire))
+            } else {
+                (link, cur)
+            };
+            if tail.is_null() {
+                return None;
+            }
+            link.store(std::ptr::null_mut(), Ordering::SeqCst);
+            return Some(tail as usize);
+        }
+        link = &v.next;
+    }
 }
 
 /// The multiversion state of one region.
@@ -207,13 +232,20 @@ impl Mvcc {
 
     /// Publishes a commit: new versions, per-page sequence, journal entry, then
     /// the commit sequence itself. Caller holds the region's commit lock.
-    pub fn publish(&self, seq: u64, versions: Vec<(u32, Box<Version>)>) {
+    ///
+    /// Versions of these pages older than the newest one at or below
+    /// `min(durable, every live snapshot)` are unlinked: no snapshot can read
+    /// them, and a checkpoint (whose horizon never falls below that bound)
+    /// will write a newer one.
+    pub fn publish(&self, seq: u64, versions: Vec<(u32, Box<Version>)>, durable: u64) {
         assert_eq!(
             seq,
             self.commit_seq.load(Ordering::Acquire) + 1,
             "commits publish in order"
         );
+        let keep_from = self.horizon(durable);
         let mut pages = Vec::with_capacity(versions.len());
+        let mut unlinked = Vec::new();
         {
             let mut dirty = lock(&self.dirty);
             for (page, v) in versions {
@@ -221,7 +253,8 @@ impl Mvcc {
                 assert_eq!(v.seq, seq);
                 v.next
                     .store(head.load(Ordering::Acquire), Ordering::Relaxed);
-                head.store(Box::into_raw(v), Ordering::Release);
+                head.store(Box::into_raw(v), Ordering::SeqCst);
+                unlinked.extend(cut(head, keep_from, true));
                 self.page_seq
                     .get(page as usize)
                     .expect("page")
@@ -241,6 +274,9 @@ impl Mvcc {
             }
         }
         self.commit_seq.store(seq, Ordering::Release);
+        if !unlinked.is_empty() {
+            self.retire(unlinked);
+        }
     }
 
     /// Calls `f` for each page changed by commits in `(after, upto]`; false if
@@ -261,16 +297,15 @@ impl Mvcc {
         true
     }
 
-    /// Starts a checkpoint: returns the horizon `T <= min(limit, every live
-    /// snapshot)`, published so that transactions beginning later use `>= T`.
-    pub fn checkpoint_horizon(&self, limit: u64) -> u64 {
+    /// Returns `T <= min(limit, every live snapshot)` such that no snapshot
+    /// below `T` can start from now on. The published horizon only grows: a
+    /// `begin` that loaded an older commit sequence but registered after the
+    /// slot scan sees it and takes a newer snapshot.
+    pub fn horizon(&self, limit: u64) -> u64 {
         let t0 = limit.min(self.commit_seq());
         self.horizon.fetch_max(t0, Ordering::SeqCst);
         let oldest = self.snapshots().1.unwrap_or(u64::MAX);
-        let t = t0.min(oldest);
-        // Lower the published horizon again if a snapshot holds it back.
-        self.horizon.store(t, Ordering::SeqCst);
-        t
+        t0.min(oldest)
     }
 
     /// Pages with in-memory versions, and for each the version to write at horizon `t`.
@@ -290,24 +325,15 @@ impl Mvcc {
             let mut dirty = lock(&self.dirty);
             dirty.retain(|&p| {
                 let head = self.heads.get(p as usize).expect("page");
-                let mut link: &AtomicPtr<Version> = head;
-                loop {
-                    let cur = link.load(Ordering::Acquire);
-                    // SAFETY: as in `lookup`; we also hold `dirty`, which every
-                    // writer of chains holds.
-                    match unsafe { cur.as_ref() } {
-                        None => break,
-                        Some(v) if v.seq <= t => {
-                            link.store(std::ptr::null_mut(), Ordering::SeqCst);
-                            unlinked.push(cur as usize);
-                            break;
-                        }
-                        Some(v) => link = &v.next,
-                    }
-                }
+                unlinked.extend(cut(head, t, false));
                 !head.load(Ordering::Acquire).is_null()
             });
         }
+        self.retire(unlinked);
+    }
+
+    /// Hands unlinked chain tails to reclamation and frees those no reader can reach.
+    fn retire(&self, unlinked: Vec<usize>) {
         let e = self.epoch.fetch_add(1, Ordering::SeqCst);
         let mut retired = lock(&self.retired);
         retired.extend(unlinked.into_iter().map(|p| (e, p)));

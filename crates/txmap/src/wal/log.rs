@@ -19,6 +19,8 @@ use crate::io::Storage;
 const PREALLOCATE: u64 = 4 << 20;
 
 struct Appended {
+    /// Salt of the current epoch; changed only with this lock held (reset).
+    salt: u64,
     buf: Vec<u8>,
     /// Sequence number of the last record in `buf` (or written before it).
     last_seq: u64,
@@ -37,6 +39,10 @@ pub struct Log {
     io: Mutex<Io>,
     written: AtomicU64,
     synced: AtomicU64,
+    /// Mirror of `Io::write_off`, readable without waiting for a sync.
+    write_off: AtomicU64,
+    /// Syncs of the log for commits (group commit makes this < commits).
+    commit_syncs: AtomicU64,
     poisoned: Mutex<Option<String>>,
 }
 
@@ -62,6 +68,7 @@ impl Log {
         let log = Log {
             storage,
             appended: Mutex::new(Appended {
+                salt: header.salt,
                 buf: Vec::new(),
                 last_seq,
             }),
@@ -72,6 +79,8 @@ impl Log {
             }),
             written: AtomicU64::new(last_seq),
             synced: AtomicU64::new(last_seq),
+            write_off: AtomicU64::new(HEADER_BYTES),
+            commit_syncs: AtomicU64::new(0),
             poisoned: Mutex::new(None),
         };
         {
@@ -104,20 +113,17 @@ impl Log {
         lock(&self.io).header
     }
 
-    /// The salt records must carry now. Stable while the caller holds the commit lock.
-    pub fn salt(&self) -> u64 {
-        lock(&self.io).header.salt
-    }
-
-    /// Appends a commit record to the buffer. Called in sequence order.
+    /// Appends a commit record to the buffer. Called in sequence order. Never
+    /// waits for I/O: the salt is read under the same lock a reset changes it
+    /// under, so a record always carries the epoch it will be written in.
     pub fn append<'a>(
         &self,
-        salt: u64,
         seq: u64,
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
     ) {
         let mut a = lock(&self.appended);
+        let salt = a.salt;
         assert_eq!(
             seq,
             a.last_seq + 1,
@@ -138,9 +144,14 @@ impl Log {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// Syncs issued to make records durable.
+    pub fn syncs(&self) -> u64 {
+        self.commit_syncs.load(Ordering::Relaxed)
+    }
+
     /// Bytes of log in the current epoch (records written so far).
     pub fn epoch_bytes(&self) -> u64 {
-        lock(&self.io).write_off - HEADER_BYTES
+        self.write_off.load(Ordering::Acquire) - HEADER_BYTES
     }
 
     pub fn check_poison(&self) -> Result<()> {
@@ -198,10 +209,12 @@ impl Log {
                 .write_at(&buf, io.write_off)
                 .map_err(|e| self.err("append to log", e))?;
             io.write_off = end;
+            self.write_off.store(end, Ordering::Release);
             self.written.store(hi, Ordering::Release);
         }
         if sync && self.synced_seq() < hi {
             self.storage.sync().map_err(|e| self.err("sync log", e))?;
+            self.commit_syncs.fetch_add(1, Ordering::Relaxed);
             self.synced.store(hi, Ordering::Release);
         }
         Ok(())
@@ -220,8 +233,8 @@ impl Log {
             self.flush_locked(&mut io, true)?;
             let last = self.synced_seq();
             let ckpt = checkpoint_seq(last)?;
-            // Hold `appended` so no record with the old salt is buffered meanwhile.
-            let a = lock(&self.appended);
+            // Hold `appended`: no record can be encoded with the old salt after this.
+            let mut a = lock(&self.appended);
             if ckpt < a.last_seq || !a.buf.is_empty() {
                 return Ok(false);
             }
@@ -233,6 +246,10 @@ impl Log {
                 start_seq: a.last_seq + 1,
             };
             io.write_off = HEADER_BYTES;
+            self.write_off.store(HEADER_BYTES, Ordering::Release);
+            // Records appended from now on belong to the new epoch; the header
+            // is written before any of them (we hold the I/O lock).
+            a.salt = io.header.salt;
             drop(a);
             self.write_header(&mut io)?;
             Ok(true)
