@@ -94,6 +94,10 @@ fn cut(head: &AtomicPtr<Version>, bound: u64, keep_first: bool) -> Option<usize>
 pub struct Mvcc {
     heads: ReservedArray<AtomicPtr<Version>>,
     page_seq: ReservedArray<AtomicU64>,
+    /// Per page: the bound its chain was last cut at. A cut frees something
+    /// only after the bound advanced, so a chain is walked once per advance
+    /// (not per commit while a reader or an unsynced log holds the bound).
+    pruned_to: ReservedArray<AtomicU64>,
     slots: Box<[Slot]>,
     commit_seq: AtomicU64,
     horizon: AtomicU64,
@@ -123,6 +127,7 @@ impl Mvcc {
         Ok(Mvcc {
             heads: ReservedArray::new(max_pages)?,
             page_seq: ReservedArray::new(max_pages)?,
+            pruned_to: ReservedArray::new(max_pages)?,
             slots: (0..MAX_SLOTS).map(|_| Slot::default()).collect(),
             commit_seq: AtomicU64::new(seq),
             horizon: AtomicU64::new(0),
@@ -254,7 +259,11 @@ impl Mvcc {
                 v.next
                     .store(head.load(Ordering::Acquire), Ordering::Relaxed);
                 head.store(Box::into_raw(v), Ordering::SeqCst);
-                unlinked.extend(cut(head, keep_from, true));
+                let pruned = self.pruned_to.get(page as usize).expect("page");
+                if keep_from > pruned.load(Ordering::Relaxed) {
+                    unlinked.extend(cut(head, keep_from, true));
+                    pruned.store(keep_from, Ordering::Relaxed);
+                }
                 self.page_seq
                     .get(page as usize)
                     .expect("page")
