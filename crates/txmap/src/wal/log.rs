@@ -8,7 +8,7 @@
 //! concurrent commits share one sync, and a commit never needs more than one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::format::{self, HEADER_BYTES, LogHeader, Range};
 use crate::error::{Error, Result};
@@ -44,6 +44,11 @@ pub struct Log {
     /// Syncs of the log for commits (group commit makes this < commits).
     commit_syncs: AtomicU64,
     poisoned: Mutex<Option<String>>,
+    /// True while someone holds `io` to write or sync; waiters sleep on
+    /// `progress` until it turns false, instead of queueing on `io` behind
+    /// the next leader's sync.
+    busy: Mutex<bool>,
+    progress: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,6 +87,8 @@ impl Log {
             write_off: AtomicU64::new(HEADER_BYTES),
             commit_syncs: AtomicU64::new(0),
             poisoned: Mutex::new(None),
+            busy: Mutex::new(false),
+            progress: Condvar::new(),
         };
         {
             let mut io = lock(&log.io);
@@ -175,19 +182,53 @@ impl Log {
                 s.written_seq() >= seq
             }
         };
-        if done(self) {
-            return Ok(());
+        loop {
+            if done(self) {
+                return Ok(());
+            }
+            self.check_poison()?;
+            let mut busy = lock(&self.busy);
+            if !*busy {
+                // Lead: write and sync everything appended so far, for everyone.
+                let mut io = lock(&self.io); // free: `busy` is false only while it is
+                *busy = true;
+                drop(busy);
+                let r = if done(self) {
+                    Ok(())
+                } else {
+                    self.flush_locked(&mut io, sync)
+                };
+                if let Err(e) = &r {
+                    self.poison(e);
+                }
+                self.end_lead(io);
+                return r;
+            }
+            // Follow: sleep until the current leader finishes, then look again.
+            if !done(self) {
+                drop(self.progress.wait(busy).unwrap_or_else(|e| e.into_inner()));
+            }
         }
-        let mut io = lock(&self.io);
-        self.check_poison()?;
-        if done(self) {
-            return Ok(());
+    }
+
+    /// Takes the I/O lock, waiting for any leader, and marks the log busy.
+    /// `busy` changes only under its own lock and is true exactly while some
+    /// thread holds the I/O lock, so nobody spins on it.
+    fn lead(&self) -> MutexGuard<'_, Io> {
+        let mut busy = lock(&self.busy);
+        while *busy {
+            busy = self.progress.wait(busy).unwrap_or_else(|e| e.into_inner());
         }
-        let r = self.flush_locked(&mut io, sync);
-        if let Err(e) = &r {
-            self.poison(e);
-        }
-        r
+        *busy = true;
+        lock(&self.io)
+    }
+
+    /// Releases the I/O lock and wakes every follower.
+    fn end_lead(&self, io: MutexGuard<'_, Io>) {
+        let mut busy = lock(&self.busy);
+        *busy = false;
+        drop(io);
+        self.progress.notify_all();
     }
 
     fn flush_locked(&self, io: &mut Io, sync: bool) -> Result<()> {
@@ -227,8 +268,11 @@ impl Log {
         &self,
         checkpoint_seq: impl FnOnce(u64) -> Result<u64>,
     ) -> Result<bool> {
-        let mut io = lock(&self.io);
-        self.check_poison()?;
+        let mut io = self.lead();
+        if let Err(e) = self.check_poison() {
+            self.end_lead(io);
+            return Err(e);
+        }
         let r = (|| {
             self.flush_locked(&mut io, true)?;
             let last = self.synced_seq();
@@ -257,6 +301,7 @@ impl Log {
         if let Err(e) = &r {
             self.poison(e);
         }
+        self.end_lead(io);
         r
     }
 }
