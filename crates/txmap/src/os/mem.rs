@@ -152,6 +152,23 @@ impl Reservation {
         protect_raw(self.base() as usize + offset, len, access)
     }
 
+    /// Asks the kernel to allocate and map pages now (`MADV_POPULATE_*`), so
+    /// that later accesses take no page fault. Only a hint: errors (old
+    /// kernels, protection that forbids the access) are ignored.
+    pub fn populate(&self, offset: usize, len: usize, write: bool) {
+        self.check(offset, len);
+        if len == 0 {
+            return;
+        }
+        let advice = if write {
+            Advice::LinuxPopulateWrite
+        } else {
+            Advice::LinuxPopulateRead
+        };
+        // SAFETY: inside our own reservation; populating does not change contents.
+        let _ = unsafe { rustix::mm::madvise(self.base().add(offset).cast(), len, advice) };
+    }
+
     /// Gives pages back to the kernel; anonymous memory reads as zeros afterwards.
     pub fn discard(&self, offset: usize, len: usize) -> rustix::io::Result<()> {
         self.check(offset, len);

@@ -31,6 +31,8 @@ const DOOM_READ_ONLY_WRITE: u8 = 2;
 const DOOM_TOO_LARGE: u8 = 3;
 /// Most pages one transaction may write (twins are reserved address space).
 pub const MAX_WRITE_PAGES: usize = 1 << 18;
+/// Twin slots allocated when a view opens (the rest on first use).
+const PREPARED_TWINS: usize = 64;
 /// Most pages one serializable transaction may read.
 pub const MAX_READ_PAGES: usize = 1 << 22;
 /// Readable pages kept mapped before a view re-protects everything, to stay
@@ -157,6 +159,8 @@ impl View {
                     let r = Reservation::new(MAX_WRITE_PAGES * PAGE, None)
                         .map_err(os("reserve twins"))?;
                     r.map_anonymous_rw(0, r.len()).map_err(os("map twins"))?;
+                    // Typical transactions write few pages: have their twins ready.
+                    r.populate(0, PREPARED_TWINS * PAGE, true);
                     r
                 },
                 memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
@@ -585,6 +589,9 @@ impl View {
         }
         let v = &*self.inner;
         let (first, last) = (o / PAGE, (o + len - 1) / PAGE);
+        // Allocate the private pages of the whole range in one call.
+        v.alias
+            .populate(first * PAGE, (last + 1 - first) * PAGE, true);
         let mut run: Option<(usize, Access)> = None;
         let flush = |r: Option<(usize, Access)>, end: usize| match r {
             Some((start, a)) => v
@@ -603,7 +610,14 @@ impl View {
                 }
             }
         }
-        flush(run, last + 1)
+        flush(run, last + 1)?;
+        // Map the range at the user address too, so its accesses take no fault.
+        v.user.populate(
+            first * PAGE,
+            (last + 1 - first) * PAGE,
+            access == PageAccess::Write,
+        );
+        Ok(())
     }
 
     /// Grows the region to at least `size` bytes and maps the new pages here.
