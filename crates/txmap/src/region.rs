@@ -336,7 +336,9 @@ impl Region {
     /// Makes every commit so far durable (useful in `Async` mode).
     pub fn sync(&self) -> Result<()> {
         let seq = self.inner.mvcc.commit_seq();
-        self.inner.log.flush(seq, true)
+        self.inner.log.flush(seq, true)?;
+        self.inner.mvcc.prune_synced(self.inner.log.synced_seq());
+        Ok(())
     }
 
     pub fn stats(&self) -> Stats {
@@ -596,6 +598,7 @@ fn start_flusher(inner: &Arc<RegionInner>) {
                 if r.log.synced_seq() < w && r.log.flush(w, true).is_err() {
                     return; // the log is poisoned; commits report it
                 }
+                r.mvcc.prune_synced(r.log.synced_seq());
             }
         });
     if let Ok(h) = h {

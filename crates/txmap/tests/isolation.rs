@@ -315,3 +315,30 @@ fn concurrent_durable_commits_share_syncs() {
         "no commits shared a sync: {syncs} for {commits}"
     );
 }
+
+#[test]
+fn async_versions_are_freed_once_synced() {
+    let d = ext4_dir("prune-async");
+    let o = Options {
+        durability: txmap::Durability::Async,
+        async_sync_interval: std::time::Duration::from_secs(3600),
+        checkpoint_bytes: u64::MAX,
+        ..Options::default()
+    };
+    let r = Region::create(&d.join("r.txm"), 2 * PAGE, o).unwrap();
+    let mut w = r.view().unwrap();
+    for i in 1..=300u64 {
+        w.run(|v| v.write(8, &i)).unwrap();
+    }
+    assert!(
+        r.stats().version_pages >= 300,
+        "unsynced versions must stay until synced"
+    );
+    r.sync().unwrap();
+    let s = r.stats();
+    assert!(
+        s.version_pages <= 1,
+        "{} versions of one page after a sync",
+        s.version_pages
+    );
+}

@@ -98,6 +98,8 @@ pub struct Mvcc {
     /// only after the bound advanced, so a chain is walked once per advance
     /// (not per commit while a reader or an unsynced log holds the bound).
     pruned_to: ReservedArray<AtomicU64>,
+    /// Commits up to this one have had their pages swept by `prune_synced`.
+    swept: Mutex<u64>,
     slots: Box<[Slot]>,
     commit_seq: AtomicU64,
     horizon: AtomicU64,
@@ -128,6 +130,7 @@ impl Mvcc {
             heads: ReservedArray::new(max_pages)?,
             page_seq: ReservedArray::new(max_pages)?,
             pruned_to: ReservedArray::new(max_pages)?,
+            swept: Mutex::new(seq),
             slots: (0..MAX_SLOTS).map(|_| Slot::default()).collect(),
             commit_seq: AtomicU64::new(seq),
             horizon: AtomicU64::new(0),
@@ -283,6 +286,46 @@ impl Mvcc {
             }
         }
         self.commit_seq.store(seq, Ordering::Release);
+        if !unlinked.is_empty() {
+            self.retire(unlinked);
+        }
+    }
+
+    /// After the log was synced up to `durable`: prunes the chains of pages
+    /// that commits since the last sweep wrote (a page written many times and
+    /// then left alone would otherwise keep its versions until a checkpoint).
+    /// Cost follows the number of commits since the last sweep.
+    pub fn prune_synced(&self, durable: u64) {
+        let mut swept = lock(&self.swept);
+        let upto = self.commit_seq();
+        if upto <= *swept {
+            return;
+        }
+        let mut pages = Vec::new();
+        if !self.changed_pages(*swept, upto, |p| pages.push(p)) {
+            // The journal was trimmed: sweep every page with versions instead.
+            pages.extend(lock(&self.dirty).iter().copied());
+        }
+        *swept = upto;
+        drop(swept);
+        pages.sort_unstable();
+        pages.dedup();
+        let keep_from = self.horizon(durable);
+        let mut unlinked = Vec::new();
+        {
+            let _dirty = lock(&self.dirty);
+            for p in pages {
+                let (Some(head), Some(pruned)) =
+                    (self.heads.get(p as usize), self.pruned_to.get(p as usize))
+                else {
+                    continue;
+                };
+                if keep_from > pruned.load(Ordering::Relaxed) {
+                    unlinked.extend(cut(head, keep_from, true));
+                    pruned.store(keep_from, Ordering::Relaxed);
+                }
+            }
+        }
         if !unlinked.is_empty() {
             self.retire(unlinked);
         }
