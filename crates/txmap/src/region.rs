@@ -89,6 +89,10 @@ pub(crate) struct RegionInner {
     header: Mutex<RegionHeader>,
     recovered: u64,
     flusher: Mutex<Option<std::thread::Thread>>,
+    /// The process that opened the region. A child forked from it shares the
+    /// file lock but not the in-memory state, so it must not commit or
+    /// checkpoint through this handle.
+    pub owner: rustix::process::Pid,
     _lock: Option<std::fs::File>,
 }
 
@@ -283,6 +287,7 @@ impl Region {
             header: Mutex::new(rec.header),
             recovered: rec.replayed,
             flusher: Mutex::new(None),
+            owner: rustix::process::getpid(),
             opts,
             _lock: lock_file,
         });
@@ -504,11 +509,26 @@ pub(crate) struct CommitRequest<'a> {
 }
 
 impl RegionInner {
+    /// Fails in a process forked after the region was opened.
+    pub fn check_owner(&self) -> Result<()> {
+        let me = rustix::process::getpid();
+        if me == self.owner {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "{} was opened by process {}; process {} (a fork) must open it itself",
+            self.path.display(),
+            self.owner.as_raw_nonzero(),
+            me.as_raw_nonzero()
+        )))
+    }
+
     pub fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
     }
 
     pub fn grow(&self, size: u64) -> Result<()> {
+        self.check_owner()?;
         let size = round_up(size as usize) as u64;
         let _g = lock(&self.grow_lock);
         let old = self.size();
@@ -532,6 +552,7 @@ impl RegionInner {
     /// Validates and commits; returns the commit's sequence number once it is
     /// as durable as the region's mode promises.
     pub fn commit(&self, req: CommitRequest<'_>) -> Result<u64> {
+        self.check_owner()?;
         self.log.check_poison()?;
         let seq = {
             let _g = lock(&self.commit_lock);
@@ -560,6 +581,7 @@ impl RegionInner {
     }
 
     pub fn checkpoint(&self) -> Result<()> {
+        self.check_owner()?;
         let mut header = lock(&self.header);
         self.log.sync_and_maybe_reset(|synced| {
             let t = self.mvcc.horizon(synced);

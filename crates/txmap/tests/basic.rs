@@ -277,3 +277,48 @@ fn read_only_transactions_on_current_pages_do_not_fault() {
     }
     assert_eq!(v.faults(), f);
 }
+
+#[test]
+fn a_forked_child_cannot_use_its_parents_handles() {
+    let d = ext4_dir("fork");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(0, &1u64)).unwrap();
+    // SAFETY: the child only makes calls that fail cleanly, then _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok = matches!(v.begin(), Err(Error::Invalid(ref m)) if m.contains("a fork"))
+            && r.view().is_err()
+            && r.checkpoint().is_err();
+        // SAFETY: leave without running destructors (they belong to the parent).
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child could use the parent's handles"
+    );
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(0).unwrap(), 1);
+    v.commit().unwrap();
+}
+
+#[test]
+fn a_view_at_a_fixed_address_keeps_that_address() {
+    let d = ext4_dir("fixed");
+    let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
+    let probe = r.view().unwrap();
+    let free = probe.base() as usize; // an address range known to be free once dropped
+    drop(probe);
+    let mut v = r.view_at(free).unwrap();
+    assert_eq!(v.base() as usize, free);
+    v.run(|v| v.write(PAGE, &5u32)).unwrap();
+    let e = r.view_at(free).err().expect("the address is taken");
+    assert!(e.to_string().contains("not free"), "{e}");
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u32>(PAGE).unwrap(), 5);
+    v.commit().unwrap();
+}

@@ -133,6 +133,7 @@ unsafe impl Send for View {}
 
 impl View {
     pub(crate) fn open(region: Arc<RegionInner>, at: Option<usize>) -> Result<View> {
+        region.check_owner()?;
         let max = region.opts.max_size as usize;
         let pages = max / PAGE;
         let os = |op| move |e| Error::os(op, e);
@@ -274,6 +275,8 @@ impl View {
             self.depth += 1;
             return Ok(());
         }
+        // A forked child shares this view's private memory with its parent.
+        self.inner.region.check_owner()?;
         self.sync_size()?;
         let v = &*self.inner;
         let mvcc = &v.region.mvcc;
