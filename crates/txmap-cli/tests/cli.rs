@@ -1,37 +1,16 @@
 //! Runs the built `txmap` binary against regions made with the library.
 
-use std::path::{Path, PathBuf};
+#[path = "../../txmap/tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+
+use common::*;
 use std::process::{Command, Output};
 
-use txmap::wal::format::{self, HEADER_BYTES, LogHeader};
 use txmap::{Options, Region, log_path};
 
 const PAGE: u64 = 4096;
-
-/// A directory under the target directory (ext4), removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "cli-{name}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn txmap(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_txmap"))
@@ -67,43 +46,9 @@ fn succeeds(o: &Output) -> String {
     stdout(o)
 }
 
-/// Commits `n` transactions on an open region, the i-th storing `i + 1` at page `i`.
-fn commit_n(r: &Region, n: u64) {
-    let mut v = r.view().unwrap();
-    for i in 0..n {
-        v.begin().unwrap();
-        v.write(i * PAGE + 16, &(i + 1)).unwrap();
-        v.commit().unwrap();
-    }
-}
-
-/// Copies a region that is open (its commits are all in the log).
-fn copy_open_region(from: &Path, to: &Path) {
-    std::fs::copy(log_path(from), log_path(to)).unwrap();
-    std::fs::copy(from, to).unwrap();
-}
-
-fn record_offsets(log: &Path) -> Vec<u64> {
-    let bytes = std::fs::read(log).unwrap();
-    let h = LogHeader::decode(&bytes[..HEADER_BYTES as usize]).unwrap();
-    let mut off = HEADER_BYTES as usize;
-    let mut out = Vec::new();
-    while let Ok(r) = format::decode_record(&bytes[off..], h.salt) {
-        out.push(off as u64);
-        off += r.len;
-    }
-    out
-}
-
-fn flip(path: &Path, at: u64) {
-    let mut b = std::fs::read(path).unwrap();
-    b[at as usize] ^= 0x10;
-    std::fs::write(path, b).unwrap();
-}
-
 #[test]
 fn create_then_info_shows_the_size_and_check_is_sound() {
-    let d = Dir::new("create");
+    let d = ext4_dir("cli-create");
     let p = d.join("r.txm");
     let out = succeeds(&txmap(&["create", s(&p), "--size", "64K"]));
     assert!(out.contains("65536 bytes"), "{out}");
@@ -138,11 +83,11 @@ fn create_then_info_shows_the_size_and_check_is_sound() {
 
 #[test]
 fn check_on_a_corrupted_log_fails_and_names_the_offset() {
-    let d = Dir::new("corrupt");
+    let d = ext4_dir("cli-corrupt");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let region = Region::create(&a, 16 * PAGE, Options::default()).unwrap();
     commit_n(&region, 4);
-    copy_open_region(&a, &b);
+    copy_region(&a, &b);
     let offs = record_offsets(&log_path(&b));
     assert_eq!(offs.len(), 4);
     flip(&log_path(&b), offs[1] + 36);
@@ -171,11 +116,11 @@ fn check_on_a_corrupted_log_fails_and_names_the_offset() {
 
 #[test]
 fn a_torn_last_record_is_only_a_warning() {
-    let d = Dir::new("torn");
+    let d = ext4_dir("cli-torn");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let region = Region::create(&a, 16 * PAGE, Options::default()).unwrap();
     commit_n(&region, 3);
-    copy_open_region(&a, &b);
+    copy_region(&a, &b);
     let offs = record_offsets(&log_path(&b));
     flip(&log_path(&b), offs[2] + 40);
     let out = succeeds(&txmap(&["check", s(&b)]));
@@ -189,12 +134,12 @@ fn a_torn_last_record_is_only_a_warning() {
 
 #[test]
 fn recover_replays_the_log_of_a_region_left_open() {
-    let d = Dir::new("recover");
+    let d = ext4_dir("cli-recover");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let region = Region::create(&a, 16 * PAGE, Options::default()).unwrap();
     commit_n(&region, 3);
     // b is what a crash with a open would have left
-    copy_open_region(&a, &b);
+    copy_region(&a, &b);
     drop(region);
     let info = succeeds(&txmap(&["info", s(&b)]));
     assert!(
@@ -227,14 +172,14 @@ fn recover_replays_the_log_of_a_region_left_open() {
     let mut v = r.view().unwrap();
     v.begin_read().unwrap();
     for i in 0..3 {
-        assert_eq!(v.read::<u64>(i * PAGE + 16).unwrap(), i + 1);
+        assert_eq!(v.read::<u64>(i * PAGE + 8).unwrap(), i + 1);
     }
     v.commit().unwrap();
 }
 
 #[test]
 fn recover_refuses_a_region_another_process_has_open() {
-    let d = Dir::new("busy");
+    let d = ext4_dir("cli-busy");
     let p = d.join("r.txm");
     let region = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
     let err = fails(&txmap(&["recover", s(&p)]), 2);
@@ -245,7 +190,7 @@ fn recover_refuses_a_region_another_process_has_open() {
 
 #[test]
 fn bad_arguments_are_one_line_errors() {
-    let d = Dir::new("args");
+    let d = ext4_dir("cli-args");
     let p = d.join("r.txm");
     let missing = d.join("missing.txm");
     for (args, expect) in [
@@ -263,7 +208,7 @@ fn bad_arguments_are_one_line_errors() {
         (vec!["info", s(&missing)], "No such file"),
         (vec!["check", s(&missing)], "No such file"),
         (vec!["recover", s(&missing)], "No such file"),
-        (vec!["info", s(&d.0)], "directory"),
+        (vec!["info", s(d.path())], "directory"),
         (vec!["info"], "PATH"),
         (vec!["frobnicate"], "frobnicate"),
         (vec![], "missing command"),

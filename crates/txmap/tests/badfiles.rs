@@ -18,8 +18,7 @@ fn region_with_log(d: &TestDir, name: &str, n: u64) -> PathBuf {
     for i in 1..=n {
         v.run(|v| v.write(i * 8, &i)).unwrap();
     }
-    std::fs::copy(&live, &copy).unwrap();
-    std::fs::copy(log_path(&live), log_path(&copy)).unwrap();
+    copy_region(&live, &copy);
     copy
 }
 

@@ -1,74 +1,15 @@
 //! Read-only inspection (`txmap::inspect`): reports on live and closed
 //! regions, and checks that find damage done by hand.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::*;
 
 use txmap::inspect::{check, inspect};
-use txmap::wal::format::{self, HEADER_BYTES, LogHeader, RegionHeader, SLOT_OFFSETS};
+use txmap::wal::format::{HEADER_BYTES, LogHeader, RegionHeader, SLOT_OFFSETS};
 use txmap::{Error, Options, Region, log_path};
 
 const PAGE: u64 = 4096;
-
-/// A directory under the target directory (ext4), removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "inspect-{name}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Commits `n` transactions, the i-th writing `i + 1` at page `i`.
-fn commit_n(r: &Region, n: u64) {
-    let mut v = r.view().unwrap();
-    for i in 0..n {
-        v.begin().unwrap();
-        v.write(i * PAGE + 8, &(i + 1)).unwrap();
-        v.commit().unwrap();
-    }
-}
-
-/// Copies a region and its log (taken while the region may be open: the log
-/// holds every commit).
-fn copy_region(from: &Path, to: &Path) {
-    std::fs::copy(log_path(from), log_path(to)).unwrap();
-    std::fs::copy(from, to).unwrap();
-}
-
-/// Offsets of the records of the current epoch of a log file.
-fn record_offsets(log: &Path) -> Vec<u64> {
-    let bytes = std::fs::read(log).unwrap();
-    let h = LogHeader::decode(&bytes[..HEADER_BYTES as usize]).unwrap();
-    let mut off = HEADER_BYTES as usize;
-    let mut out = Vec::new();
-    while let Ok(r) = format::decode_record(&bytes[off..], h.salt) {
-        out.push(off as u64);
-        off += r.len;
-    }
-    out
-}
-
-fn flip(path: &Path, at: u64) {
-    let mut b = std::fs::read(path).unwrap();
-    b[at as usize] ^= 0x40;
-    std::fs::write(path, b).unwrap();
-}
 
 fn corrupt_offset(e: &Error) -> u64 {
     match e {
@@ -79,7 +20,7 @@ fn corrupt_offset(e: &Error) -> u64 {
 
 #[test]
 fn inspect_fresh_region_reports_its_size_and_nothing_else() {
-    let d = Dir::new("fresh");
+    let d = ext4_dir("inspect-fresh");
     let p = d.join("r.txm");
     drop(Region::create(&p, 64 * PAGE, Options::default()).unwrap());
     let r = inspect(&p).unwrap();
@@ -101,7 +42,7 @@ fn inspect_fresh_region_reports_its_size_and_nothing_else() {
 
 #[test]
 fn inspect_live_region_shows_logged_commits_then_checkpointed_pages() {
-    let d = Dir::new("live");
+    let d = ext4_dir("inspect-live");
     let p = d.join("r.txm");
     let region = Region::create(&p, 16 * PAGE, Options::default()).unwrap();
     commit_n(&region, 3);
@@ -151,7 +92,7 @@ fn inspect_live_region_shows_logged_commits_then_checkpointed_pages() {
 
 #[test]
 fn inspect_a_copy_taken_while_open_needs_recovery_and_recovers() {
-    let d = Dir::new("copy");
+    let d = ext4_dir("inspect-copy");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let region = Region::create(&a, 8 * PAGE, Options::default()).unwrap();
     commit_n(&region, 2);
@@ -175,7 +116,7 @@ fn inspect_a_copy_taken_while_open_needs_recovery_and_recovers() {
 
 #[test]
 fn inspect_damage_in_the_middle_of_the_log_is_reported_at_its_offset() {
-    let d = Dir::new("midlog");
+    let d = ext4_dir("inspect-midlog");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let region = Region::create(&a, 8 * PAGE, Options::default()).unwrap();
     commit_n(&region, 5);
@@ -198,7 +139,7 @@ fn inspect_damage_in_the_middle_of_the_log_is_reported_at_its_offset() {
 
 #[test]
 fn inspect_a_torn_last_record_is_a_warning() {
-    let d = Dir::new("torn");
+    let d = ext4_dir("inspect-torn");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let region = Region::create(&a, 8 * PAGE, Options::default()).unwrap();
     commit_n(&region, 3);
@@ -222,7 +163,7 @@ fn inspect_a_torn_last_record_is_a_warning() {
 
 #[test]
 fn inspect_damage_in_an_unsynced_batch_ends_the_log_with_a_warning() {
-    let d = Dir::new("batch");
+    let d = ext4_dir("inspect-batch");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     let opts = Options {
         durability: txmap::Durability::Async,
@@ -247,7 +188,7 @@ fn inspect_damage_in_an_unsynced_batch_ends_the_log_with_a_warning() {
 
 #[test]
 fn inspect_a_truncated_region_file_is_an_error() {
-    let d = Dir::new("trunc");
+    let d = ext4_dir("inspect-trunc");
     let p = d.join("r.txm");
     drop(Region::create(&p, 8 * PAGE, Options::default()).unwrap());
     let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
@@ -271,7 +212,7 @@ fn inspect_a_truncated_region_file_is_an_error() {
 
 #[test]
 fn inspect_swapped_logs_are_an_id_mismatch() {
-    let d = Dir::new("swap");
+    let d = ext4_dir("inspect-swap");
     let (a, b) = (d.join("a.txm"), d.join("b.txm"));
     drop(Region::create(&a, 4 * PAGE, Options::default()).unwrap());
     drop(Region::create(&b, 4 * PAGE, Options::default()).unwrap());
@@ -294,7 +235,7 @@ fn inspect_swapped_logs_are_an_id_mismatch() {
 
 #[test]
 fn inspect_a_damaged_header_slot_is_a_warning_and_both_are_an_error() {
-    let d = Dir::new("slot");
+    let d = ext4_dir("inspect-slot");
     let p = d.join("r.txm");
     drop(Region::create(&p, 4 * PAGE, Options::default()).unwrap());
     let h = inspect(&p).unwrap();
@@ -321,7 +262,7 @@ fn inspect_a_damaged_header_slot_is_a_warning_and_both_are_an_error() {
 
 #[test]
 fn inspect_a_log_that_starts_after_the_checkpoint_is_missing_commits() {
-    let d = Dir::new("gap");
+    let d = ext4_dir("inspect-gap");
     let p = d.join("r.txm");
     drop(Region::create(&p, 4 * PAGE, Options::default()).unwrap());
     let bytes = std::fs::read(log_path(&p)).unwrap();
@@ -347,7 +288,7 @@ fn inspect_a_log_that_starts_after_the_checkpoint_is_missing_commits() {
 
 #[test]
 fn inspect_a_region_header_with_an_impossible_size_is_a_problem() {
-    let d = Dir::new("size");
+    let d = ext4_dir("inspect-size");
     let p = d.join("r.txm");
     drop(Region::create(&p, 4 * PAGE, Options::default()).unwrap());
     let page = std::fs::read(&p).unwrap();
@@ -373,7 +314,7 @@ fn inspect_a_region_header_with_an_impossible_size_is_a_problem() {
 
 #[test]
 fn inspect_bad_inputs_are_errors_not_panics() {
-    let d = Dir::new("bad");
+    let d = ext4_dir("inspect-bad");
     let io = |e: Error| assert!(matches!(e, Error::Io { .. }), "{e:?}");
     let corrupt = |e: Error| assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
     // missing file, directory
@@ -431,7 +372,7 @@ fn inspect_bad_inputs_are_errors_not_panics() {
 
 #[test]
 fn inspect_checks_stay_sound_while_another_thread_commits_and_checkpoints() {
-    let d = Dir::new("concurrent");
+    let d = ext4_dir("inspect-concurrent");
     let p = d.join("r.txm");
     let opts = Options {
         checkpoint_bytes: 2000, // a checkpoint and log reset every few commits

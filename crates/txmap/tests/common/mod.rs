@@ -3,6 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use txmap::Region;
+use txmap::wal::format::{self, HEADER_BYTES, LogHeader};
+
+const PAGE: u64 = 4096;
+
 const EXT4_MAGIC: i64 = 0xEF53;
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
@@ -74,4 +79,41 @@ pub fn child(name: &str, role: &str, envs: &[(&str, String)]) -> std::process::C
 /// The role this process plays, if it is a child started by `child`.
 pub fn role() -> Option<String> {
     std::env::var("TXMAP_TEST_ROLE").ok()
+}
+
+/// Commits `n` transactions, the i-th writing `i + 1` (a u64) at `i * PAGE + 8`.
+pub fn commit_n(r: &Region, n: u64) {
+    let mut v = r.view().unwrap();
+    for i in 0..n {
+        v.begin().unwrap();
+        v.write(i * PAGE + 8, &(i + 1)).unwrap();
+        v.commit().unwrap();
+    }
+}
+
+/// Copies a region and its log, as a crash would leave them: taken while the
+/// region is open, the log holds every durable commit.
+pub fn copy_region(from: &Path, to: &Path) {
+    std::fs::copy(txmap::log_path(from), txmap::log_path(to)).unwrap();
+    std::fs::copy(from, to).unwrap();
+}
+
+/// Offsets of the records of the current epoch of a log file.
+pub fn record_offsets(log: &Path) -> Vec<u64> {
+    let bytes = std::fs::read(log).unwrap();
+    let h = LogHeader::decode(&bytes[..HEADER_BYTES as usize]).unwrap();
+    let mut off = HEADER_BYTES as usize;
+    let mut out = Vec::new();
+    while let Ok(r) = format::decode_record(&bytes[off..], h.salt) {
+        out.push(off as u64);
+        off += r.len;
+    }
+    out
+}
+
+/// Flips one bit of the byte at `at` in a file.
+pub fn flip(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0x40;
+    std::fs::write(path, b).unwrap();
 }
