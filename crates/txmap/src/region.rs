@@ -440,9 +440,10 @@ pub(crate) fn read_headers(
 pub(crate) fn recover(data: &dyn Storage, log: &dyn Storage) -> Result<Recovered> {
     let (mut header, lh) = read_headers(data, log)?;
     let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
-    let mut bytes = vec![0u8; ll as usize];
-    log.read_at(&mut bytes, 0)
-        .map_err(|e| Error::io("read", log.path(), e))?;
+    // Mapped, not read: a log held long by old snapshots may be large.
+    let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
+        .map_err(|e| Error::os("map log", e))?;
+    let bytes = image.bytes();
     if lh.start_seq > header.checkpoint_seq.saturating_add(1) {
         return Err(Error::corrupt(
             log.path(),
@@ -453,7 +454,7 @@ pub(crate) fn recover(data: &dyn Storage, log: &dyn Storage) -> Result<Recovered
             ),
         ));
     }
-    let s = scan::scan(&bytes, &lh).map_err(|c| {
+    let s = scan::scan(bytes, &lh).map_err(|c| {
         Error::corrupt(
             log.path(),
             c.offset,

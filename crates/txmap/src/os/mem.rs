@@ -188,6 +188,30 @@ impl Drop for Reservation {
     }
 }
 
+/// A read-only shared mapping of a whole file, viewed as bytes (recovery
+/// scans logs this way instead of reading them into memory).
+pub struct FileImage {
+    mem: Reservation,
+    len: usize,
+}
+
+impl FileImage {
+    /// Maps the first `len` bytes of `fd` read-only.
+    pub fn map(fd: BorrowedFd<'_>, len: usize) -> rustix::io::Result<FileImage> {
+        let mem = Reservation::new(len, None)?;
+        mem.map_shared(0, round_up(len.max(1)), fd, 0, Access::Read)?;
+        Ok(FileImage { mem, len })
+    }
+
+    /// The bytes. Callers must keep the file from shrinking while they look
+    /// (the region's lock does), or reads past the new end fault.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes are mapped readable for the life of `self`, and
+        // nothing in this process writes the file through a mapping.
+        unsafe { std::slice::from_raw_parts(self.mem.base(), self.len) }
+    }
+}
+
 /// `mprotect` on an absolute address range. A raw system call, so it may be
 /// used from the fault handler.
 pub fn protect_raw(addr: usize, len: usize, access: Access) -> rustix::io::Result<()> {
