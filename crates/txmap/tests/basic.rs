@@ -285,12 +285,16 @@ fn a_forked_child_cannot_use_its_parents_handles() {
     let r = Region::create(&p, PAGE, Options::default()).unwrap();
     let mut v = r.view().unwrap();
     v.run(|v| v.write(0, &1u64)).unwrap();
+    // Fork in the middle of a transaction: the child must not disturb it.
+    v.begin().unwrap();
+    v.write(0, &2u64).unwrap();
     // SAFETY: the child only makes calls that fail cleanly, then _exits.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        let ok = matches!(v.begin(), Err(Error::Invalid(ref m)) if m.contains("a fork"))
+        let ok = matches!(v.commit(), Err(Error::Invalid(ref m)) if m.contains("a fork"))
             && r.view().is_err()
             && r.checkpoint().is_err();
+        drop(v); // must not roll back the parent's transaction
         // SAFETY: leave without running destructors (they belong to the parent).
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
@@ -301,8 +305,60 @@ fn a_forked_child_cannot_use_its_parents_handles() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child could use the parent's handles"
     );
+    assert_eq!(
+        v.read::<u64>(0).unwrap(),
+        2,
+        "the child changed the parent's transaction"
+    );
+    v.commit().unwrap();
     v.begin_read().unwrap();
-    assert_eq!(v.read::<u64>(0).unwrap(), 1);
+    assert_eq!(v.read::<u64>(0).unwrap(), 2);
+    v.commit().unwrap();
+}
+
+#[test]
+fn a_store_through_an_inherited_view_in_a_forked_child_fails_loudly() {
+    let d = ext4_dir("forkstore");
+    let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    v.write(0, &2u64).unwrap(); // the page is writable in the parent now
+    let mut fds = [0; 2];
+    // SAFETY: a pipe for the child's stderr.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: the child stores once (which must kill it) and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: redirect stderr to the pipe, then the deliberate store.
+        unsafe {
+            libc::dup2(wr, 2);
+            std::ptr::write_volatile(v.base() as *mut u64, 99);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: our own descriptors and child.
+    let (status, text) = unsafe {
+        libc::close(wr);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        let mut buf = [0u8; 512];
+        let n = libc::read(rd, buf.as_mut_ptr().cast(), buf.len());
+        (
+            status,
+            String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned(),
+        )
+    };
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+        "{text}"
+    );
+    assert!(text.contains("inherited through fork"), "{text}");
+    assert_eq!(
+        v.read::<u64>(0).unwrap(),
+        2,
+        "the child's store reached the parent"
+    );
     v.commit().unwrap();
 }
 

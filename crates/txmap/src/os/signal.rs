@@ -20,6 +20,8 @@ pub enum FaultOutcome {
     BeyondRegion,
     /// A protection change failed (usually `vm.max_map_count`).
     ProtectFailed,
+    /// A view inherited through `fork` was touched in the child.
+    ForkedChild,
 }
 
 /// Signature of the routine a view registers: (context, fault address, is write).
@@ -108,12 +110,32 @@ fn install() -> std::io::Result<()> {
             if libc::sigaction(libc::SIGSEGV, &sa, prev) != 0 {
                 INSTALL_ERROR.store(1, Ordering::SeqCst);
             }
+            // A forked child shares each view's private memory with its
+            // parent: close every inherited view so any touch faults.
+            if libc::pthread_atfork(None, None, Some(close_views_in_child)) != 0 {
+                INSTALL_ERROR.store(1, Ordering::SeqCst);
+            }
         }
     });
     if INSTALL_ERROR.load(Ordering::SeqCst) != 0 {
         return Err(std::io::Error::other("cannot install the SIGSEGV handler"));
     }
     Ok(())
+}
+
+/// Runs in the child right after `fork` (single-threaded): makes every
+/// registered view inaccessible. Only raw `mprotect` calls.
+extern "C" fn close_views_in_child() {
+    let n = HIGH_WATER.load(Ordering::Acquire);
+    for s in &TABLE[..n] {
+        let (base, len) = (
+            s.base.load(Ordering::Acquire),
+            s.len.load(Ordering::Acquire),
+        );
+        if base != 0 && len != 0 {
+            let _ = crate::os::mem::protect_raw(base, len, crate::os::mem::Access::None);
+        }
+    }
 }
 
 fn message(parts: &[&[u8]]) {
@@ -164,6 +186,11 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut l
                 b"txmap: access past the end of the region at ",
                 hex(addr, &mut buf),
                 b"\n",
+            ]),
+            FaultOutcome::ForkedChild => message(&[
+                b"txmap: a view inherited through fork was used at ",
+                hex(addr, &mut buf),
+                b" (open the region again in the child)\n",
             ]),
             FaultOutcome::ProtectFailed => message(&[
                 b"txmap: mprotect failed handling a fault at ",

@@ -113,6 +113,9 @@ impl ViewInner {
         if off >= self.mapped.load(Ordering::Acquire) {
             return FaultOutcome::BeyondRegion;
         }
+        if rustix::process::getpid() != self.region.owner {
+            return FaultOutcome::ForkedChild;
+        }
         let page = off / PAGE;
         let page_addr = self.user.base() as usize + page * PAGE;
         self.faults.fetch_add(1, Ordering::Relaxed);

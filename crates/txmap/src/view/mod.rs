@@ -339,6 +339,7 @@ impl View {
     /// transaction read (nothing of it is visible; retry), `Err(Error::Aborted)`
     /// after [`View::abort`], and an I/O error if the log could not be written.
     pub fn commit(&mut self) -> Result<()> {
+        self.inner.region.check_owner()?; // before anything touches shared memory
         match self.depth {
             0 => return Err(Error::Invalid("commit outside a transaction".into())),
             1 => {}
@@ -456,6 +457,7 @@ impl View {
     /// loads see the snapshot again), and the outermost commit returns
     /// `Err(Error::Aborted)`. The transaction stays open until then.
     pub fn abort(&mut self) -> Result<()> {
+        self.inner.region.check_owner()?;
         if self.depth == 0 {
             return Err(Error::Invalid("abort outside a transaction".into()));
         }
@@ -487,7 +489,7 @@ impl View {
 
     /// Ends the transaction now, discarding its stores, whatever the nesting depth.
     pub fn rollback(&mut self) {
-        if self.depth > 0 {
+        if self.depth > 0 && self.inner.region.check_owner().is_ok() {
             self.depth = 1;
             self.finish(false);
         }
@@ -581,6 +583,7 @@ impl View {
     /// pages are brought in and tracked in one call, without a fault each
     /// (LIBXAC's `setPageAccess`).
     pub fn set_page_access(&mut self, off: u64, len: usize, access: PageAccess) -> Result<()> {
+        self.inner.region.check_owner()?;
         if self.depth == 0 {
             return Err(Error::Invalid(
                 "set_page_access outside a transaction".into(),
@@ -639,6 +642,8 @@ impl View {
 
 impl Drop for View {
     fn drop(&mut self) {
+        // In a forked child the private memory is shared with the parent:
+        // `rollback` then does nothing, and only the child's mappings go.
         self.rollback();
         // Unregister before the memory the handler uses goes away.
         self.registration.take();
