@@ -342,3 +342,20 @@ fn async_versions_are_freed_once_synced() {
         s.version_pages
     );
 }
+
+#[test]
+fn a_page_first_written_then_read_is_validated_like_a_read() {
+    let d = ext4_dir("blindwrite");
+    let r = Region::create(&d.join("r.txm"), 2 * PAGE, Options::default()).unwrap();
+    let (mut t1, mut t2) = (r.view().unwrap(), r.view().unwrap());
+    t1.run(|v| v.write(0, &5u64)).unwrap();
+    t1.begin().unwrap();
+    t1.write(0, &5u64).unwrap(); // first access to page 0 is a store that changes nothing
+    let y: u64 = t1.read(8).unwrap(); // then a read of another word on that page
+    t2.run(|v| v.write(8, &7u64)).unwrap(); // a concurrent commit changes that word
+    t1.write(PAGE, &(y + 1)).unwrap(); // and t1 acts on what it read
+    assert!(
+        matches!(t1.commit(), Err(Error::Conflict)),
+        "a stale read of page 0 committed"
+    );
+}

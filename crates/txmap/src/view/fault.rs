@@ -54,6 +54,11 @@ impl ViewInner {
         {
             self.install(page, self.snapshot.load(Ordering::Relaxed));
         }
+        if bits == 0 {
+            // First access in this transaction, load or store: a store grants
+            // loads of the whole page too, so either way the page is read.
+            self.record_read(page);
+        }
         if write {
             if bits & TOUCH_WRITE == 0 {
                 if self.read_only.load(Ordering::Relaxed) {
@@ -81,16 +86,6 @@ impl ViewInner {
             Access::ReadWrite
         } else {
             if bits == 0 {
-                if self.track_reads.load(Ordering::Relaxed) {
-                    let n = self.read_n.load(Ordering::Relaxed);
-                    if n < self.read_set.capacity() {
-                        // SAFETY: n < capacity.
-                        unsafe { *self.read_set.as_ptr().add(n) = page as u32 };
-                        self.read_n.store(n + 1, Ordering::Relaxed);
-                    } else {
-                        self.doom(DOOM_TOO_LARGE);
-                    }
-                }
                 t.store(serial << 2 | TOUCH_READ, Ordering::Relaxed);
             }
             if bits & TOUCH_WRITE != 0 {
@@ -98,6 +93,21 @@ impl ViewInner {
             } else {
                 Access::Read
             }
+        }
+    }
+
+    /// Adds `page` to the read set of a serializable transaction.
+    fn record_read(&self, page: usize) {
+        if !self.track_reads.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = self.read_n.load(Ordering::Relaxed);
+        if n < self.read_set.capacity() {
+            // SAFETY: n < capacity of the reserved array.
+            unsafe { *self.read_set.as_ptr().add(n) = page as u32 };
+            self.read_n.store(n + 1, Ordering::Relaxed);
+        } else {
+            self.doom(DOOM_TOO_LARGE);
         }
     }
 
