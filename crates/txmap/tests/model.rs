@@ -3,12 +3,11 @@
 //! against a reference model of snapshots and of the validation rules
 //! (serializable: pages read or changed must be unchanged since the snapshot;
 //! snapshot isolation: pages changed; read-only: never aborts).
-mod common;
-
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use common::*;
 use proptest::prelude::*;
+use txmap::io::sim::{CrashMode, SimStorage};
 use txmap::{Error, Isolation, Options, Region, TxnOptions, View};
 
 const PAGES: usize = 4;
@@ -94,8 +93,16 @@ impl Model {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let d = tmpfs_dir("model");
-    let r = Region::create(&d.join("m.txm"), (PAGES * 4096) as u64, Options::default()).unwrap();
+    let (data, log) = (
+        Arc::new(SimStorage::new("data").unwrap()),
+        Arc::new(SimStorage::new("log").unwrap()),
+    );
+    Region::format(&*data, &*log, (PAGES * 4096) as u64).unwrap();
+    let opts = Options {
+        checkpoint_bytes: 16 << 10, // checkpoints and log resets happen within a case
+        ..Options::default()
+    };
+    let r = Region::open_with(Box::new(data.clone()), Box::new(log.clone()), opts, None).unwrap();
     let mut views: Vec<View> = (0..VIEWS).map(|_| r.view().unwrap()).collect();
     let mut m = Model {
         history: vec![vec![0; WORDS]],
@@ -172,6 +179,21 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             v.read::<u64>(w as u64 * 8).unwrap(),
             *want,
             "final word {}",
+            w
+        );
+    }
+    v.commit().unwrap();
+    // Power fails now: what was synced must recover to the same state.
+    let d = SimStorage::from_bytes("data", data.crash_image(CrashMode::DropAll)).unwrap();
+    let l = SimStorage::from_bytes("log", log.crash_image(CrashMode::DropAll)).unwrap();
+    let r2 = Region::open_with(Box::new(d), Box::new(l), Options::default(), None).unwrap();
+    let mut v = r2.view().unwrap();
+    v.begin_read().unwrap();
+    for (w, want) in last.iter().enumerate() {
+        prop_assert_eq!(
+            v.read::<u64>(w as u64 * 8).unwrap(),
+            *want,
+            "word {} after recovery",
             w
         );
     }
