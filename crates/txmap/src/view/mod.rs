@@ -278,9 +278,41 @@ impl View {
         // A forked child shares this view's private memory with its parent.
         self.inner.region.check_owner()?;
         self.sync_size()?;
+        let s = self.inner.region.mvcc.begin(self.inner.slot);
+        if let Err(e) = self.refresh(s, opts) {
+            // Do not leave a snapshot registered: it would hold back checkpoints.
+            self.inner.region.mvcc.end(self.inner.slot);
+            return Err(e);
+        }
+        let v = &*self.inner;
+        let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
+        v.valid_seq.store(s, Ordering::Relaxed);
+        let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> 2);
+        if serial == 0
+            && let Err(e) = self.inner.touched.clear()
+        {
+            self.inner.region.mvcc.end(self.inner.slot);
+            return Err(Error::os("reset view", e));
+        }
+        let v = &*self.inner;
+        v.serial.store(serial.max(1), Ordering::Relaxed);
+        v.read_n.store(0, Ordering::Relaxed);
+        v.write_n.store(0, Ordering::Relaxed);
+        v.doomed.store(0, Ordering::Relaxed);
+        v.read_only.store(opts.read_only, Ordering::Relaxed);
+        v.track_reads.store(track_reads, Ordering::Relaxed);
+        v.active.store(true, Ordering::Release);
+        self.depth = 1;
+        Ok(())
+    }
+
+    /// Brings the view to snapshot `s`: invalidates the pages commits changed
+    /// since its last snapshot (or all, if the journal no longer reaches back),
+    /// and re-protects everything when reads must be tracked or too many
+    /// readable islands accumulated.
+    fn refresh(&mut self, s: u64, opts: TxnOptions) -> Result<()> {
         let v = &*self.inner;
         let mvcc = &v.region.mvcc;
-        let s = mvcc.begin(v.slot);
         v.snapshot.store(s, Ordering::Relaxed);
         let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
         let protect_all = track_reads || v.islands.load(Ordering::Relaxed) > MAX_ISLANDS;
@@ -296,10 +328,7 @@ impl View {
                 }
             }
         });
-        if let Err(e) = err {
-            mvcc.end(v.slot);
-            return Err(Error::os("protect view page", e));
-        }
+        err.map_err(|e| Error::os("protect view page", e))?;
         if !complete {
             // Too far behind: forget every page.
             self.inner
@@ -314,23 +343,6 @@ impl View {
                 .map_err(|e| Error::os("protect view", e))?;
             v.islands.store(0, Ordering::Relaxed);
         }
-        v.valid_seq.store(s, Ordering::Relaxed);
-        let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> 2);
-        if serial == 0 {
-            self.inner
-                .touched
-                .clear()
-                .map_err(|e| Error::os("reset view", e))?;
-        }
-        let v = &*self.inner;
-        v.serial.store(serial.max(1), Ordering::Relaxed);
-        v.read_n.store(0, Ordering::Relaxed);
-        v.write_n.store(0, Ordering::Relaxed);
-        v.doomed.store(0, Ordering::Relaxed);
-        v.read_only.store(opts.read_only, Ordering::Relaxed);
-        v.track_reads.store(track_reads, Ordering::Relaxed);
-        v.active.store(true, Ordering::Release);
-        self.depth = 1;
         Ok(())
     }
 
