@@ -576,7 +576,9 @@ impl RegionInner {
         self.log
             .flush(seq, self.opts.durability == Durability::Durable)?;
         if self.log.epoch_bytes() > self.opts.checkpoint_bytes {
-            self.checkpoint()?;
+            // This commit is already as durable as promised: a failing
+            // checkpoint poisons the log, and the next call reports it.
+            let _ = self.checkpoint();
         }
         Ok(seq)
     }
@@ -587,7 +589,8 @@ impl RegionInner {
         self.log.sync_and_maybe_reset(|synced| {
             let t = self.mvcc.horizon(synced);
             if t > header.checkpoint_seq {
-                for (page, v) in self.mvcc.checkpoint_pages(t) {
+                let pin = self.mvcc.pin_for_checkpoint();
+                for (page, v) in pin.pages(t) {
                     self.data
                         .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
                         .map_err(|e| Error::io("checkpoint", &self.path, e))?;

@@ -24,6 +24,9 @@ use crate::os::mem::{PAGE, ReservedArray};
 
 /// Largest number of views (threads) open on one region at once.
 pub const MAX_SLOTS: usize = 256;
+/// A reclamation slot reserved for the checkpointer (one at a time), which
+/// reads versions while it writes them to the region file.
+const CHECKPOINT_SLOT: usize = MAX_SLOTS;
 /// Page lists kept in the change journal; a view further behind is reset whole.
 const JOURNAL_PAGES: usize = 1 << 20;
 
@@ -90,6 +93,28 @@ fn cut(head: &AtomicPtr<Version>, bound: u64, keep_first: bool) -> Option<usize>
     }
 }
 
+/// The checkpointer's hold on version memory (see `Mvcc::pin_for_checkpoint`).
+pub struct CheckpointPin<'a> {
+    mvcc: &'a Mvcc,
+}
+
+impl CheckpointPin<'_> {
+    /// Pages with in-memory versions, and for each the version to write at horizon `t`.
+    pub fn pages(&self, t: u64) -> Vec<(u32, &Version)> {
+        let dirty = lock(&self.mvcc.dirty).clone();
+        dirty
+            .into_iter()
+            .filter_map(|p| self.mvcc.lookup(p as usize, t).map(|v| (p, v)))
+            .collect()
+    }
+}
+
+impl Drop for CheckpointPin<'_> {
+    fn drop(&mut self) {
+        self.mvcc.leave(CHECKPOINT_SLOT);
+    }
+}
+
 /// The multiversion state of one region.
 pub struct Mvcc {
     heads: ReservedArray<AtomicPtr<Version>>,
@@ -131,7 +156,7 @@ impl Mvcc {
             page_seq: ReservedArray::new(max_pages)?,
             pruned_to: ReservedArray::new(max_pages)?,
             swept: Mutex::new(seq),
-            slots: (0..MAX_SLOTS).map(|_| Slot::default()).collect(),
+            slots: (0..=MAX_SLOTS).map(|_| Slot::default()).collect(),
             commit_seq: AtomicU64::new(seq),
             horizon: AtomicU64::new(0),
             epoch: AtomicU64::new(1),
@@ -155,7 +180,7 @@ impl Mvcc {
     }
 
     pub fn claim_slot(&self) -> Option<usize> {
-        self.slots.iter().position(|s| {
+        self.slots[..MAX_SLOTS].iter().position(|s| {
             s.owner
                 .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
@@ -360,13 +385,13 @@ impl Mvcc {
         t0.min(oldest)
     }
 
-    /// Pages with in-memory versions, and for each the version to write at horizon `t`.
-    pub fn checkpoint_pages(&self, t: u64) -> Vec<(u32, &Version)> {
-        let dirty = lock(&self.dirty).clone();
-        dirty
-            .into_iter()
-            .filter_map(|p| self.lookup(p as usize, t).map(|v| (p, v)))
-            .collect()
+    /// Enters the read side for a checkpoint: versions it looks up stay
+    /// allocated until the guard drops, even if a commit unlinks them
+    /// meanwhile. Callers serialise checkpoints (one slot serves them all).
+    pub fn pin_for_checkpoint(&self) -> CheckpointPin<'_> {
+        let entered = self.enter(CHECKPOINT_SLOT);
+        debug_assert!(entered, "two checkpoints at once");
+        CheckpointPin { mvcc: self }
     }
 
     /// After versions up to `t` reached the region file: unlinks them and frees
@@ -412,6 +437,11 @@ impl Mvcc {
         });
     }
 
+    /// Unlinked versions not yet freed (waiting for readers to move on).
+    pub fn retired(&self) -> usize {
+        lock(&self.retired).len()
+    }
+
     /// Bytes of page versions held in memory.
     pub fn version_pages(&self) -> usize {
         let dirty = lock(&self.dirty);
@@ -443,5 +473,38 @@ impl Drop for Mvcc {
         }
         self.trim(u64::MAX);
         debug_assert!(lock(&self.retired).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(b: u8) -> Vec<u8> {
+        vec![b; PAGE]
+    }
+
+    #[test]
+    fn a_checkpoint_pin_keeps_unlinked_versions_alive() {
+        let m = Mvcc::new(4, 0).unwrap();
+        m.publish(1, vec![(0, Version::new(1, &page(1)))], 0);
+        m.publish(2, vec![(0, Version::new(2, &page(2)))], 0);
+        let pin = m.pin_for_checkpoint();
+        let pages = pin.pages(1);
+        assert_eq!(pages.len(), 1);
+        let v1 = pages[0].1;
+        assert_eq!((v1.seq, v1.data[0]), (1, 1));
+        // Synced up to 2: a commit now unlinks version 1 (only 2 is needed).
+        m.publish(3, vec![(0, Version::new(3, &page(3)))], 2);
+        assert_eq!(m.lookup(0, 1).map(|v| v.seq), None, "version 1 is unlinked");
+        assert_eq!(
+            m.retired(),
+            1,
+            "but not freed while the checkpoint holds it"
+        );
+        assert_eq!((v1.seq, v1.data[4095]), (1, 1));
+        drop(pin);
+        m.publish(4, vec![(0, Version::new(4, &page(4)))], 3);
+        assert_eq!(m.retired(), 0, "freed once the checkpoint let go");
     }
 }
