@@ -93,6 +93,8 @@ pub(crate) struct RegionInner {
     /// file lock but not the in-memory state, so it must not commit or
     /// checkpoint through this handle.
     pub owner: rustix::process::Pid,
+    /// `signal::forks()` when opened: differs in a forked child.
+    pub fork_generation: usize,
     _lock: Option<std::fs::File>,
 }
 
@@ -288,6 +290,10 @@ impl Region {
             recovered: rec.replayed,
             flusher: Mutex::new(None),
             owner: rustix::process::getpid(),
+            fork_generation: crate::os::signal::forks().map_err(|e| Error::Os {
+                op: "install the fault and fork handlers",
+                source: e,
+            })?,
             opts,
             _lock: lock_file,
         });
@@ -512,10 +518,10 @@ pub(crate) struct CommitRequest<'a> {
 impl RegionInner {
     /// Fails in a process forked after the region was opened.
     pub fn check_owner(&self) -> Result<()> {
-        let me = rustix::process::getpid();
-        if me == self.owner {
+        if crate::os::signal::forks_now() == self.fork_generation {
             return Ok(());
         }
+        let me = rustix::process::getpid();
         Err(Error::Invalid(format!(
             "{} was opened by process {}; process {} (a fork) must open it itself",
             self.path.display(),

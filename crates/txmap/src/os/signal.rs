@@ -48,6 +48,21 @@ static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 static INSTALL: Once = Once::new();
 static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
 static INSTALL_ERROR: AtomicUsize = AtomicUsize::new(0);
+/// Bumped in every child right after `fork` (by the atfork handler), so a
+/// handle can tell, with one load, whether it lives in the process that made it.
+static FORKS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many forks separate this process from the first one (see `FORKS`).
+/// Installs the fork hook on first use.
+pub fn forks() -> std::io::Result<usize> {
+    install()?;
+    Ok(FORKS.load(Ordering::Acquire))
+}
+
+/// `forks()` for the fault handler (the hook is installed by then).
+pub fn forks_now() -> usize {
+    FORKS.load(Ordering::Acquire)
+}
 
 /// A registered range; unregisters on drop.
 #[derive(Debug)]
@@ -126,6 +141,7 @@ fn install() -> std::io::Result<()> {
 /// Runs in the child right after `fork` (single-threaded): makes every
 /// registered view inaccessible. Only raw `mprotect` calls.
 extern "C" fn close_views_in_child() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
     let n = HIGH_WATER.load(Ordering::Acquire);
     for s in &TABLE[..n] {
         let (base, len) = (

@@ -123,7 +123,7 @@ impl ViewInner {
         if off >= self.mapped.load(Ordering::Acquire) {
             return FaultOutcome::BeyondRegion;
         }
-        if rustix::process::getpid() != self.region.owner {
+        if crate::os::signal::forks_now() != self.region.fork_generation {
             return FaultOutcome::ForkedChild;
         }
         let page = off / PAGE;
