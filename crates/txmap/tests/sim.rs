@@ -47,6 +47,17 @@ fn recover(s: &Sim, seed: u64) -> Result<Vec<u8>, Error> {
     Ok(bytes)
 }
 
+/// Recovers from a crash image (by `seed`) and checks the result is the state
+/// after some prefix of `history` that includes at least `at_least` commits.
+fn assert_recovers_a_prefix(s: &Sim, seed: u64, history: &[Vec<u8>], at_least: usize, case: &str) {
+    let got = recover(s, seed).unwrap_or_else(|e| panic!("{case}: recovery failed: {e}"));
+    let k = history.iter().rposition(|h| *h == got);
+    assert!(
+        k.is_some_and(|k| k >= at_least),
+        "{case}: recovered state is not a prefix of at least {at_least} commits (matched {k:?})"
+    );
+}
+
 /// A random commit: a few byte ranges, some spanning pages. Applies it to the
 /// model as well.
 fn random_commit(r: &Region, rng: &mut SplitMix, model: &mut [u8]) -> Result<(), Error> {
@@ -93,12 +104,7 @@ fn power_loss_recovers_a_prefix_including_every_synced_commit() {
                 synced = history.len() - 1;
             }
         }
-        let got = recover(&s, seed).unwrap_or_else(|e| panic!("seed {seed}: recovery failed: {e}"));
-        let k = history.iter().rposition(|h| *h == got);
-        assert!(
-            k.is_some_and(|k| k >= synced),
-            "seed {seed}: recovered state is not a prefix of at least {synced} commits (matched {k:?})"
-        );
+        assert_recovers_a_prefix(&s, seed, &history, synced, &format!("seed {seed}"));
     }
 }
 
@@ -158,12 +164,7 @@ fn a_failing_disk_gives_clear_errors_and_loses_no_acknowledged_commit() {
             again.is_err(),
             "n={n}: commit after a failed sync succeeded"
         );
-        let got = recover(&s, n).unwrap_or_else(|e| panic!("n={n}: recovery failed: {e}"));
-        let k = history.iter().rposition(|h| *h == got);
-        assert!(
-            k.is_some_and(|k| k >= acked),
-            "n={n}: lost an acknowledged commit ({k:?} < {acked})"
-        );
+        assert_recovers_a_prefix(&s, n, &history, acked, &format!("n={n}"));
     }
 }
 
