@@ -359,3 +359,31 @@ fn a_page_first_written_then_read_is_validated_like_a_read() {
         "a stale read of page 0 committed"
     );
 }
+
+#[test]
+fn a_long_reader_pins_one_version_per_page_not_every_later_commit() {
+    let d = ext4_dir("longpin");
+    let o = Options {
+        checkpoint_bytes: u64::MAX,
+        ..Options::default()
+    };
+    let r = Region::create(&d.join("r.txm"), 2 * PAGE, o).unwrap();
+    let (mut w, mut old, mut mid) = (r.view().unwrap(), r.view().unwrap(), r.view().unwrap());
+    w.run(|v| v.write(8, &1u64)).unwrap();
+    old.begin_read().unwrap();
+    assert_eq!(old.read::<u64>(8).unwrap(), 1);
+    for i in 2..=300u64 {
+        w.run(|v| v.write(8, &i)).unwrap();
+        if i == 150 {
+            mid.begin_read().unwrap();
+        }
+    }
+    // At most: the head, the newest synced version (a checkpoint may need it
+    // until the head is synced), and one per live reader (commits 1 and 150).
+    let kept = r.stats().version_pages;
+    assert!(kept <= 4, "{kept} versions kept for one page with two readers");
+    assert_eq!(old.read::<u64>(8).unwrap(), 1, "the old snapshot still reads its version");
+    assert_eq!(mid.read::<u64>(8).unwrap(), 150);
+    old.commit().unwrap();
+    mid.commit().unwrap();
+}

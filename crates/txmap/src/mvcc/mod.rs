@@ -67,10 +67,17 @@ struct Journal {
     complete_after: u64,
 }
 
-/// Unlinks the part of a chain at or below `bound`; with `keep_first`, the
-/// newest version at or below `bound` stays. Returns the unlinked tail.
+/// A version taken out of a chain: a whole tail (its `next` links are its
+/// own) or a single node (whose `next` still points into the live chain).
+#[derive(Clone, Copy)]
+struct Unlinked {
+    node: usize,
+    whole_tail: bool,
+}
+
+/// Unlinks the part of a chain at or below `bound`.
 /// Caller holds `Mvcc::dirty`, which every writer of chains holds.
-fn cut(head: &AtomicPtr<Version>, bound: u64, keep_first: bool) -> Option<usize> {
+fn cut(head: &AtomicPtr<Version>, bound: u64) -> Option<Unlinked> {
     let mut link: &AtomicPtr<Version> = head;
     loop {
         let cur = link.load(Ordering::Acquire);
@@ -78,18 +85,75 @@ fn cut(head: &AtomicPtr<Version>, bound: u64, keep_first: bool) -> Option<usize>
         // only the holder of `dirty` unlinks them.
         let v = unsafe { cur.as_ref() }?;
         if v.seq <= bound {
-            let (link, tail) = if keep_first {
-                (&v.next, v.next.load(Ordering::Acquire))
-            } else {
-                (link, cur)
-            };
-            if tail.is_null() {
-                return None;
-            }
             link.store(std::ptr::null_mut(), Ordering::SeqCst);
-            return Some(tail as usize);
+            return Some(Unlinked {
+                node: cur as usize,
+                whole_tail: true,
+            });
         }
         link = &v.next;
+    }
+}
+
+/// Which versions a chain must keep: every one newer than `durable`, the
+/// newest at or below it, and the newest at or below each live snapshot in
+/// `live` (those below `durable`, newest first).
+struct PrunePlan {
+    durable: u64,
+    live: Vec<u64>,
+}
+
+/// Unlinks the versions of a chain that no snapshot can read and no
+/// checkpoint will write (see `PrunePlan`). Caller holds `Mvcc::dirty`.
+fn prune_chain(head: &AtomicPtr<Version>, plan: &PrunePlan, out: &mut Vec<Unlinked>) {
+    let mut cur = head.load(Ordering::Acquire);
+    // SAFETY (all derefs below): nodes reachable from a head are alive, and
+    // only the holder of `dirty` unlinks them.
+    let mut kept = loop {
+        let Some(v) = (unsafe { cur.as_ref() }) else {
+            return;
+        };
+        if v.seq <= plan.durable {
+            break v; // the newest at or below `durable`
+        }
+        cur = v.next.load(Ordering::Acquire);
+    };
+    let mut want = plan
+        .live
+        .iter()
+        .copied()
+        .filter(|&s| s < kept.seq)
+        .peekable();
+    loop {
+        let next = kept.next.load(Ordering::Acquire);
+        let Some(n) = (unsafe { next.as_ref() }) else {
+            return;
+        };
+        match want.peek() {
+            None => {
+                // Nobody needs anything older: drop the whole tail at once.
+                kept.next.store(std::ptr::null_mut(), Ordering::SeqCst);
+                out.push(Unlinked {
+                    node: next as usize,
+                    whole_tail: true,
+                });
+                return;
+            }
+            Some(&s) if n.seq <= s => {
+                // The newest at or below snapshot `s` (and maybe older ones).
+                while want.next_if(|&s| s >= n.seq).is_some() {}
+                kept = n;
+            }
+            Some(_) => {
+                // Superseded before any live snapshot: readers skip it.
+                kept.next
+                    .store(n.next.load(Ordering::Acquire), Ordering::SeqCst);
+                out.push(Unlinked {
+                    node: next as usize,
+                    whole_tail: false,
+                });
+            }
+        }
     }
 }
 
@@ -131,7 +195,7 @@ pub struct Mvcc {
     epoch: AtomicU64,
     /// Pages that have versions in memory (the checkpointer's work list).
     dirty: Mutex<BTreeSet<u32>>,
-    retired: Mutex<Vec<(u64, usize)>>,
+    retired: Mutex<Vec<(u64, Unlinked)>>,
     journal: Mutex<Journal>,
 }
 
@@ -266,17 +330,15 @@ impl Mvcc {
     /// Publishes a commit: new versions, per-page sequence, journal entry, then
     /// the commit sequence itself. Caller holds the region's commit lock.
     ///
-    /// Versions of these pages older than the newest one at or below
-    /// `min(durable, every live snapshot)` are unlinked: no snapshot can read
-    /// them, and a checkpoint (whose horizon never falls below that bound)
-    /// will write a newer one.
+    /// The chains of these pages are pruned to what some snapshot or the next
+    /// checkpoint can still need (see `PrunePlan`).
     pub fn publish(&self, seq: u64, versions: Vec<(u32, Box<Version>)>, durable: u64) {
         assert_eq!(
             seq,
             self.commit_seq.load(Ordering::Acquire) + 1,
             "commits publish in order"
         );
-        let keep_from = self.horizon(durable);
+        let plan = self.prune_plan(durable);
         let mut pages = Vec::with_capacity(versions.len());
         let mut unlinked = Vec::new();
         {
@@ -288,9 +350,9 @@ impl Mvcc {
                     .store(head.load(Ordering::Acquire), Ordering::Relaxed);
                 head.store(Box::into_raw(v), Ordering::SeqCst);
                 let pruned = self.pruned_to.get(page as usize).expect("page");
-                if keep_from > pruned.load(Ordering::Relaxed) {
-                    unlinked.extend(cut(head, keep_from, true));
-                    pruned.store(keep_from, Ordering::Relaxed);
+                if plan.durable > pruned.load(Ordering::Relaxed) {
+                    prune_chain(head, &plan, &mut unlinked);
+                    pruned.store(plan.durable, Ordering::Relaxed);
                 }
                 self.page_seq
                     .get(page as usize)
@@ -335,7 +397,7 @@ impl Mvcc {
         drop(swept);
         pages.sort_unstable();
         pages.dedup();
-        let keep_from = self.horizon(durable);
+        let plan = self.prune_plan(durable);
         let mut unlinked = Vec::new();
         {
             let _dirty = lock(&self.dirty);
@@ -345,9 +407,9 @@ impl Mvcc {
                 else {
                     continue;
                 };
-                if keep_from > pruned.load(Ordering::Relaxed) {
-                    unlinked.extend(cut(head, keep_from, true));
-                    pruned.store(keep_from, Ordering::Relaxed);
+                if plan.durable > pruned.load(Ordering::Relaxed) {
+                    prune_chain(head, &plan, &mut unlinked);
+                    pruned.store(plan.durable, Ordering::Relaxed);
                 }
             }
         }
@@ -372,6 +434,24 @@ impl Mvcc {
             }
         }
         true
+    }
+
+    /// What chains must keep now (see `PrunePlan`). Publishes the horizon
+    /// first, so a snapshot that registers after the scan is at or above
+    /// `durable` and needs nothing the plan drops.
+    fn prune_plan(&self, durable: u64) -> PrunePlan {
+        let durable = durable.min(self.commit_seq());
+        self.horizon.fetch_max(durable, Ordering::SeqCst);
+        let mut live: Vec<u64> = self
+            .slots
+            .iter()
+            .map(|s| s.snapshot.load(Ordering::SeqCst))
+            .filter(|&v| v != 0 && v - 1 < durable)
+            .map(|v| v - 1)
+            .collect();
+        live.sort_unstable_by(|a, b| b.cmp(a));
+        live.dedup();
+        PrunePlan { durable, live }
     }
 
     /// Returns `T <= min(limit, every live snapshot)` such that no snapshot
@@ -402,7 +482,7 @@ impl Mvcc {
             let mut dirty = lock(&self.dirty);
             dirty.retain(|&p| {
                 let head = self.heads.get(p as usize).expect("page");
-                unlinked.extend(cut(head, t, false));
+                unlinked.extend(cut(head, t));
                 !head.load(Ordering::Acquire).is_null()
             });
         }
@@ -410,10 +490,10 @@ impl Mvcc {
     }
 
     /// Hands unlinked chain tails to reclamation and frees those no reader can reach.
-    fn retire(&self, unlinked: Vec<usize>) {
+    fn retire(&self, unlinked: Vec<Unlinked>) {
         let e = self.epoch.fetch_add(1, Ordering::SeqCst);
         let mut retired = lock(&self.retired);
-        retired.extend(unlinked.into_iter().map(|p| (e, p)));
+        retired.extend(unlinked.into_iter().map(|u| (e, u)));
         let min_active = self
             .slots
             .iter()
@@ -421,17 +501,21 @@ impl Mvcc {
             .filter(|&e| e != 0)
             .min()
             .unwrap_or(u64::MAX);
-        retired.retain(|&(e, p)| {
+        retired.retain(|&(e, u)| {
             if e >= min_active {
                 return true;
             }
-            // Free the whole unlinked tail.
-            let mut q = p as *mut Version;
+            let mut q = u.node as *mut Version;
             while !q.is_null() {
                 // SAFETY: unlinked at epoch e, and no reader entered at or before e
-                // is still reading, so nothing references these nodes.
+                // is still reading, so nothing references these nodes. A single
+                // node's `next` belongs to the live chain and is not followed.
                 let b = unsafe { Box::from_raw(q) };
-                q = b.next.load(Ordering::Relaxed);
+                q = if u.whole_tail {
+                    b.next.load(Ordering::Relaxed)
+                } else {
+                    std::ptr::null_mut()
+                };
             }
             false
         });
