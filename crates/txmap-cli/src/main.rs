@@ -372,6 +372,22 @@ fn check(path: &Path, json: bool) -> Result<(String, u8), Fail> {
     Ok((text, if c.is_sound() { 0 } else { 1 }))
 }
 
+static RECOVERY_BAR: std::sync::OnceLock<indicatif::ProgressBar> = std::sync::OnceLock::new();
+
+/// Draws recovery progress on stderr (indicatif hides it when stderr is not a terminal).
+fn show_recovery_progress(done: u64, total: u64) {
+    let bar = RECOVERY_BAR.get_or_init(|| {
+        let b = indicatif::ProgressBar::new(total);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "replaying log {bar:40} {pos}/{len} commits ({eta})",
+        ) {
+            b.set_style(style);
+        }
+        b
+    });
+    bar.set_position(done);
+}
+
 fn recover(path: &Path) -> Result<String, Fail> {
     // Reserve enough address space for whatever size the files say.
     let mut opts = Options::default();
@@ -379,7 +395,11 @@ fn recover(path: &Path) -> Result<String, Fail> {
         let need = r.data_size.max(r.file_len.saturating_sub(PAGE));
         opts.max_size = opts.max_size.max(need.div_ceil(PAGE) * PAGE);
     }
+    opts.on_recovery_progress = Some(show_recovery_progress);
     let region = Region::open(path, opts)?;
+    if let Some(bar) = RECOVERY_BAR.get() {
+        bar.finish_and_clear();
+    }
     let replayed = region.stats().recovered_commits;
     region.checkpoint()?;
     let ckpt = region.stats().checkpoint_seq;

@@ -40,6 +40,9 @@ pub struct Options {
     pub checkpoint_bytes: u64,
     /// In `Async` mode, how often written commits are synced.
     pub async_sync_interval: Duration,
+    /// Called while recovery on open replays the log, as (commits replayed,
+    /// commits to replay), every 1024 commits and at the end; for progress bars.
+    pub on_recovery_progress: Option<fn(u64, u64)>,
 }
 
 impl Default for Options {
@@ -49,6 +52,7 @@ impl Default for Options {
             max_size: 64 << 30,
             checkpoint_bytes: 64 << 20,
             async_sync_interval: Duration::from_millis(50),
+            on_recovery_progress: None,
         }
     }
 }
@@ -249,7 +253,7 @@ impl Region {
                 "txmap needs {PAGE}-byte pages (Linux x86-64)"
             )));
         }
-        let rec = recover(&*data, &*log)?;
+        let rec = recover(&*data, &*log, opts.on_recovery_progress)?;
         // A region larger than the requested reservation still opens.
         let mut opts = opts;
         opts.max_size = opts.max_size.max(rec.header.data_size);
@@ -443,7 +447,11 @@ pub(crate) fn read_headers(
 /// Redo recovery: replays every logged commit after the checkpoint into the
 /// data file, syncs it and records the new checkpoint. Idempotent: a crash
 /// during recovery leaves a log that replays to the same result.
-pub(crate) fn recover(data: &dyn Storage, log: &dyn Storage) -> Result<Recovered> {
+pub(crate) fn recover(
+    data: &dyn Storage,
+    log: &dyn Storage,
+    progress: Option<fn(u64, u64)>,
+) -> Result<Recovered> {
     let (mut header, lh) = read_headers(data, log)?;
     let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
     // Mapped, not read: a log held long by old snapshots may be large.
@@ -470,6 +478,14 @@ pub(crate) fn recover(data: &dyn Storage, log: &dyn Storage) -> Result<Recovered
     let mut replayed = 0;
     let mut size = header.data_size;
     let base = header.checkpoint_seq;
+    let total = s.records.iter().filter(|r| r.seq > base).count() as u64;
+    let report = |done: u64| {
+        if let Some(f) = progress
+            && (done.is_multiple_of(1024) || done == total)
+        {
+            f(done, total);
+        }
+    };
     for r in s.records.iter().filter(|r| r.seq > base) {
         if r.data_size > size {
             size = r.data_size;
@@ -482,6 +498,7 @@ pub(crate) fn recover(data: &dyn Storage, log: &dyn Storage) -> Result<Recovered
         }
         header.checkpoint_seq = r.seq;
         replayed += 1;
+        report(replayed);
     }
     if replayed > 0 {
         header.generation += 1;

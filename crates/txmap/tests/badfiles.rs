@@ -33,8 +33,21 @@ fn files(p: &Path) -> (Vec<u8>, Vec<u8>) {
 fn a_copied_log_recovers_every_commit() {
     let d = ext4_dir("copied");
     let p = region_with_log(&d, "r", 20);
-    let r = Region::open(&p, Options::default()).unwrap();
+    static LAST: std::sync::Mutex<Option<(u64, u64)>> = std::sync::Mutex::new(None);
+    fn progress(done: u64, total: u64) {
+        *LAST.lock().unwrap() = Some((done, total));
+    }
+    let o = Options {
+        on_recovery_progress: Some(progress),
+        ..Options::default()
+    };
+    let r = Region::open(&p, o).unwrap();
     assert_eq!(r.stats().recovered_commits, 20);
+    assert_eq!(
+        *LAST.lock().unwrap(),
+        Some((20, 20)),
+        "progress reports the end of replay"
+    );
     let mut v = r.view().unwrap();
     v.begin_read().unwrap();
     for i in 1..=20u64 {

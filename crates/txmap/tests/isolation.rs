@@ -381,8 +381,15 @@ fn a_long_reader_pins_one_version_per_page_not_every_later_commit() {
     // At most: the head, the newest synced version (a checkpoint may need it
     // until the head is synced), and one per live reader (commits 1 and 150).
     let kept = r.stats().version_pages;
-    assert!(kept <= 4, "{kept} versions kept for one page with two readers");
-    assert_eq!(old.read::<u64>(8).unwrap(), 1, "the old snapshot still reads its version");
+    assert!(
+        kept <= 4,
+        "{kept} versions kept for one page with two readers"
+    );
+    assert_eq!(
+        old.read::<u64>(8).unwrap(),
+        1,
+        "the old snapshot still reads its version"
+    );
     assert_eq!(mid.read::<u64>(8).unwrap(), 150);
     old.commit().unwrap();
     mid.commit().unwrap();
