@@ -389,13 +389,11 @@ fn show_recovery_progress(done: u64, total: u64) {
 }
 
 fn recover(path: &Path) -> Result<String, Fail> {
-    // Reserve enough address space for whatever size the files say.
-    let mut opts = Options::default();
-    if let Ok(r) = inspect::inspect(path) {
-        let need = r.data_size.max(r.file_len.saturating_sub(PAGE));
-        opts.max_size = opts.max_size.max(need.div_ceil(PAGE) * PAGE);
-    }
-    opts.on_recovery_progress = Some(show_recovery_progress);
+    // Open reserves address space for whatever size the files say.
+    let opts = Options {
+        on_recovery_progress: Some(show_recovery_progress),
+        ..Options::default()
+    };
     let region = Region::open(path, opts)?;
     if let Some(bar) = RECOVERY_BAR.get() {
         bar.finish_and_clear();

@@ -113,7 +113,7 @@ pub fn log_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// A write to apply during recovery, and the page it must be valid for.
+/// Checks a region size: whole pages, at least one, at most `max`.
 pub(crate) fn check_size(size: u64, max: u64) -> Result<()> {
     if size == 0 || !size.is_multiple_of(PAGE as u64) {
         return Err(Error::Invalid(format!(
@@ -257,7 +257,6 @@ impl Region {
         // A region larger than the requested reservation still opens.
         let mut opts = opts;
         opts.max_size = opts.max_size.max(rec.header.data_size);
-        check_size(rec.header.data_size, opts.max_size)?;
         let size = rec.header.data_size;
         let image = Reservation::new(HEADER_BYTES as usize + opts.max_size as usize, None)
             .map_err(|e| Error::os("reserve address space for the region image", e))?;
