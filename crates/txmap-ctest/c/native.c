@@ -7,6 +7,15 @@
 #include "ctest.h"
 
 /* Create, write, commit, reopen, read back, grow. */
+/* Creates the region dir/name of `pages` pages and opens a view on it. */
+static int fresh_region(const char *dir, const char *name, uint64_t pages, txmap_region **r, txmap_view **v) {
+    char path[4096];
+    join(path, sizeof path, dir, name);
+    CHECK_EQ(txmap_region_create(path, pages * PAGE_SIZE, 0, r), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(*r, v), TXMAP_OK);
+    return 0;
+}
+
 int ctest_native_basic(const char *dir) {
     char path[4096];
     join(path, sizeof path, dir, "basic.txm");
@@ -92,12 +101,9 @@ int ctest_native_basic(const char *dir) {
 
 /* txmap_abort, txmap_rollback, nesting. */
 int ctest_native_abort(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "abort.txm");
     txmap_region *r = NULL;
     txmap_view *v = NULL;
-    CHECK_EQ(txmap_region_create(path, 4 * PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    CHECK_EQ(fresh_region(dir, "abort.txm", 4, &r, &v), 0);
     volatile uint64_t *x = txmap_view_base(v);
 
     CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
@@ -163,12 +169,9 @@ int ctest_native_abort(const char *dir) {
 
 /* Closing a view rolls back its open transaction. */
 int ctest_native_close_in_transaction(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "close.txm");
     txmap_region *r = NULL;
     txmap_view *v = NULL;
-    CHECK_EQ(txmap_region_create(path, PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    CHECK_EQ(fresh_region(dir, "close.txm", 1, &r, &v), 0);
     uint64_t *x = txmap_view_base(v);
     CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
     x[0] = 99;
@@ -350,12 +353,9 @@ int ctest_native_threads(const char *dir) {
 
 /* Read-only transactions and their flags. */
 int ctest_native_read_only(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "ro.txm");
     txmap_region *r = NULL;
     txmap_view *v = NULL;
-    CHECK_EQ(txmap_region_create(path, 2 * PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    CHECK_EQ(fresh_region(dir, "ro.txm", 2, &r, &v), 0);
     volatile uint32_t *x = txmap_view_base(v);
     CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
     x[0] = 5;
@@ -389,12 +389,9 @@ int ctest_native_read_only(const char *dir) {
 
 /* txmap_set_page_access. */
 int ctest_native_page_access(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "access.txm");
     txmap_region *r = NULL;
     txmap_view *v = NULL;
-    CHECK_EQ(txmap_region_create(path, 8 * PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    CHECK_EQ(fresh_region(dir, "access.txm", 8, &r, &v), 0);
     unsigned char *base = txmap_view_base(v);
 
     CHECK_EQ(txmap_set_page_access(v, base, PAGE_SIZE, TXMAP_ACCESS_READ), TXMAP_EINVAL);
