@@ -378,3 +378,24 @@ fn a_view_at_a_fixed_address_keeps_that_address() {
     assert_eq!(v.read::<u32>(PAGE).unwrap(), 5);
     v.commit().unwrap();
 }
+
+#[test]
+fn close_checkpoints_and_reports_success() {
+    let d = ext4_dir("close");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 2 * PAGE, Options::default()).unwrap();
+    r.view().unwrap().run(|v| v.write(PAGE, &9u64)).unwrap();
+    assert!(r.stats().log_bytes > 0);
+    r.close().unwrap();
+    let r = Region::open(&p, Options::default()).unwrap();
+    let s = r.stats();
+    assert_eq!(
+        (s.recovered_commits, s.log_bytes, s.checkpoint_seq),
+        (0, 0, 1),
+        "a closed region needs no recovery"
+    );
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(PAGE).unwrap(), 9);
+    v.commit().unwrap();
+}
