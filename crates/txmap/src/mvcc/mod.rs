@@ -349,11 +349,7 @@ impl Mvcc {
                 v.next
                     .store(head.load(Ordering::Acquire), Ordering::Relaxed);
                 head.store(Box::into_raw(v), Ordering::SeqCst);
-                let pruned = self.pruned_to.get(page as usize).expect("page");
-                if plan.durable > pruned.load(Ordering::Relaxed) {
-                    prune_chain(head, &plan, &mut unlinked);
-                    pruned.store(plan.durable, Ordering::Relaxed);
-                }
+                self.prune_page(page as usize, &plan, &mut unlinked);
                 self.page_seq
                     .get(page as usize)
                     .expect("page")
@@ -375,6 +371,18 @@ impl Mvcc {
         self.commit_seq.store(seq, Ordering::Release);
         if !unlinked.is_empty() {
             self.retire(unlinked);
+        }
+    }
+
+    /// Prunes one page's chain if the plan's bound advanced since its last
+    /// pruning. Caller holds `dirty`.
+    fn prune_page(&self, page: usize, plan: &PrunePlan, out: &mut Vec<Unlinked>) {
+        let (Some(head), Some(pruned)) = (self.heads.get(page), self.pruned_to.get(page)) else {
+            return;
+        };
+        if plan.durable > pruned.load(Ordering::Relaxed) {
+            prune_chain(head, plan, out);
+            pruned.store(plan.durable, Ordering::Relaxed);
         }
     }
 
@@ -402,15 +410,7 @@ impl Mvcc {
         {
             let _dirty = lock(&self.dirty);
             for p in pages {
-                let (Some(head), Some(pruned)) =
-                    (self.heads.get(p as usize), self.pruned_to.get(p as usize))
-                else {
-                    continue;
-                };
-                if plan.durable > pruned.load(Ordering::Relaxed) {
-                    prune_chain(head, &plan, &mut unlinked);
-                    pruned.store(plan.durable, Ordering::Relaxed);
-                }
+                self.prune_page(p as usize, &plan, &mut unlinked);
             }
         }
         if !unlinked.is_empty() {

@@ -111,6 +111,27 @@ impl ViewInner {
         }
     }
 
+    /// Calls `f(twin slot, page)` for each page written in this transaction.
+    pub(super) fn for_each_written(&self, mut f: impl FnMut(usize, usize)) {
+        for slot in 0..self.write_n.load(Ordering::Relaxed) {
+            // SAFETY: entries below write_n were written by `touch`.
+            let page = unsafe { *self.write_set.as_ptr().add(slot) } as usize;
+            f(slot, page);
+        }
+    }
+
+    /// Copies twin `slot` back over `page`: the page reads its snapshot again.
+    pub(super) fn restore_twin(&self, slot: usize, page: usize) {
+        // SAFETY: a twin slot and a page of our alias, both mapped, not aliased.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.twins.base().add(slot * PAGE),
+                self.alias.base().add(page * PAGE),
+                PAGE,
+            );
+        }
+    }
+
     pub(super) fn doom(&self, why: u8) {
         let _ = self
             .doomed

@@ -432,21 +432,12 @@ impl View {
         v.active.store(false, Ordering::Release);
         let n = v.write_n.load(Ordering::Relaxed);
         let mut reset = v.doomed.load(Ordering::Relaxed) == DOOM_TOO_LARGE;
-        for i in 0..n {
-            // SAFETY: entries below write_n are initialised.
-            let page = unsafe { *v.write_set.as_ptr().add(i) } as usize;
+        v.for_each_written(|slot, page| {
             if !committed {
-                // SAFETY: twin slot i and our alias page are mapped and not aliased.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        v.twins.base().add(i * PAGE),
-                        v.alias.base().add(page * PAGE),
-                        PAGE,
-                    );
-                }
+                v.restore_twin(slot, page);
             }
             reset |= v.user.protect(page * PAGE, PAGE, Access::Read).is_err();
-        }
+        });
         if reset {
             // Pages written without a twin cannot be restored: forget them all.
             let ok = v
@@ -458,8 +449,11 @@ impl View {
         }
         let v = &*self.inner;
         if n > 4096 {
-            let _ = v.twins.discard(0, n.min(MAX_WRITE_PAGES) * PAGE);
-            let _ = v.twins.map_anonymous_rw(0, v.twins.len());
+            // Give a large transaction's twins back; keep the prepared ones.
+            let used = n.min(MAX_WRITE_PAGES);
+            let _ = v
+                .twins
+                .discard(PREPARED_TWINS * PAGE, (used - PREPARED_TWINS) * PAGE);
         }
         v.region.mvcc.end(v.slot);
         self.depth = 0;
@@ -476,25 +470,18 @@ impl View {
         self.inner.doom(DOOM_USER);
         let v = &*self.inner;
         let serial = v.serial.load(Ordering::Relaxed);
-        for i in 0..v.write_n.load(Ordering::Relaxed) {
-            // SAFETY: entries below write_n are initialised.
-            let page = unsafe { *v.write_set.as_ptr().add(i) } as usize;
-            // SAFETY: twin slot i and our alias page are mapped and not aliased.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    v.twins.base().add(i * PAGE),
-                    v.alias.base().add(page * PAGE),
-                    PAGE,
-                );
-            }
+        let mut protected = Ok(());
+        v.for_each_written(|slot, page| {
+            v.restore_twin(slot, page);
             // Later stores fault again and take a new twin.
             if let Some(t) = v.touched.get(page) {
                 t.store(serial << 2 | TOUCH_READ, Ordering::Relaxed);
             }
-            v.user
-                .protect(page * PAGE, PAGE, Access::Read)
-                .map_err(|e| Error::os("protect view page", e))?;
-        }
+            if protected.is_ok() {
+                protected = v.user.protect(page * PAGE, PAGE, Access::Read);
+            }
+        });
+        protected.map_err(|e| Error::os("protect view page", e))?;
         v.write_n.store(0, Ordering::Relaxed);
         Ok(())
     }
