@@ -399,3 +399,28 @@ fn close_checkpoints_and_reports_success() {
     assert_eq!(v.read::<u64>(PAGE).unwrap(), 9);
     v.commit().unwrap();
 }
+
+#[test]
+fn a_view_keeps_working_after_a_transaction_that_wrote_many_pages() {
+    let d = ext4_dir("bigtxn");
+    let pages = 5000;
+    let r = Region::create(&d.join("r.txm"), pages * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| (0..pages).try_for_each(|p| v.write(p * PAGE, &(p + 1))))
+        .unwrap();
+    // The twins of that transaction were given back; aborting needs new ones,
+    // beyond the 64 prepared at open too.
+    v.begin().unwrap();
+    for p in 0..100 {
+        v.write(p * PAGE, &0u64).unwrap();
+    }
+    v.abort().unwrap();
+    for p in 0..100 {
+        assert_eq!(
+            v.read::<u64>(p * PAGE).unwrap(),
+            p + 1,
+            "page {p} restored from its twin"
+        );
+    }
+    assert!(matches!(v.commit(), Err(Error::Aborted)));
+}
