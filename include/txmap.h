@@ -60,8 +60,8 @@
 // A region or log file holds bytes that txmap cannot have written.
 #define TXMAP_ECORRUPT -5
 
-// The region is already open (by this or another process), or a LIBXAC
-// transaction of another thread is open.
+// A LIBXAC transaction of another thread is open, or the process already
+// called `xInit`.
 #define TXMAP_EBUSY -6
 
 // A memory-mapping system call failed (usually `ENOMEM` or
@@ -148,8 +148,9 @@ const char *txmap_strerror(int code);
 int txmap_region_create(const char *path, uint64_t size, int flags, txmap_region **out);
 
 // Opens the existing region at `path`, recovering it from its log if a
-// process died with it open. `flags`: 0 or `TXMAP_ASYNC`. Fails with
-// `TXMAP_EBUSY` if it is already open. On failure `*out` is set to NULL.
+// process died with it open. Other processes (and handles) may have it open
+// at once; `flags` (0 or `TXMAP_ASYNC`) must then match theirs, else
+// `TXMAP_EINVAL`. On failure `*out` is set to NULL.
 //
 // # Safety
 // `path` is NULL or a NUL-terminated string; `out` is NULL or writable.

@@ -398,14 +398,21 @@ fn recover(path: &Path) -> Result<String, Fail> {
     if let Some(bar) = RECOVERY_BAR.get() {
         bar.finish_and_clear();
     }
-    let replayed = region.stats().recovered_commits;
+    let st = region.stats();
     region.checkpoint()?;
     let ckpt = region.stats().checkpoint_seq;
     drop(region);
+    if !st.opened_alone {
+        return Ok(format!(
+            "{}: open in another process, whose live state needs no recovery; \
+             checkpoint at commit {ckpt}\n",
+            path.display()
+        ));
+    }
     Ok(format!(
         "{}: {} replayed; checkpoint at commit {ckpt}\n",
         path.display(),
-        plural(replayed, "commit", "commits")
+        plural(st.recovered_commits, "commit", "commits")
     ))
 }
 

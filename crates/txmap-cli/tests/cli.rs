@@ -178,14 +178,25 @@ fn recover_replays_the_log_of_a_region_left_open() {
 }
 
 #[test]
-fn recover_refuses_a_region_another_process_has_open() {
+fn recover_on_a_region_another_process_has_open_joins_it_and_checkpoints() {
     let d = ext4_dir("cli-busy");
     let p = d.join("r.txm");
     let region = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
-    let err = fails(&txmap(&["recover", s(&p)]), 2);
-    assert!(err.contains("already open"), "{err}");
-    drop(region);
-    succeeds(&txmap(&["recover", s(&p)]));
+    let mut v = region.view().unwrap();
+    v.begin().unwrap();
+    v.write(0, &7u64).unwrap();
+    v.commit().unwrap();
+    let out = succeeds(&txmap(&["recover", s(&p)]));
+    assert!(out.contains("open in another process"), "{out}");
+    assert!(out.contains("checkpoint at commit 1"), "{out}");
+    assert_eq!(
+        region.stats().log_bytes,
+        0,
+        "the checkpoint emptied the shared log"
+    );
+    drop((v, region));
+    let out = succeeds(&txmap(&["recover", s(&p)]));
+    assert!(out.contains("0 commits replayed"), "{out}");
 }
 
 #[test]

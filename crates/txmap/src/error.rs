@@ -29,9 +29,6 @@ pub enum Error {
     /// The call is not allowed in the current state or with these arguments.
     #[error("{0}")]
     Invalid(String),
-    /// Another handle or process already has the region open.
-    #[error("{}: region is already open (by this or another process)", path.display())]
-    Busy { path: PathBuf },
     /// A memory-mapping call failed.
     #[error("{op}: {source}")]
     Os {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::io::{FileStorage, Storage};
-use crate::mvcc::{Mvcc, Version};
+use crate::mvcc::Mvcc;
 use crate::os::mem::{Access, PAGE, Reservation, round_up};
 use crate::wal::format::{HEADER_BYTES, LogHeader, Range, RegionHeader};
 use crate::wal::log::Log;
@@ -64,13 +64,21 @@ pub struct Stats {
     pub commit_seq: u64,
     pub checkpoint_seq: u64,
     pub log_bytes: u64,
+    /// Page versions held in shared memory (linked, or waiting for readers).
     pub version_pages: usize,
     pub live_snapshots: usize,
     pub oldest_snapshot: Option<u64>,
+    /// Every live transaction's snapshot, owner process and start time.
+    pub snapshots: Vec<crate::mvcc::LiveSnapshot>,
     pub recovered_commits: u64,
-    /// Log syncs since open (checkpoints included); group commit keeps this
-    /// below the number of durable commits under concurrency.
+    /// Log syncs since the shared state was created (checkpoints included);
+    /// group commit keeps this below the number of durable commits.
     pub log_syncs: u64,
+    /// Where the shared state lives.
+    pub shared_path: PathBuf,
+    /// No other process had the region open when this handle opened it (so
+    /// this handle ran recovery and built the shared state).
+    pub opened_alone: bool,
 }
 
 /// An open region. Cheap to clone; views keep it alive.
@@ -79,31 +87,46 @@ pub struct Region {
     pub(crate) inner: Arc<RegionInner>,
 }
 
+/// File locks that order opening and closing between processes.
+pub(crate) struct OpenLocks {
+    /// Shared while the region is open here; exclusive for whoever finds
+    /// itself alone (it recovers, or removes the shared state at close).
+    users: std::fs::File,
+    /// Exclusive around the open and close transitions.
+    transition: std::fs::File,
+}
+
 pub(crate) struct RegionInner {
     pub path: PathBuf,
     pub data: Box<dyn Storage>,
     /// A read-only shared mapping of the data file (header page included).
     pub image: Reservation,
+    /// Bytes of the region mapped in `image` (grows when another process grows the region).
+    image_mapped: Mutex<u64>,
     pub log: Log,
     pub mvcc: Mvcc,
     pub opts: Options,
-    size: AtomicU64,
-    commit_lock: Mutex<()>,
-    grow_lock: Mutex<()>,
-    header: Mutex<RegionHeader>,
     recovered: u64,
+    opened_alone: bool,
     flusher: Mutex<Option<std::thread::Thread>>,
     /// The process that opened the region. A child forked from it shares the
-    /// file lock but not the in-memory state, so it must not commit or
-    /// checkpoint through this handle.
+    /// file locks but must open the region itself.
     pub owner: rustix::process::Pid,
     /// `signal::forks()` when opened: differs in a forked child.
     pub fork_generation: usize,
-    _lock: Option<std::fs::File>,
+    locks: Option<OpenLocks>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn flock(f: &std::fs::File, op: rustix::fs::FlockOperation, path: &Path) -> Result<bool> {
+    match rustix::fs::flock(f, op) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(Error::io("lock", path, e.into())),
+    }
 }
 
 /// The log file that belongs to a region file.
@@ -111,6 +134,24 @@ pub fn log_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push("-log");
     PathBuf::from(s)
+}
+
+/// Where the shared state of a region lives: in `/dev/shm`, named after the
+/// region's id and the file's device and inode (beside the region as
+/// `PATH-shm` where there is no `/dev/shm`).
+pub fn shared_path(path: &Path, region_id: u64) -> Result<PathBuf> {
+    let st = rustix::fs::stat(path).map_err(|e| Error::io("stat", path, e.into()))?;
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        Ok(shm.join(format!(
+            "txmap-{region_id:016x}-{:x}-{:x}",
+            st.st_dev, st.st_ino
+        )))
+    } else {
+        let mut s = path.as_os_str().to_owned();
+        s.push("-shm");
+        Ok(PathBuf::from(s))
+    }
 }
 
 /// Checks a region size: whole pages, at least one, at most `max`.
@@ -213,19 +254,11 @@ impl Region {
             .map_err(|x| Error::io("write log header", log.path(), x))
     }
 
-    /// Opens an existing region, recovering it from its log if a process died
-    /// with it open.
+    /// Opens an existing region. Any number of processes (and handles in
+    /// one process) may have it open at once; the first to open it recovers
+    /// it from its log if a process died with it open.
     pub fn open(path: &Path, opts: Options) -> Result<Region> {
         let data = FileStorage::open(path, false).map_err(|e| Error::io("open", path, e))?;
-        let lockf = data
-            .file()
-            .try_clone()
-            .map_err(|e| Error::io("open", path, e))?;
-        match rustix::fs::flock(&lockf, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Err(Error::Busy { path: path.into() }),
-            Err(e) => return Err(Error::io("lock", path, e.into())),
-        }
         let lp = log_path(path);
         if !lp.exists() {
             return Err(Error::io(
@@ -238,59 +271,92 @@ impl Region {
             ));
         }
         let log = FileStorage::open(&lp, false).map_err(|e| Error::io("open", &lp, e))?;
-        Self::open_with(Box::new(data), Box::new(log), opts, Some(lockf))
+        let clone =
+            |s: &FileStorage, p: &Path| s.file().try_clone().map_err(|e| Error::io("open", p, e));
+        // Separate open file descriptions: flock belongs to those.
+        let users = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let transition = std::fs::File::open(&lp).map_err(|e| Error::io("open", &lp, e))?;
+        drop((clone(&data, path)?, clone(&log, &lp)?));
+        Self::open_locked(
+            Box::new(data),
+            Box::new(log),
+            opts,
+            Some(OpenLocks { users, transition }),
+        )
     }
 
-    /// Opens a region on given storages (tests use simulated devices).
+    /// Opens a region on given storages (tests use simulated devices). The
+    /// handle is alone with the region: its shared state is private to it.
     pub fn open_with(
         data: Box<dyn Storage>,
         log: Box<dyn Storage>,
         opts: Options,
-        lock_file: Option<std::fs::File>,
+    ) -> Result<Region> {
+        Self::open_locked(data, log, opts, None)
+    }
+
+    fn open_locked(
+        data: Box<dyn Storage>,
+        log: Box<dyn Storage>,
+        opts: Options,
+        locks: Option<OpenLocks>,
     ) -> Result<Region> {
         if !crate::os::mem::check_page_size() {
             return Err(Error::Invalid(format!(
                 "txmap needs {PAGE}-byte pages (Linux x86-64)"
             )));
         }
-        let rec = recover(&*data, &*log, opts.on_recovery_progress)?;
-        // A region larger than the requested reservation still opens.
+        use rustix::fs::FlockOperation as F;
+        let path = data.path().to_path_buf();
+        if let Some(l) = &locks {
+            flock(&l.transition, F::LockExclusive, log.path())?;
+        }
+        // Everything below runs while no other process opens or closes.
+        let r = (|| {
+            let alone = match &locks {
+                Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
+                None => true,
+            };
+            let (mvcc, recovered) = if alone {
+                Self::first_open(&*data, &*log, &opts, locks.is_some())?
+            } else {
+                (Self::join(&*data, &*log, &opts)?, 0)
+            };
+            let recovered = (recovered, alone);
+            if let Some(l) = &locks {
+                // Converting is not atomic, but nobody can look meanwhile:
+                // we hold the transition lock.
+                flock(&l.users, F::LockShared, &path)?;
+            }
+            Ok::<_, Error>((mvcc, recovered))
+        })();
+        let (mvcc, recovered) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                if let Some(l) = &locks {
+                    let _ = rustix::fs::flock(&l.users, F::Unlock);
+                    let _ = rustix::fs::flock(&l.transition, F::Unlock);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(l) = &locks {
+            let _ = rustix::fs::flock(&l.transition, F::Unlock);
+        }
         let mut opts = opts;
-        opts.max_size = opts.max_size.max(rec.header.data_size);
-        let size = rec.header.data_size;
+        opts.max_size = mvcc.max_pages() as u64 * PAGE as u64;
+        let size = mvcc.hdr().data_size.load(Ordering::Acquire);
         let image = Reservation::new(HEADER_BYTES as usize + opts.max_size as usize, None)
             .map_err(|e| Error::os("reserve address space for the region image", e))?;
-        image
-            .map_shared(
-                0,
-                round_up((HEADER_BYTES + size) as usize),
-                data.fd(),
-                0,
-                Access::Read,
-            )
-            .map_err(|e| Error::os("map region file", e))?;
-        let log = Log::start(
-            log,
-            rec.header.region_id,
-            Some(rec.log_header),
-            rec.header.checkpoint_seq,
-        )?;
-        let mvcc = Mvcc::new(
-            (opts.max_size / PAGE as u64) as usize,
-            rec.header.checkpoint_seq,
-        )
-        .map_err(|e| Error::os("reserve version tables", e))?;
         let inner = Arc::new(RegionInner {
-            path: data.path().to_path_buf(),
+            path,
             data,
             image,
-            log,
+            image_mapped: Mutex::new(0),
+            log: Log::new(log),
             mvcc,
-            size: AtomicU64::new(size),
-            commit_lock: Mutex::new(()),
-            grow_lock: Mutex::new(()),
-            header: Mutex::new(rec.header),
-            recovered: rec.replayed,
+            recovered: recovered.0,
+            opened_alone: recovered.1,
             flusher: Mutex::new(None),
             owner: rustix::process::getpid(),
             fork_generation: crate::os::signal::forks().map_err(|e| Error::Os {
@@ -298,12 +364,93 @@ impl Region {
                 source: e,
             })?,
             opts,
-            _lock: lock_file,
+            locks,
         });
+        inner.map_image(size)?;
+        inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
         if inner.opts.durability == Durability::Async {
             start_flusher(&inner);
         }
         Ok(Region { inner })
+    }
+
+    /// Alone with the region: recover it from its log, start a log epoch
+    /// and build the shared state afresh.
+    fn first_open(
+        data: &dyn Storage,
+        log: &dyn Storage,
+        opts: &Options,
+        shared: bool,
+    ) -> Result<(Mvcc, u64)> {
+        let rec = recover(data, log, opts.on_recovery_progress)?;
+        let max_size = opts.max_size.max(rec.header.data_size);
+        let (lh, allocated) =
+            crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
+        let init = crate::mvcc::Init {
+            region_id: rec.header.region_id,
+            durable: opts.durability == Durability::Durable,
+            max_pages: max_size / PAGE as u64,
+            commit_seq: rec.header.checkpoint_seq,
+            data_size: rec.header.data_size,
+            region_generation: rec.header.generation,
+            log_generation: lh.generation,
+            log_salt: lh.salt,
+            log_start_seq: lh.start_seq,
+            log_end: HEADER_BYTES,
+            log_allocated: allocated,
+        };
+        let spath = if shared {
+            shared_path(data.path(), rec.header.region_id)?
+        } else {
+            std::env::temp_dir().join(format!(
+                "txmap-private-{:016x}-{}-{}",
+                rec.header.region_id,
+                std::process::id(),
+                PRIVATE.fetch_add(1, Ordering::Relaxed)
+            ))
+        };
+        let mvcc = Mvcc::create(&spath, &init, file_mode(data))
+            .map_err(|e| Error::io("create shared state", &spath, e))?;
+        if !shared {
+            let _ = std::fs::remove_file(&spath);
+        }
+        Ok((mvcc, rec.replayed))
+    }
+
+    /// Others have the region open: map their shared state and check that
+    /// we agree with it.
+    fn join(data: &dyn Storage, log: &dyn Storage, opts: &Options) -> Result<Mvcc> {
+        let (header, _) = read_headers(data, log)?;
+        let spath = shared_path(data.path(), header.region_id)?;
+        let mvcc = Mvcc::attach(&spath, file_mode(data)).map_err(|e| match e {
+            crate::mvcc::AttachError::Io(e) => Error::io("open shared state", &spath, e),
+            crate::mvcc::AttachError::Layout(what) => Error::Invalid(format!(
+                "{}: open in other processes with incompatible shared state {}: {what}",
+                data.path().display(),
+                spath.display()
+            )),
+        })?;
+        let h = mvcc.hdr();
+        if h.region_id.load(Ordering::Acquire) != header.region_id {
+            return Err(Error::Invalid(format!(
+                "{}: shared state {} belongs to another region",
+                data.path().display(),
+                spath.display()
+            )));
+        }
+        let theirs = if h.durability.load(Ordering::Acquire) == 1 {
+            Durability::Durable
+        } else {
+            Durability::Async
+        };
+        if theirs != opts.durability {
+            return Err(Error::Invalid(format!(
+                "{} is open in {theirs:?} mode by another process; open it with \
+                 Durability::{theirs:?} too, or close the others first",
+                data.path().display()
+            )));
+        }
+        Ok(mvcc)
     }
 
     /// Bytes in the region.
@@ -349,25 +496,32 @@ impl Region {
 
     /// Makes every commit so far durable (useful in `Async` mode).
     pub fn sync(&self) -> Result<()> {
-        let seq = self.inner.mvcc.commit_seq();
-        self.inner.log.flush(seq, true)?;
-        self.inner.mvcc.prune_synced(self.inner.log.synced_seq());
+        self.inner.check_owner()?;
+        let i = &self.inner;
+        let h = i.mvcc.hdr();
+        i.log.flush(h, i.mvcc.commit_seq())?;
+        let l = i.lock_commit()?;
+        i.mvcc.prune_synced(&l, Log::synced_seq(h));
         Ok(())
     }
 
     pub fn stats(&self) -> Stats {
         let i = &self.inner;
-        let (n, oldest) = i.mvcc.snapshots();
+        let h = i.mvcc.hdr();
+        let snapshots = i.mvcc.live_snapshots();
         Stats {
             size: i.size(),
             commit_seq: i.mvcc.commit_seq(),
-            checkpoint_seq: lock(&i.header).checkpoint_seq,
-            log_bytes: i.log.epoch_bytes(),
+            checkpoint_seq: h.checkpoint_seq.load(Ordering::Acquire),
+            log_bytes: Log::epoch_bytes(h),
             version_pages: i.mvcc.version_pages(),
-            live_snapshots: n,
-            oldest_snapshot: oldest,
+            live_snapshots: snapshots.len(),
+            oldest_snapshot: snapshots.iter().map(|s| s.snapshot).min(),
+            snapshots,
             recovered_commits: i.recovered,
-            log_syncs: i.log.syncs(),
+            log_syncs: h.syncs.load(Ordering::Relaxed),
+            shared_path: i.mvcc.path().to_path_buf(),
+            opened_alone: i.opened_alone,
         }
     }
 }
@@ -527,8 +681,15 @@ pub(crate) struct CommitRequest<'a> {
     /// Pages whose reads must not have changed since the snapshot (serializable).
     pub read_pages: &'a [u32],
     /// Pages written, each with its new content.
-    pub versions: Vec<(u32, Box<Version>)>,
+    pub pages: Vec<(u32, &'a [u8])>,
     pub ranges: Vec<Range<'a>>,
+}
+
+static PRIVATE: AtomicU64 = AtomicU64::new(0);
+
+/// Permission bits for the shared state: those of the region file.
+fn file_mode(data: &dyn Storage) -> u32 {
+    rustix::fs::fstat(data.fd()).map_or(0o600, |st| st.st_mode & 0o666)
 }
 
 impl RegionInner {
@@ -547,57 +708,193 @@ impl RegionInner {
     }
 
     pub fn size(&self) -> u64 {
-        self.size.load(Ordering::Acquire)
+        self.mvcc.hdr().data_size.load(Ordering::Acquire)
+    }
+
+    fn shared_lock_err(&self, e: std::io::Error) -> Error {
+        Error::io("lock shared state", self.mvcc.path(), e)
+    }
+
+    /// Maps the region file in this process's image up to `size` bytes (other
+    /// processes may have grown it).
+    pub fn map_image(&self, size: u64) -> Result<()> {
+        let mut mapped = lock(&self.image_mapped);
+        if *mapped >= size {
+            return Ok(());
+        }
+        let from = if *mapped == 0 {
+            0
+        } else {
+            round_up((HEADER_BYTES + *mapped) as usize)
+        };
+        let to = round_up((HEADER_BYTES + size) as usize);
+        self.image
+            .map_shared(from, to - from, self.data.fd(), from as u64, Access::Read)
+            .map_err(|e| Error::os("map region file", e))?;
+        *mapped = size;
+        Ok(())
+    }
+
+    /// Takes the shared commit lock, first finishing what a holder that
+    /// died left half done.
+    pub fn lock_commit(&self) -> Result<crate::mvcc::Locked<'_>> {
+        let l = self.mvcc.lock().map_err(|e| self.shared_lock_err(e))?;
+        if l.owner_died {
+            self.repair(&l)?;
+        }
+        Ok(l)
+    }
+
+    /// Repairs after a process died holding the commit lock:
+    /// - a log reset whose new header reached the file but not shared memory
+    ///   is completed;
+    /// - records written before the death (the shared log end covers them)
+    ///   but not yet published are published from the log (redo), so
+    ///   sequence numbers never repeat and nothing another process may have
+    ///   synced is lost; a record past the log end is ignored (its committer
+    ///   was never told it committed) and overwritten by the next commit.
+    fn repair(&self, l: &crate::mvcc::Locked<'_>) -> Result<()> {
+        let h = self.mvcc.hdr();
+        let storage = self.log.storage();
+        let mut page = vec![0u8; HEADER_BYTES as usize];
+        storage
+            .read_at(&mut page, 0)
+            .map_err(|e| Error::io("read header of", storage.path(), e))?;
+        let disk = LogHeader::decode(&page)
+            .map_err(|e| Error::corrupt(storage.path(), 0, e.to_string()))?;
+        if disk.generation > h.log_generation.load(Ordering::Acquire) {
+            crate::wal::log::publish_epoch(h, &disk);
+        }
+        let from = h.published_end.load(Ordering::Acquire);
+        let to = h.log_end.load(Ordering::Acquire);
+        if to > from {
+            let mut bytes = vec![0u8; (to - from) as usize];
+            storage
+                .read_at(&mut bytes, from)
+                .map_err(|e| Error::io("read", storage.path(), e))?;
+            let salt = h.log_salt.load(Ordering::Acquire);
+            let mut at = 0;
+            while at < bytes.len() {
+                let r = crate::wal::format::decode_record(&bytes[at..], salt).map_err(|e| {
+                    Error::corrupt(
+                        storage.path(),
+                        from + at as u64,
+                        format!("unpublished record left by a dead process: {e:?}"),
+                    )
+                })?;
+                at += r.len;
+                if r.seq <= self.mvcc.commit_seq() {
+                    continue;
+                }
+                self.republish(l, &r)?;
+            }
+            h.published_end.store(to, Ordering::Release);
+        }
+        h.written_seq
+            .fetch_max(self.mvcc.commit_seq(), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Publishes a logged commit: each page it changed is its previous
+    /// version with the record's byte ranges applied.
+    fn republish(
+        &self,
+        l: &crate::mvcc::Locked<'_>,
+        r: &crate::wal::format::CommitRecord<'_>,
+    ) -> Result<()> {
+        let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+        for range in &r.ranges {
+            let mut off = range.offset;
+            let mut bytes = range.bytes;
+            while !bytes.is_empty() {
+                let p = (off / PAGE as u64) as u32;
+                let in_page = (off % PAGE as u64) as usize;
+                let n = bytes.len().min(PAGE - in_page);
+                if let std::collections::btree_map::Entry::Vacant(slot) = pages.entry(p) {
+                    let mut buf = vec![0u8; PAGE];
+                    match self.mvcc.lookup(p as usize, r.seq - 1) {
+                        Some(v) => buf.copy_from_slice(v.data),
+                        None => {
+                            let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+                            let len = self.data.len().unwrap_or(0);
+                            if at + PAGE as u64 <= len {
+                                self.data
+                                    .read_at(&mut buf, at)
+                                    .map_err(|e| Error::io("read", &self.path, e))?;
+                            }
+                        }
+                    }
+                    slot.insert(buf);
+                }
+                let buf = pages.get_mut(&p).expect("inserted above");
+                buf[in_page..in_page + n].copy_from_slice(&bytes[..n]);
+                off += n as u64;
+                bytes = &bytes[n..];
+            }
+        }
+        let list: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
+        self.mvcc
+            .reserve(l, list.len())
+            .map_err(|e| self.shared_lock_err(e))?;
+        self.mvcc
+            .publish(l, r.seq, &list, Log::synced_seq(self.mvcc.hdr()))
+            .map_err(|e| self.shared_lock_err(e))
     }
 
     pub fn grow(&self, size: u64) -> Result<()> {
         self.check_owner()?;
         let size = round_up(size as usize) as u64;
-        let _g = lock(&self.grow_lock);
+        let h = self.mvcc.hdr();
+        let _g = h.grow_lock.lock().map_err(|e| self.shared_lock_err(e))?;
         let old = self.size();
         if size <= old {
             return Ok(());
         }
         check_size(size, self.opts.max_size)?;
-        self.log.check_poison()?;
+        crate::wal::log::check_poison(h)?;
         self.data
             .set_len(HEADER_BYTES + size)
             .map_err(|e| Error::io("grow", &self.path, e))?;
-        let from = round_up((HEADER_BYTES + old) as usize);
-        let to = round_up((HEADER_BYTES + size) as usize);
-        self.image
-            .map_shared(from, to - from, self.data.fd(), from as u64, Access::Read)
-            .map_err(|e| Error::os("map grown region", e))?;
-        self.size.store(size, Ordering::Release);
-        Ok(())
+        self.mvcc
+            .back_tables(size / PAGE as u64)
+            .map_err(|e| Error::io("grow shared state", self.mvcc.path(), e))?;
+        h.data_size.store(size, Ordering::Release);
+        self.map_image(size)
     }
 
     /// Validates and commits; returns the commit's sequence number once it is
     /// as durable as the region's mode promises.
     pub fn commit(&self, req: CommitRequest<'_>) -> Result<u64> {
         self.check_owner()?;
-        self.log.check_poison()?;
+        let h = self.mvcc.hdr();
+        crate::wal::log::check_poison(h)?;
         let seq = {
-            let _g = lock(&self.commit_lock);
+            let l = self.lock_commit()?;
             let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
-            if req.read_pages.iter().any(changed) || req.versions.iter().any(|(p, _)| changed(p)) {
+            if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
                 return Err(Error::Conflict);
             }
+            // Room for the versions first: once the record is written, the
+            // commit must be published.
+            self.mvcc
+                .reserve(&l, req.pages.len())
+                .map_err(|e| Error::io("store versions in", self.mvcc.path(), e))?;
             let seq = self.mvcc.commit_seq() + 1;
             self.log
-                .append(seq, self.size(), req.ranges.iter().cloned());
-            let mut versions = req.versions;
-            for (_, v) in versions.iter_mut() {
-                v.seq = seq;
-            }
-            // Versions older than what the file must next receive are dropped
-            // as soon as no snapshot can see them.
-            self.mvcc.publish(seq, versions, self.log.synced_seq());
+                .append(h, &l, seq, self.size(), req.ranges.iter().cloned())?;
+            let published = self.mvcc.publish(&l, seq, &req.pages, Log::synced_seq(h));
+            assert!(
+                published.is_ok(),
+                "publishing a logged commit failed after space was reserved: {published:?}"
+            );
+            h.published_end
+                .store(h.log_end.load(Ordering::Acquire), Ordering::Release);
             seq
         };
-        self.log
-            .flush(seq, self.opts.durability == Durability::Durable)?;
-        if self.log.epoch_bytes() > self.opts.checkpoint_bytes {
+        if self.opts.durability == Durability::Durable {
+            self.log.flush(h, seq)?;
+        }
+        if Log::epoch_bytes(h) > self.opts.checkpoint_bytes {
             // This commit is already as durable as promised: a failing
             // checkpoint poisons the log, and the next call reports it.
             let _ = self.checkpoint();
@@ -607,28 +904,63 @@ impl RegionInner {
 
     pub fn checkpoint(&self) -> Result<()> {
         self.check_owner()?;
-        let mut header = lock(&self.header);
-        self.log.sync_and_maybe_reset(|synced| {
-            let t = self.mvcc.horizon(synced);
-            if t > header.checkpoint_seq {
-                let pin = self.mvcc.pin_for_checkpoint();
-                for (page, v) in pin.pages(t) {
+        let h = self.mvcc.hdr();
+        let g = h
+            .checkpoint_lock
+            .lock()
+            .map_err(|e| self.shared_lock_err(e))?;
+        if g.owner_died {
+            // The region header may be newer on disk than in shared memory.
+            let mut page = vec![0u8; HEADER_BYTES as usize];
+            self.data
+                .read_at(&mut page, 0)
+                .map_err(|e| Error::io("read header of", &self.path, e))?;
+            let disk = RegionHeader::decode(&page)
+                .map_err(|e| Error::corrupt(&self.path, 0, e.to_string()))?;
+            h.region_generation
+                .fetch_max(disk.generation, Ordering::AcqRel);
+            h.checkpoint_seq
+                .fetch_max(disk.checkpoint_seq, Ordering::AcqRel);
+        }
+        crate::wal::log::check_poison(h)?;
+        self.log.sync_all(h)?;
+        let t = self.mvcc.horizon(Log::synced_seq(h));
+        if t > h.checkpoint_seq.load(Ordering::Acquire) {
+            let pin = self.mvcc.pin_for_checkpoint();
+            let pages = {
+                let l = self.lock_commit()?;
+                pin.pages(&l, t)
+            };
+            let r = (|| {
+                for (page, v) in pages {
                     self.data
                         .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
                         .map_err(|e| Error::io("checkpoint", &self.path, e))?;
                 }
                 let next = RegionHeader {
-                    generation: header.generation + 1,
+                    region_id: h.region_id.load(Ordering::Acquire),
+                    generation: h.region_generation.load(Ordering::Acquire) + 1,
                     checkpoint_seq: t,
                     data_size: self.size(),
-                    ..*header
                 };
                 write_region_header(&*self.data, &next)?;
-                *header = next;
+                h.region_generation
+                    .store(next.generation, Ordering::Release);
+                h.checkpoint_seq.store(t, Ordering::Release);
+                Ok(())
+            })();
+            drop(pin);
+            if let Err(e) = r {
+                crate::wal::log::poison(h, &e);
+                return Err(e);
             }
-            Ok(header.checkpoint_seq)
-        })?;
-        self.mvcc.trim(header.checkpoint_seq);
+        }
+        let l = self.lock_commit()?;
+        let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
+        self.log.maybe_reset(h, &l, ckpt)?;
+        self.mvcc.trim(&l, ckpt);
+        drop(l);
+        drop(g);
         Ok(())
     }
 }
@@ -642,11 +974,13 @@ fn start_flusher(inner: &Arc<RegionInner>) {
             loop {
                 std::thread::park_timeout(interval);
                 let Some(r) = weak.upgrade() else { return };
-                let w = r.log.written_seq();
-                if r.log.synced_seq() < w && r.log.flush(w, true).is_err() {
+                let h = r.mvcc.hdr();
+                let w = Log::written_seq(h);
+                if Log::synced_seq(h) < w && r.log.flush(h, w).is_err() {
                     return; // the log is poisoned; commits report it
                 }
-                r.mvcc.prune_synced(r.log.synced_seq());
+                let Ok(l) = r.lock_commit() else { return };
+                r.mvcc.prune_synced(&l, Log::synced_seq(h));
             }
         });
     if let Ok(h) = h {
@@ -656,11 +990,28 @@ fn start_flusher(inner: &Arc<RegionInner>) {
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
-        // A clean close leaves an empty log; if this fails the log still has
-        // everything and the next open recovers.
-        let _ = self.checkpoint();
         if let Some(t) = lock(&self.flusher).take() {
             t.unpark();
         }
+        if self.check_owner().is_err() {
+            return; // a forked child: the parent's state is not ours to touch
+        }
+        // A clean close leaves an empty log; if this fails the log still has
+        // everything and the next open recovers.
+        let _ = self.checkpoint();
+        let Some(l) = &self.locks else { return };
+        use rustix::fs::FlockOperation as F;
+        if rustix::fs::flock(&l.transition, F::LockExclusive).is_err() {
+            return;
+        }
+        let _ = rustix::fs::flock(&l.users, F::Unlock);
+        if rustix::fs::flock(&l.users, F::NonBlockingLockExclusive).is_ok() {
+            // The last one out: everything is in the region file and log
+            // (the next opener recovers from them), so the shared state goes.
+            let _ = self.checkpoint();
+            let _ = std::fs::remove_file(self.mvcc.path());
+            let _ = rustix::fs::flock(&l.users, F::Unlock);
+        }
+        let _ = rustix::fs::flock(&l.transition, F::Unlock);
     }
 }

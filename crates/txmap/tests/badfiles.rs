@@ -169,10 +169,16 @@ fn missing_files_and_bad_arguments_give_clear_errors() {
         .unwrap()
         .to_string();
     assert!(msg.contains("already exists"), "{msg}");
-    assert!(matches!(
-        Region::open(&p, Options::default()),
-        Err(Error::Busy { .. })
-    ));
+    // A second handle on an open region must agree with its durability mode.
+    let async_opts = Options {
+        durability: txmap::Durability::Async,
+        ..Options::default()
+    };
+    let msg = Region::open(&p, async_opts).err().unwrap().to_string();
+    assert!(
+        msg.contains("open in Durable mode by another process"),
+        "{msg}"
+    );
     std::fs::remove_file(log_path(&p)).unwrap();
     let mut v = r.view().unwrap();
     assert!(v.commit().is_err(), "commit outside a transaction");

@@ -216,17 +216,19 @@ fn advisory_access_tracks_a_range_without_faults() {
 #[test]
 fn a_store_outside_a_transaction_fails_loudly() {
     if role().as_deref() == Some("store-outside") {
-        let d = ext4_dir("outside-child");
+        // The parent's directory: the parent removes it and its shared state.
+        let d = std::path::PathBuf::from(std::env::var("TXMAP_TEST_DIR").unwrap());
         let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
         let v = r.view().unwrap();
         // SAFETY: deliberately wrong: a store outside a transaction.
         unsafe { std::ptr::write_volatile(v.base(), 1) };
         unreachable!("the store must not succeed");
     }
+    let d = ext4_dir("outside");
     let out = child(
         "a_store_outside_a_transaction_fails_loudly",
         "store-outside",
-        &[],
+        &[("TXMAP_TEST_DIR", d.path().display().to_string())],
     )
     .output()
     .unwrap();
@@ -242,7 +244,8 @@ fn a_store_outside_a_transaction_fails_loudly() {
 #[test]
 fn faults_that_are_not_ours_reach_the_previous_handler() {
     if role().as_deref() == Some("foreign") {
-        let d = ext4_dir("foreign-child");
+        // The parent's directory: the parent removes it and its shared state.
+        let d = std::path::PathBuf::from(std::env::var("TXMAP_TEST_DIR").unwrap());
         let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
         let _v = r.view().unwrap(); // installs our handler
         let p = std::ptr::null_mut::<u64>().wrapping_add(16);
@@ -250,10 +253,11 @@ fn faults_that_are_not_ours_reach_the_previous_handler() {
         unsafe { std::ptr::write_volatile(p, 1) };
         unreachable!();
     }
+    let d = ext4_dir("foreign");
     let out = child(
         "faults_that_are_not_ours_reach_the_previous_handler",
         "foreign",
-        &[],
+        &[("TXMAP_TEST_DIR", d.path().display().to_string())],
     )
     .output()
     .unwrap();

@@ -102,7 +102,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         checkpoint_bytes: 16 << 10, // checkpoints and log resets happen within a case
         ..Options::default()
     };
-    let r = Region::open_with(Box::new(data.clone()), Box::new(log.clone()), opts, None).unwrap();
+    let r = Region::open_with(Box::new(data.clone()), Box::new(log.clone()), opts).unwrap();
     let mut views: Vec<View> = (0..VIEWS).map(|_| r.view().unwrap()).collect();
     let mut m = Model {
         history: vec![vec![0; WORDS]],
@@ -186,7 +186,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // Power fails now: what was synced must recover to the same state.
     let d = SimStorage::from_bytes("data", data.crash_image(CrashMode::DropAll)).unwrap();
     let l = SimStorage::from_bytes("log", log.crash_image(CrashMode::DropAll)).unwrap();
-    let r2 = Region::open_with(Box::new(d), Box::new(l), Options::default(), None).unwrap();
+    let r2 = Region::open_with(Box::new(d), Box::new(l), Options::default()).unwrap();
     let mut v = r2.view().unwrap();
     v.begin_read().unwrap();
     for (w, want) in last.iter().enumerate() {

@@ -30,7 +30,7 @@ fn sim(o: Options) -> Sim {
     let data = Arc::new(SimStorage::new("data").unwrap());
     let log = Arc::new(SimStorage::new("log").unwrap());
     Region::format(&*data, &*log, SIZE).unwrap();
-    let region = Region::open_with(Box::new(data.clone()), Box::new(log.clone()), o, None).unwrap();
+    let region = Region::open_with(Box::new(data.clone()), Box::new(log.clone()), o).unwrap();
     Sim { data, log, region }
 }
 
@@ -39,7 +39,7 @@ fn recover(s: &Sim, seed: u64) -> Result<Vec<u8>, Error> {
     let d = SimStorage::from_bytes("data", s.data.crash_image(CrashMode::Random(seed))).unwrap();
     let l =
         SimStorage::from_bytes("log", s.log.crash_image(CrashMode::Random(seed ^ 0xabc))).unwrap();
-    let r = Region::open_with(Box::new(d), Box::new(l), Options::default(), None)?;
+    let r = Region::open_with(Box::new(d), Box::new(l), Options::default())?;
     let mut v = r.view()?;
     v.begin_read()?;
     let bytes = v.slice(0, r.size() as usize)?.to_vec();
@@ -118,7 +118,7 @@ fn unsynced_writes_dropped_entirely_still_leave_every_durable_commit() {
     }
     let d = SimStorage::from_bytes("data", s.data.crash_image(CrashMode::DropAll)).unwrap();
     let l = SimStorage::from_bytes("log", s.log.crash_image(CrashMode::DropAll)).unwrap();
-    let r = Region::open_with(Box::new(d), Box::new(l), Options::default(), None).unwrap();
+    let r = Region::open_with(Box::new(d), Box::new(l), Options::default()).unwrap();
     let mut v = r.view().unwrap();
     v.begin_read().unwrap();
     assert_eq!(v.slice(0, SIZE as usize).unwrap(), &model[..]);
@@ -185,17 +185,12 @@ fn recovery_interrupted_at_any_write_recovers_to_the_same_state() {
         let failing = if k % 2 == 0 { &d } else { &l };
         failing.fail_after(k / 2);
         let (d, l) = (Arc::new(d), Arc::new(l));
-        let first = Region::open_with(
-            Box::new(d.clone()),
-            Box::new(l.clone()),
-            Options::default(),
-            None,
-        );
+        let first = Region::open_with(Box::new(d.clone()), Box::new(l.clone()), Options::default());
         drop(first);
         // Power fails during (or after) that recovery; recover again.
         let d2 = SimStorage::from_bytes("data", d.crash_image(CrashMode::Random(k))).unwrap();
         let l2 = SimStorage::from_bytes("log", l.crash_image(CrashMode::Random(k + 1))).unwrap();
-        let r = Region::open_with(Box::new(d2), Box::new(l2), Options::default(), None)
+        let r = Region::open_with(Box::new(d2), Box::new(l2), Options::default())
             .unwrap_or_else(|e| panic!("k={k}: second recovery failed: {e}"));
         let mut v = r.view().unwrap();
         v.begin_read().unwrap();

@@ -42,8 +42,8 @@ pub const TXMAP_EINVAL: c_int = -3;
 pub const TXMAP_EIO: c_int = -4;
 /// A region or log file holds bytes that txmap cannot have written.
 pub const TXMAP_ECORRUPT: c_int = -5;
-/// The region is already open (by this or another process), or a LIBXAC
-/// transaction of another thread is open.
+/// A LIBXAC transaction of another thread is open, or the process already
+/// called `xInit`.
 pub const TXMAP_EBUSY: c_int = -6;
 /// A memory-mapping system call failed (usually `ENOMEM` or
 /// `vm.max_map_count`).
@@ -91,7 +91,6 @@ impl From<Error> for Failure {
             Error::Conflict => (TXMAP_CONFLICT, libc::EAGAIN),
             Error::Aborted => (TXMAP_ABORTED, libc::ECANCELED),
             Error::Invalid(_) => (TXMAP_EINVAL, libc::EINVAL),
-            Error::Busy { .. } => (TXMAP_EBUSY, libc::EBUSY),
             Error::Os { source, .. } => (TXMAP_EOS, os(source, libc::ENOMEM)),
             Error::Poisoned(_) => (TXMAP_EPOISONED, libc::EIO),
         };
@@ -235,8 +234,8 @@ mod tests {
 
     #[test]
     fn errors_map_to_codes_and_errno() {
-        let f = Failure::from(Error::Busy { path: "x".into() });
-        assert_eq!((f.code, f.errno), (TXMAP_EBUSY, libc::EBUSY));
+        let f = Failure::from(Error::Conflict);
+        assert_eq!((f.code, f.errno), (TXMAP_CONFLICT, libc::EAGAIN));
         let f = Failure::from(Error::io(
             "open",
             "x",

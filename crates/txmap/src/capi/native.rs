@@ -113,8 +113,9 @@ pub unsafe extern "C" fn txmap_region_create(
 }
 
 /// Opens the existing region at `path`, recovering it from its log if a
-/// process died with it open. `flags`: 0 or `TXMAP_ASYNC`. Fails with
-/// `TXMAP_EBUSY` if it is already open. On failure `*out` is set to NULL.
+/// process died with it open. Other processes (and handles) may have it open
+/// at once; `flags` (0 or `TXMAP_ASYNC`) must then match theirs, else
+/// `TXMAP_EINVAL`. On failure `*out` is set to NULL.
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.

@@ -1,7 +1,8 @@
-//! Versions and validation: the commit sequence, committed page versions not
-//! yet in the region file, the last commit that wrote each page, snapshot
-//! slots of live transactions, and the journal of which pages each commit
-//! changed.
+//! Versions and validation, in memory shared by every process that has the
+//! region open (layout in `layout.rs`): the commit sequence, committed page
+//! versions not yet in the region file, the last commit that wrote each page,
+//! snapshot slots of live transactions, and the journal of which pages each
+//! commit changed.
 //!
 //! Invariants:
 //! - A page's version chain is ordered newest first; a reader with snapshot S
@@ -11,150 +12,74 @@
 //!   the write. So whatever a live snapshot reads from the file is its version.
 //! - A version unlinked at epoch `e` is freed only when no slot entered the
 //!   read side at an epoch `<= e` and is still in it (epoch-based reclamation),
-//!   which lets the fault handler walk chains without locks.
-//!
-//! All state is atomics and fixed arrays, laid out so it can move to memory
-//! shared between processes.
+//!   which lets fault handlers in every process walk chains without locks.
+//! - Chains, the arena, the dirty list and the journal change only under the
+//!   shared commit lock (a [`Locked`] token), and each change is a sequence of
+//!   single-word stores that leaves the structures walkable if the holder
+//!   dies between any two of them (at worst a block leaks until the last close).
 
-use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+pub mod layout;
 
-use crate::os::mem::{PAGE, ReservedArray};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Largest number of views (threads) open on one region at once.
-pub const MAX_SLOTS: usize = 256;
-/// A reclamation slot reserved for the checkpointer (one at a time), which
-/// reads versions while it writes them to the region file.
-const CHECKPOINT_SLOT: usize = MAX_SLOTS;
-/// Page lists kept in the change journal; a view further behind is reset whole.
-const JOURNAL_PAGES: usize = 1 << 20;
+use crate::os::lock::{Guard, SharedMutex};
+use crate::os::mem::PAGE;
+use crate::os::shm::{SharedFile, process_alive};
+use layout::*;
+pub use layout::{CHECKPOINT_SLOT, MAX_SLOTS};
 
-/// One committed version of a page.
-pub struct Version {
-    pub seq: u64,
-    next: AtomicPtr<Version>,
-    pub data: Box<[u8; PAGE]>,
-}
-
-impl Version {
-    pub fn new(seq: u64, data: &[u8]) -> Box<Version> {
-        let mut page = Box::new([0u8; PAGE]);
-        page.copy_from_slice(data);
-        Box::new(Version {
-            seq,
-            next: AtomicPtr::new(std::ptr::null_mut()),
-            data: page,
-        })
-    }
-}
-
-/// A live transaction's registration.
-#[derive(Default)]
-pub struct Slot {
-    /// Claimed by a view (1) or free (0).
-    owner: AtomicU64,
-    /// Snapshot + 1 while a transaction is open, 0 otherwise.
-    snapshot: AtomicU64,
-    /// Reclamation epoch while reading version chains, 0 otherwise.
-    epoch: AtomicU64,
-}
-
-struct Journal {
-    entries: VecDeque<(u64, Box<[u32]>)>,
-    pages: usize,
-    /// Every commit after this sequence number is in `entries`.
-    complete_after: u64,
-}
-
-/// A version taken out of a chain: a whole tail (its `next` links are its
-/// own) or a single node (whose `next` still points into the live chain).
+/// A committed version of a page, borrowed from the shared arena.
 #[derive(Clone, Copy)]
-struct Unlinked {
-    node: usize,
-    whole_tail: bool,
+pub struct VersionRef<'a> {
+    pub seq: u64,
+    pub data: &'a [u8; PAGE],
 }
 
-/// Unlinks the part of a chain at or below `bound`.
-/// Caller holds `Mvcc::dirty`, which every writer of chains holds.
-fn cut(head: &AtomicPtr<Version>, bound: u64) -> Option<Unlinked> {
-    let mut link: &AtomicPtr<Version> = head;
-    loop {
-        let cur = link.load(Ordering::Acquire);
-        // SAFETY: nodes reachable from a head are alive (see module docs), and
-        // only the holder of `dirty` unlinks them.
-        let v = unsafe { cur.as_ref() }?;
-        if v.seq <= bound {
-            link.store(std::ptr::null_mut(), Ordering::SeqCst);
-            return Some(Unlinked {
-                node: cur as usize,
-                whole_tail: true,
-            });
-        }
-        link = &v.next;
-    }
+/// Proof that the caller holds the shared commit lock.
+pub struct Locked<'a> {
+    _guard: Guard<'a>,
+    /// The previous holder died holding it (see `Region::repair`).
+    pub owner_died: bool,
 }
 
 /// Which versions a chain must keep: every one newer than `durable`, the
 /// newest at or below it, and the newest at or below each live snapshot in
 /// `live` (those below `durable`, newest first).
-struct PrunePlan {
+pub struct PrunePlan {
     durable: u64,
     live: Vec<u64>,
 }
 
-/// Unlinks the versions of a chain that no snapshot can read and no
-/// checkpoint will write (see `PrunePlan`). Caller holds `Mvcc::dirty`.
-fn prune_chain(head: &AtomicPtr<Version>, plan: &PrunePlan, out: &mut Vec<Unlinked>) {
-    let mut cur = head.load(Ordering::Acquire);
-    // SAFETY (all derefs below): nodes reachable from a head are alive, and
-    // only the holder of `dirty` unlinks them.
-    let mut kept = loop {
-        let Some(v) = (unsafe { cur.as_ref() }) else {
-            return;
-        };
-        if v.seq <= plan.durable {
-            break v; // the newest at or below `durable`
-        }
-        cur = v.next.load(Ordering::Acquire);
-    };
-    let mut want = plan
-        .live
-        .iter()
-        .copied()
-        .filter(|&s| s < kept.seq)
-        .peekable();
-    loop {
-        let next = kept.next.load(Ordering::Acquire);
-        let Some(n) = (unsafe { next.as_ref() }) else {
-            return;
-        };
-        match want.peek() {
-            None => {
-                // Nobody needs anything older: drop the whole tail at once.
-                kept.next.store(std::ptr::null_mut(), Ordering::SeqCst);
-                out.push(Unlinked {
-                    node: next as usize,
-                    whole_tail: true,
-                });
-                return;
-            }
-            Some(&s) if n.seq <= s => {
-                // The newest at or below snapshot `s` (and maybe older ones).
-                while want.next_if(|&s| s >= n.seq).is_some() {}
-                kept = n;
-            }
-            Some(_) => {
-                // Superseded before any live snapshot: readers skip it.
-                kept.next
-                    .store(n.next.load(Ordering::Acquire), Ordering::SeqCst);
-                out.push(Unlinked {
-                    node: next as usize,
-                    whole_tail: false,
-                });
-            }
-        }
-    }
+/// Parameters of a fresh shared file (the first opener's).
+pub struct Init {
+    pub region_id: u64,
+    pub durable: bool,
+    pub max_pages: u64,
+    pub commit_seq: u64,
+    pub data_size: u64,
+    pub region_generation: u64,
+    pub log_generation: u64,
+    pub log_salt: u64,
+    pub log_start_seq: u64,
+    pub log_end: u64,
+    pub log_allocated: u64,
+}
+
+/// Why an existing shared file cannot be used.
+#[derive(Debug)]
+pub enum AttachError {
+    Io(std::io::Error),
+    /// Not (yet) a shared file of this format.
+    Layout(String),
+}
+
+/// The multiversion state of one region, as mapped by this process.
+pub struct Mvcc {
+    file: SharedFile,
+    layout: Layout,
+    /// Slots claimed through this mapping (so the reaper leaves them alone).
+    mine: Box<[AtomicBool]>,
+    pid: u64,
 }
 
 /// The checkpointer's hold on version memory (see `Mvcc::pin_for_checkpoint`).
@@ -162,13 +87,16 @@ pub struct CheckpointPin<'a> {
     mvcc: &'a Mvcc,
 }
 
-impl CheckpointPin<'_> {
+impl<'a> CheckpointPin<'a> {
     /// Pages with in-memory versions, and for each the version to write at horizon `t`.
-    pub fn pages(&self, t: u64) -> Vec<(u32, &Version)> {
-        let dirty = lock(&self.mvcc.dirty).clone();
-        dirty
-            .into_iter()
-            .filter_map(|p| self.mvcc.lookup(p as usize, t).map(|v| (p, v)))
+    pub fn pages(&self, l: &Locked<'_>, t: u64) -> Vec<(u32, VersionRef<'a>)> {
+        let m = self.mvcc;
+        let _ = l;
+        let n = m.hdr().dirty_count.load(Ordering::Acquire) as usize;
+        m.dirty_list()[..n]
+            .iter()
+            .map(|p| p.load(Ordering::Acquire) as u32)
+            .filter_map(|p| m.lookup(p as usize, t).map(|v| (p, v)))
             .collect()
     }
 }
@@ -179,261 +107,628 @@ impl Drop for CheckpointPin<'_> {
     }
 }
 
-/// The multiversion state of one region.
-pub struct Mvcc {
-    heads: ReservedArray<AtomicPtr<Version>>,
-    page_seq: ReservedArray<AtomicU64>,
-    /// Per page: the bound its chain was last cut at. A cut frees something
-    /// only after the bound advanced, so a chain is walked once per advance
-    /// (not per commit while a reader or an unsynced log holds the bound).
-    pruned_to: ReservedArray<AtomicU64>,
-    /// Commits up to this one have had their pages swept by `prune_synced`.
-    swept: Mutex<u64>,
-    slots: Box<[Slot]>,
-    commit_seq: AtomicU64,
-    horizon: AtomicU64,
-    epoch: AtomicU64,
-    /// Pages that have versions in memory (the checkpointer's work list).
-    dirty: Mutex<BTreeSet<u32>>,
-    retired: Mutex<Vec<(u64, Unlinked)>>,
-    journal: Mutex<Journal>,
-}
-
-// SAFETY: all fields are atomics or mutex-protected; raw version pointers are
-// only dereferenced under the reclamation protocol above.
-unsafe impl Send for Mvcc {}
-// SAFETY: as above.
-unsafe impl Sync for Mvcc {}
-
-// SAFETY: a null pointer is all zeros and an AtomicPtr has no drop glue.
-unsafe impl<T> crate::os::mem::ZeroIsValid for AtomicPtr<T> {}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+fn link(b: u64) -> u64 {
+    b + 1
 }
 
 impl Mvcc {
-    /// State for a region of at most `max_pages` pages whose last commit is `seq`.
-    pub fn new(max_pages: usize, seq: u64) -> rustix::io::Result<Mvcc> {
-        Ok(Mvcc {
-            heads: ReservedArray::new(max_pages)?,
-            page_seq: ReservedArray::new(max_pages)?,
-            pruned_to: ReservedArray::new(max_pages)?,
-            swept: Mutex::new(seq),
-            slots: (0..=MAX_SLOTS).map(|_| Slot::default()).collect(),
-            commit_seq: AtomicU64::new(seq),
-            horizon: AtomicU64::new(0),
-            epoch: AtomicU64::new(1),
-            dirty: Mutex::new(BTreeSet::new()),
-            retired: Mutex::new(Vec::new()),
-            journal: Mutex::new(Journal {
-                entries: VecDeque::new(),
-                pages: 0,
-                complete_after: seq,
-            }),
-        })
+    /// Creates the shared file at `path` afresh (truncating any old one) for
+    /// a region whose state on disk is described by `init`. Caller holds the
+    /// region's exclusive open lock: nobody else maps the file meanwhile.
+    pub fn create(path: &std::path::Path, init: &Init, mode: u32) -> std::io::Result<Mvcc> {
+        let layout = Layout::new(init.max_pages);
+        let file = SharedFile::open(path, layout.total, mode)?;
+        file.set_len(0)?; // forget a dead session's state entirely
+        file.set_len(layout.total as u64)?;
+        file.allocate(0, layout.pages as u64)?;
+        file.allocate(layout.journal as u64, (layout.meta - layout.journal) as u64)?;
+        let m = Mvcc::from_file(file, layout);
+        let h = m.hdr();
+        for lock in [
+            &h.commit_lock,
+            &h.sync_lock,
+            &h.checkpoint_lock,
+            &h.grow_lock,
+        ] {
+            // SAFETY: the file was just zeroed and nobody else maps it (caller
+            // holds the exclusive open lock).
+            unsafe { lock.init()? };
+        }
+        h.magic.store(MAGIC, Ordering::Relaxed);
+        h.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        h.page_size.store(PAGE as u32, Ordering::Relaxed);
+        h.region_id.store(init.region_id, Ordering::Relaxed);
+        h.durability
+            .store(if init.durable { 1 } else { 2 }, Ordering::Relaxed);
+        h.max_pages.store(layout.max_pages, Ordering::Relaxed);
+        h.arena_blocks.store(layout.arena_blocks, Ordering::Relaxed);
+        for (f, v) in [
+            (&h.commit_seq, init.commit_seq),
+            (&h.written_seq, init.commit_seq),
+            (&h.synced_seq, init.commit_seq),
+            (&h.swept, init.commit_seq),
+            (&h.checkpoint_seq, init.commit_seq),
+            (&h.epoch, 1),
+            (&h.data_size, init.data_size),
+            (&h.region_generation, init.region_generation),
+            (&h.log_generation, init.log_generation),
+            (&h.log_salt, init.log_salt),
+            (&h.log_start_seq, init.log_start_seq),
+            (&h.log_end, init.log_end),
+            (&h.published_end, init.log_end),
+            (&h.log_allocated, init.log_allocated),
+        ] {
+            f.store(v, Ordering::Relaxed);
+        }
+        m.back_tables(init.data_size / PAGE as u64)?;
+        h.ready.store(1, Ordering::Release);
+        Ok(m)
+    }
+
+    /// Maps an existing shared file, checking its layout.
+    pub fn attach(path: &std::path::Path, mode: u32) -> Result<Mvcc, AttachError> {
+        let probe = SharedFile::open(path, PAGE, mode).map_err(AttachError::Io)?;
+        let len = probe.file_len().map_err(AttachError::Io)?;
+        if len < PAGE as u64 {
+            return Err(AttachError::Layout("shared state file is empty".into()));
+        }
+        let h: &Header = probe.at(0);
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.ready.load(Ordering::Acquire) != 1 {
+            return Err(AttachError::Layout(
+                "not an initialised txmap shared state file".into(),
+            ));
+        }
+        let v = h.layout_version.load(Ordering::Relaxed);
+        if v != LAYOUT_VERSION {
+            return Err(AttachError::Layout(format!(
+                "shared state layout version {v}, this txmap uses {LAYOUT_VERSION} \
+                 (close every process using the region, or use the same txmap version)"
+            )));
+        }
+        let ps = h.page_size.load(Ordering::Relaxed);
+        if ps as usize != PAGE {
+            return Err(AttachError::Layout(format!(
+                "shared state uses {ps}-byte pages, this txmap uses {PAGE}"
+            )));
+        }
+        let layout = Layout::new(h.max_pages.load(Ordering::Relaxed));
+        if layout.arena_blocks != h.arena_blocks.load(Ordering::Relaxed)
+            || len < layout.total as u64
+        {
+            return Err(AttachError::Layout(
+                "shared state file has the wrong size".into(),
+            ));
+        }
+        drop(probe);
+        let file = SharedFile::open(path, layout.total, mode).map_err(AttachError::Io)?;
+        Ok(Mvcc::from_file(file, layout))
+    }
+
+    fn from_file(file: SharedFile, layout: Layout) -> Mvcc {
+        Mvcc {
+            file,
+            layout,
+            mine: (0..=MAX_SLOTS).map(|_| AtomicBool::new(false)).collect(),
+            pid: u64::from(std::process::id()),
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.file.path()
+    }
+
+    pub fn hdr(&self) -> &Header {
+        self.file.at(0)
+    }
+
+    fn slots(&self) -> &[Slot] {
+        self.file.slice(self.layout.slots, MAX_SLOTS + 1)
+    }
+
+    fn entry(&self, page: usize) -> Option<&PageEntry> {
+        if page as u64 >= self.hdr().table_pages.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(
+            self.file
+                .at(self.layout.pages + page * size_of::<PageEntry>()),
+        )
+    }
+
+    fn dirty_list(&self) -> &[AtomicU64] {
+        self.file
+            .slice(self.layout.dirty, self.layout.max_pages as usize)
+    }
+
+    fn journal(&self) -> &[JournalEntry] {
+        self.file.slice(self.layout.journal, JOURNAL_LEN as usize)
+    }
+
+    fn meta(&self, b: u64) -> &BlockMeta {
+        debug_assert!(b < self.layout.arena_blocks);
+        self.file
+            .at(self.layout.meta + b as usize * size_of::<BlockMeta>())
+    }
+
+    fn block_data(&self, b: u64) -> *mut u8 {
+        self.file.addr(self.layout.data + b as usize * PAGE, PAGE)
     }
 
     pub fn max_pages(&self) -> usize {
-        self.heads.capacity()
+        self.layout.max_pages as usize
+    }
+
+    /// Backs the per-page tables for pages `[0, pages)`. Caller holds the
+    /// grow lock (or is the initialiser).
+    pub fn back_tables(&self, pages: u64) -> std::io::Result<()> {
+        let h = self.hdr();
+        let have = h.table_pages.load(Ordering::Acquire);
+        if pages <= have {
+            return Ok(());
+        }
+        if pages > self.layout.max_pages {
+            return Err(std::io::Error::other(
+                "region larger than the shared tables",
+            ));
+        }
+        let l = &self.layout;
+        let e = size_of::<PageEntry>() as u64;
+        self.file
+            .allocate(l.pages as u64 + have * e, (pages - have) * e)?;
+        self.file
+            .allocate(l.dirty as u64 + have * 8, (pages - have) * 8)?;
+        h.table_pages.store(pages, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes the shared commit lock.
+    pub fn lock(&self) -> std::io::Result<Locked<'_>> {
+        let g = self.hdr().commit_lock.lock()?;
+        Ok(Locked {
+            owner_died: g.owner_died,
+            _guard: g,
+        })
+    }
+
+    pub fn mutex(&self, which: fn(&Header) -> &SharedMutex) -> &SharedMutex {
+        which(self.hdr())
     }
 
     /// The sequence number of the newest commit.
     pub fn commit_seq(&self) -> u64 {
-        self.commit_seq.load(Ordering::Acquire)
+        self.hdr().commit_seq.load(Ordering::Acquire)
     }
 
+    /// Claims a free slot for a view of this process: first its liveness
+    /// lock (released by the kernel if the process dies), then ownership.
     pub fn claim_slot(&self) -> Option<usize> {
-        self.slots[..MAX_SLOTS].iter().position(|s| {
-            s.owner
-                .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
+        self.try_claim().or_else(|| {
+            self.reap_dead_slots();
+            self.try_claim()
         })
+    }
+
+    fn try_claim(&self) -> Option<usize> {
+        for (i, s) in self.slots()[..MAX_SLOTS].iter().enumerate() {
+            if s.owner.load(Ordering::Relaxed) != 0 {
+                continue;
+            }
+            if !matches!(self.file.lock_byte(i as u64), Ok(true)) {
+                continue;
+            }
+            if s.owner
+                .compare_exchange(0, self.pid, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                self.mine[i].store(true, Ordering::Relaxed);
+                return Some(i);
+            }
+            let _ = self.file.unlock_byte(i as u64);
+        }
+        None
     }
 
     pub fn release_slot(&self, i: usize) {
         self.end(i);
-        self.slots[i].owner.store(0, Ordering::SeqCst);
+        self.slots()[i].owner.store(0, Ordering::SeqCst);
+        self.mine[i].store(false, Ordering::Relaxed);
+        let _ = self.file.unlock_byte(i as u64);
     }
 
-    /// Registers a snapshot for slot `i` and enters the read side; returns the snapshot.
+    /// Clears the slots of processes that died (their liveness lock is free,
+    /// or the owner pid no longer exists), releasing their snapshots and the
+    /// versions those pinned. Returns how many were cleared.
+    pub fn reap_dead_slots(&self) -> usize {
+        let mut n = 0;
+        for (i, s) in self.slots()[..MAX_SLOTS].iter().enumerate() {
+            let owner = s.owner.load(Ordering::SeqCst);
+            if owner == 0 || self.mine[i].load(Ordering::Relaxed) {
+                continue;
+            }
+            if matches!(self.file.lock_byte(i as u64), Ok(true)) {
+                // We hold its lock, so nobody can claim it meanwhile.
+                if s.owner.load(Ordering::SeqCst) != 0 {
+                    s.snapshot.store(0, Ordering::SeqCst);
+                    s.epoch.store(0, Ordering::SeqCst);
+                    s.owner.store(0, Ordering::SeqCst);
+                    n += 1;
+                }
+                let _ = self.file.unlock_byte(i as u64);
+            } else if !process_alive(owner as u32) && s.owner.load(Ordering::SeqCst) == owner {
+                // The lock is held through a descriptor a forked child
+                // inherited: the slot stays taken, its transaction is gone.
+                if s.snapshot.swap(0, Ordering::SeqCst) != 0
+                    || s.epoch.swap(0, Ordering::SeqCst) != 0
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Registers a snapshot for slot `i`; returns it. (Reading versions is
+    /// guarded separately, per copy, with `enter`/`leave`.)
     pub fn begin(&self, i: usize) -> u64 {
-        let slot = &self.slots[i];
+        let h = self.hdr();
+        let slot = &self.slots()[i];
         loop {
-            let s = self.commit_seq.load(Ordering::SeqCst);
+            let s = h.commit_seq.load(Ordering::SeqCst);
             slot.snapshot.store(s + 1, Ordering::SeqCst);
-            slot.epoch
-                .store(self.epoch.load(Ordering::SeqCst), Ordering::SeqCst);
             // A checkpoint that missed our slot published its horizon first; if
             // it is past our snapshot, take a newer one.
-            if self.horizon.load(Ordering::SeqCst) <= s {
+            if h.horizon.load(Ordering::SeqCst) <= s {
                 return s;
             }
         }
     }
 
-    /// Leaves the read side and drops the snapshot of slot `i`.
+    /// Notes when slot `i`'s snapshot began (shown by `txmap info`).
+    pub fn stamp(&self, i: usize, unix_secs: u64) {
+        self.slots()[i].since.store(unix_secs, Ordering::Relaxed);
+    }
+
+    /// Drops the snapshot of slot `i`.
     pub fn end(&self, i: usize) {
-        self.slots[i].snapshot.store(0, Ordering::SeqCst);
-        self.slots[i].epoch.store(0, Ordering::SeqCst);
+        self.slots()[i].snapshot.store(0, Ordering::SeqCst);
     }
 
     /// Enters the read side without a snapshot (a fault outside a transaction).
     /// Returns false if the slot was already inside.
     pub fn enter(&self, i: usize) -> bool {
-        let slot = &self.slots[i];
+        let slot = &self.slots()[i];
         if slot.epoch.load(Ordering::Relaxed) != 0 {
             return false;
         }
         slot.epoch
-            .store(self.epoch.load(Ordering::SeqCst), Ordering::SeqCst);
+            .store(self.hdr().epoch.load(Ordering::SeqCst), Ordering::SeqCst);
         true
     }
 
     pub fn leave(&self, i: usize) {
-        self.slots[i].epoch.store(0, Ordering::SeqCst);
+        self.slots()[i].epoch.store(0, Ordering::SeqCst);
     }
 
     /// Live snapshots: (count, oldest).
     pub fn snapshots(&self) -> (usize, Option<u64>) {
-        let live = self
-            .slots
+        let live = self.live_snapshots();
+        let oldest = live.iter().map(|s| s.snapshot).min();
+        (live.len(), oldest)
+    }
+
+    /// Every live snapshot with its owner and start time.
+    pub fn live_snapshots(&self) -> Vec<LiveSnapshot> {
+        self.slots()
             .iter()
-            .map(|s| s.snapshot.load(Ordering::SeqCst))
-            .filter(|&v| v != 0);
-        let (n, min) = live.fold((0, u64::MAX), |(n, m), v| (n + 1, m.min(v - 1)));
-        (n, (n > 0).then_some(min))
+            .filter_map(|s| {
+                let v = s.snapshot.load(Ordering::SeqCst);
+                (v != 0).then(|| LiveSnapshot {
+                    snapshot: v - 1,
+                    pid: s.owner.load(Ordering::Relaxed) as u32,
+                    since: s.since.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
     }
 
     /// The newest version of `page` visible to snapshot `s`, if it is still in
     /// memory (else the region file holds it). Must be called on the read side.
-    pub fn lookup(&self, page: usize, s: u64) -> Option<&Version> {
-        let mut p = self.heads.get(page)?.load(Ordering::SeqCst);
-        // SAFETY: nodes reachable from a head are freed only after every reader
-        // that could have seen them left the read side (see module docs).
-        while let Some(v) = unsafe { p.as_ref() } {
-            if v.seq <= s {
-                return Some(v);
+    pub fn lookup(&self, page: usize, s: u64) -> Option<VersionRef<'_>> {
+        let mut l = self.entry(page)?.head.load(Ordering::SeqCst);
+        while l != 0 {
+            let m = self.meta(l - 1);
+            let seq = m.seq.load(Ordering::SeqCst);
+            if seq <= s {
+                // SAFETY: a linked block's content is immutable until it is
+                // freed, which waits for every reader that could see it (module
+                // docs); it lies inside the mapping (block index < arena size).
+                let data = unsafe { &*(self.block_data(l - 1) as *const [u8; PAGE]) };
+                return Some(VersionRef { seq, data });
             }
-            p = v.next.load(Ordering::SeqCst);
+            l = m.next.load(Ordering::SeqCst);
         }
         None
     }
 
     /// The sequence number of the last commit that wrote `page`.
     pub fn page_seq(&self, page: usize) -> u64 {
-        self.page_seq
-            .get(page)
-            .map_or(0, |a| a.load(Ordering::Acquire))
+        self.entry(page)
+            .map_or(0, |e| e.seq.load(Ordering::Acquire))
     }
 
-    /// Publishes a commit: new versions, per-page sequence, journal entry, then
-    /// the commit sequence itself. Caller holds the region's commit lock.
+    /// The sequence number of the newest version of `page` in memory.
+    pub fn head_seq(&self, page: usize) -> Option<u64> {
+        let l = self.entry(page)?.head.load(Ordering::Acquire);
+        (l != 0).then(|| self.meta(l - 1).seq.load(Ordering::Acquire))
+    }
+
+    fn alloc_block(&self, _l: &Locked<'_>) -> std::io::Result<u64> {
+        let h = self.hdr();
+        let f = h.free_head.load(Ordering::Acquire);
+        if f != 0 {
+            h.free_head.store(
+                self.meta(f - 1).next.load(Ordering::Acquire),
+                Ordering::Release,
+            );
+            h.blocks_in_use.fetch_add(1, Ordering::Relaxed);
+            return Ok(f - 1);
+        }
+        let b = h.arena_fresh.load(Ordering::Acquire);
+        if b >= self.layout.arena_blocks {
+            return Err(std::io::Error::other(format!(
+                "the shared version store is full ({} page versions); a long-running \
+                 transaction may be holding old versions (see `txmap info`)",
+                self.layout.arena_blocks
+            )));
+        }
+        let backed = h.arena_backed.load(Ordering::Acquire);
+        if b >= backed {
+            let n = ARENA_CHUNK.min(self.layout.arena_blocks - backed);
+            let l = &self.layout;
+            let ms = size_of::<BlockMeta>() as u64;
+            self.file.allocate(l.meta as u64 + backed * ms, n * ms)?;
+            self.file
+                .allocate(l.data as u64 + backed * PAGE as u64, n * PAGE as u64)?;
+            h.arena_backed.store(backed + n, Ordering::Release);
+        }
+        h.arena_fresh.store(b + 1, Ordering::Release);
+        h.blocks_in_use.fetch_add(1, Ordering::Relaxed);
+        Ok(b)
+    }
+
+    /// Makes sure `n` blocks can be allocated without failing (backed with
+    /// memory now), so a commit whose record is logged can always be published.
+    pub fn reserve(&self, _l: &Locked<'_>, n: usize) -> std::io::Result<()> {
+        let h = self.hdr();
+        let fresh = h.arena_fresh.load(Ordering::Acquire);
+        let free = fresh.saturating_sub(h.blocks_in_use.load(Ordering::Relaxed));
+        let need = (n as u64).saturating_sub(free);
+        if need == 0 {
+            return Ok(());
+        }
+        if fresh + need > self.layout.arena_blocks {
+            return Err(std::io::Error::other(format!(
+                "the shared version store is full ({} page versions); a long-running \
+                 transaction may be holding old versions (see `txmap info`)",
+                self.layout.arena_blocks
+            )));
+        }
+        let backed = h.arena_backed.load(Ordering::Acquire);
+        if fresh + need > backed {
+            let want = (fresh + need).div_ceil(ARENA_CHUNK) * ARENA_CHUNK;
+            let upto = want.min(self.layout.arena_blocks);
+            let l = &self.layout;
+            let ms = size_of::<BlockMeta>() as u64;
+            self.file
+                .allocate(l.meta as u64 + backed * ms, (upto - backed) * ms)?;
+            self.file.allocate(
+                l.data as u64 + backed * PAGE as u64,
+                (upto - backed) * PAGE as u64,
+            )?;
+            h.arena_backed.store(upto, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn free_block(&self, b: u64) {
+        let h = self.hdr();
+        self.meta(b)
+            .next
+            .store(h.free_head.load(Ordering::Acquire), Ordering::Release);
+        h.free_head.store(link(b), Ordering::Release);
+        h.blocks_in_use.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Publishes commit `seq`: new versions (copied from `pages`), per-page
+    /// sequence, dirty list, journal, then the commit sequence itself.
+    /// Idempotent per page (a page whose newest version is already `seq` is
+    /// skipped), so a repair can finish a dead committer's publication.
     ///
-    /// The chains of these pages are pruned to what some snapshot or the next
+    /// Chains of these pages are pruned to what some snapshot or the next
     /// checkpoint can still need (see `PrunePlan`).
-    pub fn publish(&self, seq: u64, versions: Vec<(u32, Box<Version>)>, durable: u64) {
+    pub fn publish(
+        &self,
+        l: &Locked<'_>,
+        seq: u64,
+        pages: &[(u32, &[u8])],
+        durable: u64,
+    ) -> std::io::Result<()> {
+        let h = self.hdr();
         assert_eq!(
             seq,
-            self.commit_seq.load(Ordering::Acquire) + 1,
+            h.commit_seq.load(Ordering::Acquire) + 1,
             "commits publish in order"
         );
         let plan = self.prune_plan(durable);
-        let mut pages = Vec::with_capacity(versions.len());
         let mut unlinked = Vec::new();
-        {
-            let mut dirty = lock(&self.dirty);
-            for (page, v) in versions {
-                let head = self.heads.get(page as usize).expect("page within max size");
-                assert_eq!(v.seq, seq);
-                v.next
-                    .store(head.load(Ordering::Acquire), Ordering::Relaxed);
-                head.store(Box::into_raw(v), Ordering::SeqCst);
-                self.prune_page(page as usize, &plan, &mut unlinked);
-                self.page_seq
-                    .get(page as usize)
-                    .expect("page")
-                    .store(seq, Ordering::Release);
-                dirty.insert(page);
-                pages.push(page);
+        for &(page, data) in pages {
+            let e = self
+                .entry(page as usize)
+                .ok_or_else(|| std::io::Error::other("page beyond the shared tables"))?;
+            if self.head_seq(page as usize) != Some(seq) {
+                assert_eq!(data.len(), PAGE);
+                let b = self.alloc_block(l)?;
+                // SAFETY: block b was just allocated to us under the commit
+                // lock and is not reachable by any reader until linked below.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.block_data(b), PAGE) };
+                let m = self.meta(b);
+                m.seq.store(seq, Ordering::Relaxed);
+                m.next
+                    .store(e.head.load(Ordering::Acquire), Ordering::Relaxed);
+                e.head.store(link(b), Ordering::SeqCst);
+            }
+            self.prune_page(page as usize, &plan, &mut unlinked);
+            e.seq.store(seq, Ordering::Release);
+            if e.dirty.load(Ordering::Acquire) == 0 {
+                let n = h.dirty_count.load(Ordering::Acquire);
+                self.dirty_list()[n as usize].store(page.into(), Ordering::Release);
+                h.dirty_count.store(n + 1, Ordering::Release);
+                e.dirty.store(1, Ordering::Release);
             }
         }
-        {
-            let mut j = lock(&self.journal);
-            j.pages += pages.len();
-            j.entries.push_back((seq, pages.into_boxed_slice()));
-            while j.pages > JOURNAL_PAGES {
-                let (s, p) = j.entries.pop_front().expect("nonempty");
-                j.pages -= p.len();
-                j.complete_after = s;
-            }
+        let j = self.journal();
+        let head = h.journal_head.load(Ordering::Acquire);
+        for (k, &(page, _)) in pages.iter().enumerate() {
+            let x = &j[((head + k as u64) % JOURNAL_LEN) as usize];
+            x.seq.store(seq, Ordering::Release);
+            x.page.store(page.into(), Ordering::Release);
         }
-        self.commit_seq.store(seq, Ordering::Release);
+        h.journal_head
+            .store(head + pages.len() as u64, Ordering::Release);
+        h.commit_seq.store(seq, Ordering::Release);
         if !unlinked.is_empty() {
-            self.retire(unlinked);
+            self.retire(l, unlinked);
+        }
+        Ok(())
+    }
+
+    /// Prunes one page's chain if the plan's bound advanced since its last pruning.
+    fn prune_page(&self, page: usize, plan: &PrunePlan, out: &mut Vec<u64>) {
+        let Some(e) = self.entry(page) else { return };
+        if plan.durable > e.pruned_to.load(Ordering::Relaxed) {
+            self.prune_chain(&e.head, plan, out);
+            e.pruned_to.store(plan.durable, Ordering::Relaxed);
         }
     }
 
-    /// Prunes one page's chain if the plan's bound advanced since its last
-    /// pruning. Caller holds `dirty`.
-    fn prune_page(&self, page: usize, plan: &PrunePlan, out: &mut Vec<Unlinked>) {
-        let (Some(head), Some(pruned)) = (self.heads.get(page), self.pruned_to.get(page)) else {
-            return;
+    /// Unlinks the versions of a chain that no snapshot can read and no
+    /// checkpoint will write; pushes every unlinked block onto `out`.
+    fn prune_chain(&self, head: &AtomicU64, plan: &PrunePlan, out: &mut Vec<u64>) {
+        let mut cur = head.load(Ordering::Acquire);
+        // The newest version at or below `durable`.
+        let mut kept = loop {
+            if cur == 0 {
+                return;
+            }
+            if self.meta(cur - 1).seq.load(Ordering::Acquire) <= plan.durable {
+                break cur - 1;
+            }
+            cur = self.meta(cur - 1).next.load(Ordering::Acquire);
         };
-        if plan.durable > pruned.load(Ordering::Relaxed) {
-            prune_chain(head, plan, out);
-            pruned.store(plan.durable, Ordering::Relaxed);
+        let kept_seq = self.meta(kept).seq.load(Ordering::Acquire);
+        let mut want = plan
+            .live
+            .iter()
+            .copied()
+            .filter(|&s| s < kept_seq)
+            .peekable();
+        loop {
+            let next = self.meta(kept).next.load(Ordering::Acquire);
+            if next == 0 {
+                return;
+            }
+            let n = next - 1;
+            let nseq = self.meta(n).seq.load(Ordering::Acquire);
+            match want.peek() {
+                None => {
+                    // Nobody needs anything older: drop the whole tail.
+                    self.meta(kept).next.store(0, Ordering::SeqCst);
+                    let mut t = next;
+                    while t != 0 {
+                        out.push(t - 1);
+                        t = self.meta(t - 1).next.load(Ordering::Acquire);
+                    }
+                    return;
+                }
+                Some(&s) if nseq <= s => {
+                    while want.next_if(|&s| s >= nseq).is_some() {}
+                    kept = n;
+                }
+                Some(_) => {
+                    // Superseded before any live snapshot: readers skip it.
+                    self.meta(kept)
+                        .next
+                        .store(self.meta(n).next.load(Ordering::Acquire), Ordering::SeqCst);
+                    out.push(n);
+                }
+            }
         }
     }
 
     /// After the log was synced up to `durable`: prunes the chains of pages
-    /// that commits since the last sweep wrote (a page written many times and
-    /// then left alone would otherwise keep its versions until a checkpoint).
-    /// Cost follows the number of commits since the last sweep.
-    pub fn prune_synced(&self, durable: u64) {
-        let mut swept = lock(&self.swept);
+    /// that commits since the last sweep wrote.
+    pub fn prune_synced(&self, l: &Locked<'_>, durable: u64) {
+        let h = self.hdr();
+        let swept = h.swept.load(Ordering::Acquire);
         let upto = self.commit_seq();
-        if upto <= *swept {
+        if upto <= swept {
             return;
         }
         let mut pages = Vec::new();
-        if !self.changed_pages(*swept, upto, |p| pages.push(p)) {
-            // The journal was trimmed: sweep every page with versions instead.
-            pages.extend(lock(&self.dirty).iter().copied());
+        if !self.changed_pages(swept, upto, |p| pages.push(p)) {
+            let n = h.dirty_count.load(Ordering::Acquire) as usize;
+            pages.extend(
+                self.dirty_list()[..n]
+                    .iter()
+                    .map(|p| p.load(Ordering::Acquire) as u32),
+            );
         }
-        *swept = upto;
-        drop(swept);
+        h.swept.store(upto, Ordering::Release);
         pages.sort_unstable();
         pages.dedup();
         let plan = self.prune_plan(durable);
         let mut unlinked = Vec::new();
-        {
-            let _dirty = lock(&self.dirty);
-            for p in pages {
-                self.prune_page(p as usize, &plan, &mut unlinked);
-            }
+        for p in pages {
+            self.prune_page(p as usize, &plan, &mut unlinked);
         }
         if !unlinked.is_empty() {
-            self.retire(unlinked);
+            self.retire(l, unlinked);
         }
     }
 
     /// Calls `f` for each page changed by commits in `(after, upto]`; false if
-    /// the journal no longer reaches back that far.
+    /// the journal no longer reaches back that far. Lock-free: entries read
+    /// are re-validated against the ring's head afterwards.
     pub fn changed_pages(&self, after: u64, upto: u64, mut f: impl FnMut(u32)) -> bool {
-        let j = lock(&self.journal);
-        if after < j.complete_after {
-            return false;
+        if after >= upto {
+            return true;
         }
-        for (s, pages) in j.entries.iter().rev() {
-            if *s <= after {
+        let h = self.hdr();
+        let j = self.journal();
+        let head = h.journal_head.load(Ordering::Acquire);
+        let lo = head.saturating_sub(JOURNAL_LEN);
+        let mut i = head;
+        let mut reached = false;
+        while i > lo {
+            i -= 1;
+            let e = &j[(i % JOURNAL_LEN) as usize];
+            let s = e.seq.load(Ordering::Acquire);
+            if s <= after {
+                reached = true;
                 break;
             }
-            if *s <= upto {
-                pages.iter().for_each(|&p| f(p));
+            if s <= upto {
+                f(e.page.load(Ordering::Acquire) as u32);
             }
         }
-        true
+        if !reached && lo > 0 {
+            return false;
+        }
+        // Entries we read must not have been overwritten while we read them.
+        h.journal_head
+            .load(Ordering::Acquire)
+            .saturating_sub(JOURNAL_LEN)
+            <= i
     }
 
     /// What chains must keep now (see `PrunePlan`). Publishes the horizon
@@ -441,9 +736,9 @@ impl Mvcc {
     /// `durable` and needs nothing the plan drops.
     fn prune_plan(&self, durable: u64) -> PrunePlan {
         let durable = durable.min(self.commit_seq());
-        self.horizon.fetch_max(durable, Ordering::SeqCst);
+        self.hdr().horizon.fetch_max(durable, Ordering::SeqCst);
         let mut live: Vec<u64> = self
-            .slots
+            .slots()
             .iter()
             .map(|s| s.snapshot.load(Ordering::SeqCst))
             .filter(|&v| v != 0 && v - 1 < durable)
@@ -455,109 +750,146 @@ impl Mvcc {
     }
 
     /// Returns `T <= min(limit, every live snapshot)` such that no snapshot
-    /// below `T` can start from now on. The published horizon only grows: a
-    /// `begin` that loaded an older commit sequence but registered after the
-    /// slot scan sees it and takes a newer snapshot.
+    /// below `T` can start from now on.
     pub fn horizon(&self, limit: u64) -> u64 {
         let t0 = limit.min(self.commit_seq());
-        self.horizon.fetch_max(t0, Ordering::SeqCst);
+        self.hdr().horizon.fetch_max(t0, Ordering::SeqCst);
         let oldest = self.snapshots().1.unwrap_or(u64::MAX);
         t0.min(oldest)
     }
 
-    /// Enters the read side for a checkpoint: versions it looks up stay
-    /// allocated until the guard drops, even if a commit unlinks them
-    /// meanwhile. Callers serialise checkpoints (one slot serves them all).
+    /// Enters the read side for a checkpoint. Callers hold the shared
+    /// checkpoint lock (one slot serves every process's checkpoints).
     pub fn pin_for_checkpoint(&self) -> CheckpointPin<'_> {
-        let entered = self.enter(CHECKPOINT_SLOT);
-        debug_assert!(entered, "two checkpoints at once");
+        // A checkpointer that died left the slot inside: take it over.
+        self.leave(CHECKPOINT_SLOT);
+        self.enter(CHECKPOINT_SLOT);
         CheckpointPin { mvcc: self }
     }
 
     /// After versions up to `t` reached the region file: unlinks them and frees
     /// what no reader can still see.
-    pub fn trim(&self, t: u64) {
+    pub fn trim(&self, l: &Locked<'_>, t: u64) {
+        let h = self.hdr();
+        let list = self.dirty_list();
         let mut unlinked = Vec::new();
-        {
-            let mut dirty = lock(&self.dirty);
-            dirty.retain(|&p| {
-                let head = self.heads.get(p as usize).expect("page");
-                unlinked.extend(cut(head, t));
-                !head.load(Ordering::Acquire).is_null()
-            });
+        let mut i = 0;
+        while i < h.dirty_count.load(Ordering::Acquire) as usize {
+            let p = list[i].load(Ordering::Acquire) as usize;
+            let Some(e) = self.entry(p) else {
+                i += 1;
+                continue;
+            };
+            // Cut the chain at the first version <= t.
+            let mut at: &AtomicU64 = &e.head;
+            loop {
+                let c = at.load(Ordering::Acquire);
+                if c == 0 {
+                    break;
+                }
+                if self.meta(c - 1).seq.load(Ordering::Acquire) <= t {
+                    at.store(0, Ordering::SeqCst);
+                    let mut q = c;
+                    while q != 0 {
+                        unlinked.push(q - 1);
+                        q = self.meta(q - 1).next.load(Ordering::Acquire);
+                    }
+                    break;
+                }
+                at = &self.meta(c - 1).next;
+            }
+            if e.head.load(Ordering::Acquire) == 0 {
+                // Swap-remove from the dirty list.
+                let n = h.dirty_count.load(Ordering::Acquire) - 1;
+                list[i].store(list[n as usize].load(Ordering::Acquire), Ordering::Release);
+                h.dirty_count.store(n, Ordering::Release);
+                e.dirty.store(0, Ordering::Release);
+            } else {
+                i += 1;
+            }
         }
-        self.retire(unlinked);
+        self.retire(l, unlinked);
     }
 
-    /// Hands unlinked chain tails to reclamation and frees those no reader can reach.
-    fn retire(&self, unlinked: Vec<Unlinked>) {
-        let e = self.epoch.fetch_add(1, Ordering::SeqCst);
-        let mut retired = lock(&self.retired);
-        retired.extend(unlinked.into_iter().map(|u| (e, u)));
-        let min_active = self
-            .slots
+    /// Hands unlinked blocks to reclamation and frees those no reader can reach.
+    fn retire(&self, _l: &Locked<'_>, unlinked: Vec<u64>) {
+        let h = self.hdr();
+        let e = h.epoch.fetch_add(1, Ordering::SeqCst);
+        for b in unlinked {
+            let m = self.meta(b);
+            m.retire_epoch.store(e, Ordering::Relaxed);
+            m.retire_next.store(0, Ordering::Release);
+            let head = h.retired_head.load(Ordering::Acquire);
+            if head == 0 {
+                h.retired_head.store(link(b), Ordering::Release);
+            } else {
+                self.meta(h.retired_tail.load(Ordering::Acquire) - 1)
+                    .retire_next
+                    .store(link(b), Ordering::Release);
+            }
+            h.retired_tail.store(link(b), Ordering::Release);
+            h.retired_count.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut min_active = self.min_active_epoch();
+        if h.retired_count.load(Ordering::Relaxed) > 4 * ARENA_CHUNK {
+            let head = h.retired_head.load(Ordering::Acquire);
+            if head != 0
+                && self.meta(head - 1).retire_epoch.load(Ordering::Relaxed) >= min_active
+                && self.reap_dead_slots() > 0
+            {
+                min_active = self.min_active_epoch();
+            }
+        }
+        loop {
+            let head = h.retired_head.load(Ordering::Acquire);
+            if head == 0 {
+                break;
+            }
+            let m = self.meta(head - 1);
+            if m.retire_epoch.load(Ordering::Relaxed) >= min_active {
+                break;
+            }
+            h.retired_head
+                .store(m.retire_next.load(Ordering::Acquire), Ordering::Release);
+            h.retired_count.fetch_sub(1, Ordering::Relaxed);
+            // Unlinked at an epoch no active reader entered at or before, so
+            // nothing references it any more.
+            self.free_block(head - 1);
+        }
+    }
+
+    fn min_active_epoch(&self) -> u64 {
+        self.slots()
             .iter()
             .map(|s| s.epoch.load(Ordering::SeqCst))
             .filter(|&e| e != 0)
             .min()
-            .unwrap_or(u64::MAX);
-        retired.retain(|&(e, u)| {
-            if e >= min_active {
-                return true;
-            }
-            let mut q = u.node as *mut Version;
-            while !q.is_null() {
-                // SAFETY: unlinked at epoch e, and no reader entered at or before e
-                // is still reading, so nothing references these nodes. A single
-                // node's `next` belongs to the live chain and is not followed.
-                let b = unsafe { Box::from_raw(q) };
-                q = if u.whole_tail {
-                    b.next.load(Ordering::Relaxed)
-                } else {
-                    std::ptr::null_mut()
-                };
-            }
-            false
-        });
+            .unwrap_or(u64::MAX)
     }
 
     /// Unlinked versions not yet freed (waiting for readers to move on).
     pub fn retired(&self) -> usize {
-        lock(&self.retired).len()
+        self.hdr().retired_count.load(Ordering::Relaxed) as usize
     }
 
-    /// Bytes of page versions held in memory.
+    /// Page versions held in shared memory (linked or waiting to be freed).
     pub fn version_pages(&self) -> usize {
-        let dirty = lock(&self.dirty);
-        dirty
-            .iter()
-            .map(|&p| {
-                let mut n = 0;
-                let mut q = self
-                    .heads
-                    .get(p as usize)
-                    .expect("page")
-                    .load(Ordering::Acquire);
-                // SAFETY: we hold `dirty`, so no trim runs concurrently.
-                while let Some(v) = unsafe { q.as_ref() } {
-                    n += 1;
-                    q = v.next.load(Ordering::Acquire);
-                }
-                n
-            })
-            .sum()
+        self.hdr().blocks_in_use.load(Ordering::Relaxed) as usize
+    }
+
+    /// Pages that have versions in memory.
+    pub fn dirty_pages(&self) -> usize {
+        self.hdr().dirty_count.load(Ordering::Relaxed) as usize
     }
 }
 
-impl Drop for Mvcc {
-    fn drop(&mut self) {
-        self.trim(u64::MAX);
-        for s in self.slots.iter() {
-            s.epoch.store(0, Ordering::SeqCst);
-        }
-        self.trim(u64::MAX);
-        debug_assert!(lock(&self.retired).is_empty());
-    }
+/// A live transaction's snapshot, for `txmap info`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveSnapshot {
+    pub snapshot: u64,
+    pub pid: u32,
+    /// Unix time (seconds) it began.
+    pub since: u64,
 }
 
 #[cfg(test)]
@@ -568,18 +900,44 @@ mod tests {
         vec![b; PAGE]
     }
 
+    fn mvcc(name: &str) -> Mvcc {
+        let p =
+            std::path::PathBuf::from(format!("/dev/shm/txmap-unit-{name}-{}", std::process::id()));
+        let m = Mvcc::create(
+            &p,
+            &Init {
+                region_id: 1,
+                durable: true,
+                max_pages: 4,
+                commit_seq: 0,
+                data_size: 4 * PAGE as u64,
+                region_generation: 1,
+                log_generation: 1,
+                log_salt: 1,
+                log_start_seq: 1,
+                log_end: 4096,
+                log_allocated: 4096,
+            },
+            0o600,
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(&p);
+        m
+    }
+
     #[test]
     fn a_checkpoint_pin_keeps_unlinked_versions_alive() {
-        let m = Mvcc::new(4, 0).unwrap();
-        m.publish(1, vec![(0, Version::new(1, &page(1)))], 0);
-        m.publish(2, vec![(0, Version::new(2, &page(2)))], 0);
+        let m = mvcc("pin");
+        let l = m.lock().unwrap();
+        m.publish(&l, 1, &[(0, &page(1))], 0).unwrap();
+        m.publish(&l, 2, &[(0, &page(2))], 0).unwrap();
         let pin = m.pin_for_checkpoint();
-        let pages = pin.pages(1);
+        let pages = pin.pages(&l, 1);
         assert_eq!(pages.len(), 1);
         let v1 = pages[0].1;
         assert_eq!((v1.seq, v1.data[0]), (1, 1));
         // Synced up to 2: a commit now unlinks version 1 (only 2 is needed).
-        m.publish(3, vec![(0, Version::new(3, &page(3)))], 2);
+        m.publish(&l, 3, &[(0, &page(3))], 2).unwrap();
         assert_eq!(m.lookup(0, 1).map(|v| v.seq), None, "version 1 is unlinked");
         assert_eq!(
             m.retired(),
@@ -588,7 +946,40 @@ mod tests {
         );
         assert_eq!((v1.seq, v1.data[4095]), (1, 1));
         drop(pin);
-        m.publish(4, vec![(0, Version::new(4, &page(4)))], 3);
+        m.publish(&l, 4, &[(0, &page(4))], 3).unwrap();
         assert_eq!(m.retired(), 0, "freed once the checkpoint let go");
+        assert_eq!(
+            m.version_pages(),
+            2,
+            "versions 3 and 4 remain, 1 and 2 were freed"
+        );
+    }
+
+    #[test]
+    fn publishing_twice_is_idempotent_and_the_journal_reports_each_commit() {
+        let m = mvcc("idem");
+        let l = m.lock().unwrap();
+        m.publish(&l, 1, &[(0, &page(1)), (2, &page(1))], 0)
+            .unwrap();
+        let mut seen = Vec::new();
+        assert!(m.changed_pages(0, 1, |p| seen.push(p)));
+        seen.sort();
+        assert_eq!(seen, vec![0, 2]);
+        // A repair re-publishing commit 2 after page 0 was already linked.
+        m.publish(&l, 2, &[(0, &page(2))], 0).unwrap();
+        m.hdr().commit_seq.store(1, Ordering::SeqCst);
+        m.publish(&l, 2, &[(0, &page(2)), (1, &page(2))], 0)
+            .unwrap();
+        assert_eq!(m.lookup(0, 2).unwrap().seq, 2);
+        assert_eq!(
+            m.lookup(0, 1).unwrap().data[0],
+            1,
+            "version 1 still below 2"
+        );
+        assert_eq!(
+            m.version_pages(),
+            4,
+            "page 0 has two versions, pages 1 and 2 one"
+        );
     }
 }

@@ -15,10 +15,13 @@ use crate::wal::format::HEADER_BYTES;
 
 impl ViewInner {
     /// Copies the version of `page` visible at `snapshot` into the private
-    /// copy. Caller is on the MVCC read side.
+    /// copy. Enters the MVCC read side for the copy only, so a long
+    /// transaction never holds back the freeing of versions.
     pub(super) fn install(&self, page: usize, snapshot: u64) {
+        let mvcc = &self.region.mvcc;
+        let entered = mvcc.enter(self.slot);
         let dst = self.alias.base() as usize + page * PAGE;
-        let src = match self.region.mvcc.lookup(page, snapshot) {
+        let src = match mvcc.lookup(page, snapshot) {
             Some(v) => v.data.as_ptr(),
             // SAFETY: the page lies below the region size, which the image maps.
             None => unsafe {
@@ -31,6 +34,9 @@ impl ViewInner {
         // SAFETY: both are whole pages in live mappings; the alias is private to
         // this view and the source is an immutable version or the file image.
         unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, PAGE) };
+        if entered {
+            mvcc.leave(self.slot);
+        }
         if let Some(v) = self.valid.get(page) {
             v.store(1, Ordering::Release);
         }
@@ -158,12 +164,7 @@ impl ViewInner {
                 return FaultOutcome::WriteOutsideTransaction;
             }
             // Outside a transaction the view shows the latest committed data.
-            let mvcc = &self.region.mvcc;
-            let entered = mvcc.enter(self.slot);
-            self.install(page, mvcc.commit_seq());
-            if entered {
-                mvcc.leave(self.slot);
-            }
+            self.install(page, self.region.mvcc.commit_seq());
             Access::Read
         };
         match protect_raw(page_addr, PAGE, access) {

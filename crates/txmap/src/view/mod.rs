@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
-use crate::mvcc::Version;
 use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
 use crate::os::signal::{self, Registration};
 use crate::region::{CommitRequest, RegionInner};
@@ -388,7 +387,7 @@ impl View {
         // SAFETY: the first n entries were written by `touch`.
         let pages = unsafe { std::slice::from_raw_parts(v.write_set.as_ptr(), n) };
         let mut ranges = Vec::new();
-        let mut versions = Vec::with_capacity(n);
+        let mut versions: Vec<(u32, &[u8])> = Vec::with_capacity(n);
         for (i, &page) in pages.iter().enumerate() {
             // SAFETY: twin slot i and the page in our alias are mapped, and
             // nothing else writes them during commit (the view is &mut self).
@@ -401,7 +400,7 @@ impl View {
             let before = ranges.len();
             diff(twin, cur, page as u64 * PAGE as u64, &mut ranges);
             if ranges.len() > before {
-                versions.push((page, Version::new(0, cur)));
+                versions.push((page, cur));
             }
         }
         let read_pages = if v.track_reads.load(Ordering::Relaxed) {
@@ -418,7 +417,7 @@ impl View {
         let seq = v.region.commit(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
             read_pages,
-            versions,
+            pages: versions,
             ranges,
         })?;
         v.last_commit.store(seq, Ordering::Relaxed);

@@ -25,7 +25,30 @@ impl TestDir {
 
 impl Drop for TestDir {
     fn drop(&mut self) {
+        remove_shared_state(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes the shared state (in /dev/shm) of every region in `dir`: a
+/// region whose last user was killed keeps it until the next open.
+pub fn remove_shared_state(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let ids: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| rustix::fs::stat(e.path()).ok())
+        .map(|st| format!("-{:x}-{:x}", st.st_dev, st.st_ino))
+        .collect();
+    let Ok(shm) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in shm.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("txmap-") && ids.iter().any(|id| name.ends_with(id.as_str())) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

@@ -1,0 +1,190 @@
+//! Byte layout of the shared state file (`/dev/shm/txmap-…`, see
+//! docs/FORMAT.md "Shared state"). Every process that has the region open
+//! maps it; nothing in it survives the last close (the region file and log
+//! are the durable truth, and the first opener rebuilds this from them).
+
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64};
+
+use crate::os::lock::SharedMutex;
+use crate::os::mem::{PAGE, round_up};
+use crate::os::shm::SharedPod;
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
+/// Changes whenever any structure below changes shape.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Views (one slot each) open on one region at once, across all processes.
+pub const MAX_SLOTS: usize = 1024;
+/// The slot the checkpointer (one at a time, any process) reads versions under.
+pub const CHECKPOINT_SLOT: usize = MAX_SLOTS;
+/// Entries in the change journal ring; a view further behind resets itself.
+pub const JOURNAL_LEN: u64 = 1 << 18;
+/// Version blocks backed with memory at a time.
+pub const ARENA_CHUNK: u64 = 1024;
+pub const POISON_MSG: usize = 256;
+
+/// The first page of the file.
+#[repr(C)]
+pub struct Header {
+    pub magic: AtomicU64,
+    pub layout_version: AtomicU32,
+    pub page_size: AtomicU32,
+    pub region_id: AtomicU64,
+    /// 1 = durable, 2 = async (every process must agree).
+    pub durability: AtomicU32,
+    /// Set last by the initialiser.
+    pub ready: AtomicU32,
+    pub max_pages: AtomicU64,
+    pub arena_blocks: AtomicU64,
+
+    // Versions and snapshots.
+    pub commit_seq: AtomicU64,
+    pub horizon: AtomicU64,
+    pub epoch: AtomicU64,
+    /// Commits up to this one had their pages swept after a sync.
+    pub swept: AtomicU64,
+
+    // Log.
+    pub written_seq: AtomicU64,
+    pub synced_seq: AtomicU64,
+    pub syncs: AtomicU64,
+    /// Bumped after every group-commit round; followers futex-wait on it.
+    pub sync_gen: AtomicU32,
+    pub poisoned: AtomicU32,
+    pub log_generation: AtomicU64,
+    pub log_salt: AtomicU64,
+    pub log_start_seq: AtomicU64,
+    /// End of the last record written (the commit point of a record).
+    pub log_end: AtomicU64,
+    /// End of the last record whose commit is published in memory.
+    pub published_end: AtomicU64,
+    /// Bytes of the log file made real with zeros.
+    pub log_allocated: AtomicU64,
+
+    // Region file.
+    pub region_generation: AtomicU64,
+    pub checkpoint_seq: AtomicU64,
+    pub data_size: AtomicU64,
+    /// Pages whose per-page tables are backed with memory.
+    pub table_pages: AtomicU64,
+
+    // Change journal.
+    pub journal_head: AtomicU64,
+
+    // Pages with versions (the checkpointer's work list).
+    pub dirty_count: AtomicU64,
+
+    // Version arena.
+    pub arena_fresh: AtomicU64,
+    pub arena_backed: AtomicU64,
+    pub free_head: AtomicU64,
+    pub retired_head: AtomicU64,
+    pub retired_tail: AtomicU64,
+    pub blocks_in_use: AtomicU64,
+    pub retired_count: AtomicU64,
+    pub opens: AtomicU64,
+
+    pub poison_msg: [AtomicU8; POISON_MSG],
+
+    /// Validation and publication of commits, the log end, version chains,
+    /// the arena, the journal, log resets.
+    pub commit_lock: SharedMutex,
+    /// The group-commit leader (whoever syncs the log).
+    pub sync_lock: SharedMutex,
+    /// One checkpoint at a time.
+    pub checkpoint_lock: SharedMutex,
+    /// Growing the region.
+    pub grow_lock: SharedMutex,
+}
+
+/// A registration of one view: which process, and its live transaction.
+#[repr(C, align(64))]
+pub struct Slot {
+    /// Process id of the owner, 0 if free.
+    pub owner: AtomicU64,
+    /// Snapshot + 1 while a transaction is open, 0 otherwise.
+    pub snapshot: AtomicU64,
+    /// Reclamation epoch while reading version chains, 0 otherwise.
+    pub epoch: AtomicU64,
+    /// When the snapshot was taken (seconds since the epoch), for `txmap info`.
+    pub since: AtomicU64,
+}
+
+/// Per page of the region.
+#[repr(C)]
+pub struct PageEntry {
+    /// Newest version (block + 1), 0 if none.
+    pub head: AtomicU64,
+    /// Sequence number of the last commit that wrote the page.
+    pub seq: AtomicU64,
+    /// The bound the chain was last pruned at.
+    pub pruned_to: AtomicU64,
+    /// 1 if the page is in the dirty list.
+    pub dirty: AtomicU64,
+}
+
+/// Per version block (its page content lives in the data area).
+#[repr(C)]
+pub struct BlockMeta {
+    pub seq: AtomicU64,
+    /// Next older version (block + 1), or next free block.
+    pub next: AtomicU64,
+    pub retire_epoch: AtomicU64,
+    pub retire_next: AtomicU64,
+}
+
+#[repr(C)]
+pub struct JournalEntry {
+    pub seq: AtomicU64,
+    pub page: AtomicU64,
+}
+
+// SAFETY: repr(C) structs of atomics and (initialised) shared mutexes.
+unsafe impl SharedPod for Header {}
+// SAFETY: as above.
+unsafe impl SharedPod for Slot {}
+// SAFETY: as above.
+unsafe impl SharedPod for PageEntry {}
+// SAFETY: as above.
+unsafe impl SharedPod for BlockMeta {}
+// SAFETY: as above.
+unsafe impl SharedPod for JournalEntry {}
+
+/// Where each part of the file starts (page-aligned).
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    pub max_pages: u64,
+    pub arena_blocks: u64,
+    pub slots: usize,
+    pub pages: usize,
+    pub dirty: usize,
+    pub journal: usize,
+    pub meta: usize,
+    pub data: usize,
+    pub total: usize,
+}
+
+impl Layout {
+    pub fn new(max_pages: u64) -> Layout {
+        // Room for two versions of every page and then some: the checkpointer
+        // and pruning keep far fewer; running out is reported, not fatal.
+        let arena_blocks = 2 * max_pages + 65_536;
+        let slots = round_up(size_of::<Header>());
+        let pages = slots + round_up((MAX_SLOTS + 1) * size_of::<Slot>());
+        let dirty = pages + round_up(max_pages as usize * size_of::<PageEntry>());
+        let journal = dirty + round_up(max_pages as usize * 8);
+        let meta = journal + round_up(JOURNAL_LEN as usize * size_of::<JournalEntry>());
+        let data = meta + round_up(arena_blocks as usize * size_of::<BlockMeta>());
+        let total = data + arena_blocks as usize * PAGE;
+        Layout {
+            max_pages,
+            arena_blocks,
+            slots,
+            pages,
+            dirty,
+            journal,
+            meta,
+            data,
+            total,
+        }
+    }
+}
