@@ -283,14 +283,17 @@ int txmap_in_transaction(txmap_view *view);
 int txmap_set_page_access(txmap_view *view, const void *addr, size_t length, int access);
 
 // Initializes the LIBXAC calls; once per process (again only after
-// `xShutdown`). `dir` holds the regions and their logs and is created if
+// `xShutdown`, or in a child after `fork`, where the parent's state does not
+// carry over). Every process that maps a region calls it; their
+// transactions on a region are isolated from one another as threads' are. `dir` holds the regions and their logs and is created if
 // absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
 // with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
 // creating `dir`).
 //
 // # Safety
 // `dir` is NULL or a NUL-terminated string.
-int xInit(const char *dir, int durability);
+int xInit(const char *dir,
+          int durability);
 
 // Rolls back the calling thread's open transaction (if any), unmaps every
 // region and closes it (checkpointing it, so the log is empty and
@@ -307,8 +310,9 @@ int xShutdown(void);
 // errno `ENOTSUP` (atomic commit across regions is not supported yet). On
 // failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 // name: it must be a plain file name not ending in "-log";
-// `EBUSY`: the region is open elsewhere, or must grow while a transaction
-// is open; file errors keep their errno).
+// `EBUSY`: the region must grow while a transaction is open; file errors
+// keep their errno). Other processes may map the same region at once; if
+// one is creating it, this waits for it to be in place.
 //
 // Inside a transaction the memory may be read and written freely; outside
 // one it is read-only and shows committed data, not necessarily the latest

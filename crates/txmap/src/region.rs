@@ -183,31 +183,54 @@ impl Region {
     /// ```
     pub fn create(path: &Path, size: u64, opts: Options) -> Result<Region> {
         check_size(size, opts.max_size)?;
-        // O_EXCL: of two processes creating one region, exactly one formats it.
-        let data = match FileStorage::create_new(path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::Invalid(format!("{} already exists", path.display())));
-            }
-            Err(e) => return Err(Error::io("create", path, e)),
-        };
+        let exists = || Error::Invalid(format!("{} already exists", path.display()));
+        if path.try_exists().map_err(|e| Error::io("stat", path, e))? {
+            return Err(exists());
+        }
+        // The log is created with O_EXCL first: of two processes creating
+        // one region, exactly one gets it and formats the region. The data
+        // file is formatted under a temporary name and renamed into place
+        // last, so whoever sees `path` sees a whole region.
         let lp = log_path(path);
+        let log = match FileStorage::create_new(&lp) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::Invalid(format!(
+                    "{} already exists (or is being created by another process)",
+                    path.display()
+                )));
+            }
+            Err(e) => return Err(Error::io("create", &lp, e)),
+        };
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".creating-{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let dir = path.parent().unwrap_or(Path::new(""));
         let made = (|| {
-            let log = FileStorage::create_new(&lp).map_err(|e| Error::io("create", &lp, e))?;
+            let _ = std::fs::remove_file(&tmp);
+            let data = FileStorage::create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
             Self::format(&data, &log, size)?;
-            crate::io::sync_dir(path.parent().unwrap_or(Path::new("")))
-                .map_err(|e| Error::io("sync directory of", path, e))
+            let cwd = rustix::fs::CWD;
+            match rustix::fs::renameat_with(
+                cwd,
+                &tmp,
+                cwd,
+                path,
+                rustix::fs::RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::EXIST) => return Err(exists()),
+                Err(e) => return Err(Error::io("rename into place", path, e.into())),
+            }
+            crate::io::sync_dir(dir).map_err(|e| Error::io("sync directory of", path, e))
         })();
         if let Err(e) = made {
-            // Leave nothing half-made behind (but never another region's log).
-            let _ = std::fs::remove_file(path);
-            if !matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
-            {
-                let _ = std::fs::remove_file(&lp);
-            }
+            // Leave nothing half-made behind.
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(&lp);
             return Err(e);
         }
-        drop(data);
+        drop(log);
         Self::open(path, opts)
     }
 
@@ -508,6 +531,7 @@ impl Region {
     pub fn stats(&self) -> Stats {
         let i = &self.inner;
         let h = i.mvcc.hdr();
+        i.mvcc.reap_dead_slots();
         let snapshots = i.mvcc.live_snapshots();
         Stats {
             size: i.size(),
@@ -880,8 +904,10 @@ impl RegionInner {
                 .reserve(&l, req.pages.len())
                 .map_err(|e| Error::io("store versions in", self.mvcc.path(), e))?;
             let seq = self.mvcc.commit_seq() + 1;
+            crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
             self.log
                 .append(h, &l, seq, self.size(), req.ranges.iter().cloned())?;
+            crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
             let published = self.mvcc.publish(&l, seq, &req.pages, Log::synced_seq(h));
             assert!(
                 published.is_ok(),
@@ -923,6 +949,8 @@ impl RegionInner {
                 .fetch_max(disk.checkpoint_seq, Ordering::AcqRel);
         }
         crate::wal::log::check_poison(h)?;
+        // A process that died in a transaction pins nothing from now on.
+        self.mvcc.reap_dead_slots();
         self.log.sync_all(h)?;
         let t = self.mvcc.horizon(Log::synced_seq(h));
         if t > h.checkpoint_seq.load(Ordering::Acquire) {
@@ -937,6 +965,7 @@ impl RegionInner {
                         .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
                         .map_err(|e| Error::io("checkpoint", &self.path, e))?;
                 }
+                crate::debug::hit(crate::debug::CrashPoint::CheckpointWriting);
                 let next = RegionHeader {
                     region_id: h.region_id.load(Ordering::Acquire),
                     generation: h.region_generation.load(Ordering::Acquire) + 1,

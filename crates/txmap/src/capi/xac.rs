@@ -2,6 +2,8 @@
 //!
 //! The state is process-wide, as in LIBXAC: one directory, one mapped region
 //! (for now) and one view of it, used by whichever thread calls `xbegin`.
+//! Several processes may map the same region; `xend` returns `XAC_ABORTED`
+//! when another process's commit conflicts.
 //! While that thread's transaction is open, `xbegin` from another thread
 //! fails with `EBUSY`, and only the owning thread may touch the region (any
 //! access to the region's memory belongs to the open transaction).
@@ -16,7 +18,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use super::{Failure, TXMAP_EBUSY, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno};
-use crate::{Durability, Error, Options, Region, View};
+use crate::{Durability, Error, Options, Region, View, log_path};
 
 /// `xInit` durability: commits are atomic and isolated and survive a crash
 /// of the process, not of the OS (txmap `Durability::Async`).
@@ -42,6 +44,8 @@ struct Mapped {
 }
 
 struct Xac {
+    /// The process that called `xInit` (a forked child calls it again).
+    pid: u32,
     dir: PathBuf,
     opts: Options,
     mapped: Option<Mapped>,
@@ -91,7 +95,9 @@ fn int_call(name: &str, f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
 }
 
 /// Initializes the LIBXAC calls; once per process (again only after
-/// `xShutdown`). `dir` holds the regions and their logs and is created if
+/// `xShutdown`, or in a child after `fork`, where the parent's state does not
+/// carry over). Every process that maps a region calls it; their
+/// transactions on a region are isolated from one another as threads' are. `dir` holds the regions and their logs and is created if
 /// absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
 /// with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
 /// creating `dir`).
@@ -110,12 +116,18 @@ pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
             d => return Err(Failure::invalid(format!("unknown durability {d}"))),
         };
         let mut g = state();
-        if g.is_some() {
-            return Err(busy("already initialized (call xShutdown first)"));
+        if let Some(st) = g.as_ref() {
+            if st.pid == std::process::id() {
+                return Err(busy("already initialized (call xShutdown first)"));
+            }
+            // Inherited through fork: the parent's handles are not ours.
+            // Dropping them neither rolls back nor checkpoints in a child.
+            *g = None;
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         let dir = std::path::absolute(dir).map_err(|e| Error::io("resolve", dir, e))?;
         *g = Some(Xac {
+            pid: std::process::id(),
             dir,
             opts: Options {
                 durability,
@@ -162,8 +174,9 @@ pub extern "C" fn xShutdown() -> c_int {
 /// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
 /// failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 /// name: it must be a plain file name not ending in "-log";
-/// `EBUSY`: the region is open elsewhere, or must grow while a transaction
-/// is open; file errors keep their errno).
+/// `EBUSY`: the region must grow while a transaction is open; file errors
+/// keep their errno). Other processes may map the same region at once; if
+/// one is creating it, this waits for it to be in place.
 ///
 /// Inside a transaction the memory may be read and written freely; outside
 /// one it is read-only and shows committed data, not necessarily the latest
@@ -229,8 +242,10 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
         } else {
             match Region::create(&path, size, st.opts.clone()) {
                 Ok(r) => r,
-                // Another process created it since we looked: open it.
-                Err(Error::Invalid(_)) if path.exists() => Region::open(&path, st.opts.clone())?,
+                // Another process is creating it: open it once it is in place.
+                Err(Error::Invalid(_)) if log_path(&path).exists() => {
+                    open_when_created(&path, &st.opts)?
+                }
                 Err(e) => return Err(e.into()),
             }
         };
@@ -250,6 +265,23 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
         set_errno(e.errno);
         std::ptr::null_mut()
     })
+}
+
+/// Opens a region another process is creating (its data file appears last,
+/// renamed into place whole), waiting up to two seconds for it.
+fn open_when_created(path: &std::path::Path, opts: &Options) -> Result<Region, Error> {
+    let mut waited = 0;
+    loop {
+        match Region::open(path, opts.clone()) {
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && waited < 2000 =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                waited += 5;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Unmaps the region `name` and closes it (checkpointing it). Returns 0, or

@@ -561,7 +561,10 @@ impl Mvcc {
         );
         let plan = self.prune_plan(durable);
         let mut unlinked = Vec::new();
-        for &(page, data) in pages {
+        for (k, &(page, data)) in pages.iter().enumerate() {
+            if k == pages.len() / 2 {
+                crate::debug::hit(crate::debug::CrashPoint::CommitPublishing);
+            }
             let e = self
                 .entry(page as usize)
                 .ok_or_else(|| std::io::Error::other("page beyond the shared tables"))?;

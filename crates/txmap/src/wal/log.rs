@@ -148,6 +148,7 @@ impl Log {
         if Self::synced_seq(h) >= hi {
             return Ok(());
         }
+        crate::debug::hit(crate::debug::CrashPoint::SyncLeader);
         if let Err(e) = self.storage.sync() {
             let e = self.err("sync log", e);
             poison(h, &e);
@@ -188,6 +189,7 @@ impl Log {
                 return Err(e);
             }
         };
+        crate::debug::hit(crate::debug::CrashPoint::LogReset);
         publish_epoch(h, &next);
         Ok(true)
     }

@@ -1,0 +1,46 @@
+//! Crash injection for tests of process death at exact points: a process
+//! that armed a point kills itself with SIGKILL the n-th time it gets there.
+//! Costs one relaxed load per point when unarmed.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Places in the commit, sync and checkpoint paths where a test may kill
+/// the process (each is reached while holding the lock its name says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum CrashPoint {
+    /// Holding the commit lock, validated, before the log record is written.
+    CommitLocked = 1,
+    /// Holding the commit lock, the record written and the log end advanced
+    /// (the commit point), before the commit is published in memory.
+    CommitLogged = 2,
+    /// Holding the commit lock, halfway through publishing the pages.
+    CommitPublishing = 3,
+    /// Holding the group-commit (sync) lock, before `fdatasync`.
+    SyncLeader = 4,
+    /// Holding the checkpoint lock, after writing pages to the region file,
+    /// before its header.
+    CheckpointWriting = 5,
+    /// Holding the commit lock, the new log header written, before shared
+    /// memory knows of the new log epoch.
+    LogReset = 6,
+}
+
+static POINT: AtomicU32 = AtomicU32::new(0);
+static COUNT: AtomicU64 = AtomicU64::new(0);
+
+/// Kills this process with SIGKILL the `nth` time (1 = the next time) it reaches `point`.
+pub fn crash_at(point: CrashPoint, nth: u64) {
+    COUNT.store(nth, Ordering::SeqCst);
+    POINT.store(point as u32, Ordering::SeqCst);
+}
+
+pub(crate) fn hit(point: CrashPoint) {
+    if POINT.load(Ordering::Relaxed) != point as u32 {
+        return;
+    }
+    if COUNT.fetch_sub(1, Ordering::SeqCst) == 1 {
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    }
+}
