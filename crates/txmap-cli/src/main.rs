@@ -220,14 +220,14 @@ fn info_text(r: &Report) -> String {
         ),
         ("commits", r.last_seq.to_string()),
     ];
-    let recovery = match (r.pending_commits, r.open_by) {
+    let recovery = match (r.pending_commits, r.open_by.is_empty()) {
         (0, _) => "not needed".to_string(),
-        (n, Some(_)) => format!(
+        (n, false) => format!(
             "not needed while open: {} since the checkpoint {} in the log",
             plural(n, "commit", "commits"),
             if n == 1 { "is" } else { "are" }
         ),
-        (n, None) => format!(
+        (n, true) => format!(
             "pending: {} in the log {} not in the data file (`txmap recover` or the next open applies them)",
             plural(n, "commit", "commits"),
             if n == 1 { "is" } else { "are" }
@@ -237,12 +237,43 @@ fn info_text(r: &Report) -> String {
     if let Some(t) = &r.torn_tail {
         lines.push(("torn tail", format!("{t} (ignored by recovery)")));
     }
-    if let Some(pid) = r.open_by {
-        let who = match pid {
-            0 => "a process outside this PID namespace".to_string(),
-            p => format!("process {p}"),
+    if !r.open_by.is_empty() {
+        let who: Vec<String> = r
+            .open_by
+            .iter()
+            .map(|&p| match p {
+                0 => "a process outside this PID namespace".to_string(),
+                p => format!("process {p}"),
+            })
+            .collect();
+        lines.push(("open by", who.join(", ")));
+    }
+    if let Some(l) = &r.live {
+        lines.push((
+            "live state",
+            format!(
+                "commit {}, {} in the log, {} in memory ({})",
+                l.commit_seq,
+                human(l.log_bytes),
+                plural(l.version_pages as u64, "page version", "page versions"),
+                l.shared_path.display()
+            ),
+        ));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let snaps = match l.snapshots.iter().min_by_key(|s| s.snapshot) {
+            None => "none".to_string(),
+            Some(o) => format!(
+                "{}; oldest: commit {} ({} behind) held by process {} for {} s",
+                l.snapshots.len(),
+                o.snapshot,
+                plural(l.commit_seq.saturating_sub(o.snapshot), "commit", "commits"),
+                o.pid,
+                now.saturating_sub(o.since)
+            ),
         };
-        lines.push(("open by", who));
+        lines.push(("live snapshots", snaps));
     }
     let mut out = String::new();
     for (k, v) in lines {
@@ -300,7 +331,33 @@ fn info_json(r: &Report) -> String {
         ("torn_tail", js_opt(&r.torn_tail, |t| js(t))),
         ("pending_commits", r.pending_commits.to_string()),
         ("needs_recovery", r.needs_recovery.to_string()),
-        ("open_by", js_opt(&r.open_by, |p| p.to_string())),
+        (
+            "open_by",
+            format!(
+                "[{}]",
+                r.open_by
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        ),
+        (
+            "live_snapshots",
+            js_opt(&r.live, |l| {
+                format!(
+                    "[{}]",
+                    l.snapshots
+                        .iter()
+                        .map(|s| format!(
+                            "{{\"snapshot\":{},\"pid\":{},\"since\":{}}}",
+                            s.snapshot, s.pid, s.since
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }),
+        ),
     ];
     let body: Vec<String> = fields
         .iter()

@@ -161,7 +161,7 @@ fn recover_replays_the_log_of_a_region_left_open() {
         "\"pages_in_use\":3",
         "\"log_records\":0",
         "\"needs_recovery\":false",
-        "\"open_by\":null",
+        "\"open_by\":[]",
     ] {
         assert!(json.contains(field), "{field} missing from {json}");
     }

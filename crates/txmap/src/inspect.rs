@@ -66,9 +66,26 @@ pub struct Report {
     /// The log has records with sequence numbers above the checkpoint: a
     /// process died with the region open, or one has it open now.
     pub needs_recovery: bool,
-    /// Process id holding the region's lock (from `/proc/locks`), if any.
-    /// 0 when the holder is outside this process's PID namespace.
-    pub open_by: Option<u32>,
+    /// Processes that have the region open (their locks in `/proc/locks`).
+    /// 0 for a holder outside this process's PID namespace.
+    pub open_by: Vec<u32>,
+    /// What the processes that have it open share, if any do.
+    pub live: Option<LiveState>,
+}
+
+/// The live state of a region that processes have open, read from their
+/// shared memory without taking part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveState {
+    pub shared_path: PathBuf,
+    /// The newest commit (it may not be in the log file's synced part yet).
+    pub commit_seq: u64,
+    /// Live transactions' snapshots (owner pid, start time).
+    pub snapshots: Vec<crate::mvcc::LiveSnapshot>,
+    /// Page versions held in shared memory.
+    pub version_pages: usize,
+    /// Log bytes in the current epoch.
+    pub log_bytes: u64,
 }
 
 impl Report {
@@ -240,20 +257,48 @@ fn read_slots<H: Copy + PartialEq>(
 }
 
 /// The pid holding a `flock` on the file, from `/proc/locks` (no lock taken).
-fn lock_holder(m: &Metadata) -> Option<u32> {
+fn lock_holders(m: &Metadata) -> Vec<u32> {
     let dev = m.dev();
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
     let want = format!("{major:02x}:{minor:02x}:{}", m.ino());
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    locks.lines().find_map(|line| {
-        // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; waiters have "->" after the number.
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() >= 6 && f[1] == "FLOCK" && f[5] == want {
-            f[4].parse().ok()
-        } else {
-            None
-        }
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = locks
+        .lines()
+        .filter_map(|line| {
+            // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; waiters have "->" after the number.
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() >= 6 && f[1] == "FLOCK" && f[5] == want {
+                f[4].parse().ok()
+            } else {
+                None
+            }
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Reads the shared state of a region that is open, without creating it.
+fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
+    let sp = crate::region::shared_path(path, region_id).ok()?;
+    if !sp.exists() {
+        return None;
+    }
+    let m = crate::mvcc::Mvcc::attach(&sp, 0o600).ok()?;
+    let h = m.hdr();
+    if h.region_id.load(std::sync::atomic::Ordering::Acquire) != region_id {
+        return None;
+    }
+    Some(LiveState {
+        shared_path: sp,
+        commit_seq: m.commit_seq(),
+        snapshots: m.live_snapshots(),
+        version_pages: m.version_pages(),
+        log_bytes: crate::wal::log::Log::epoch_bytes(h),
     })
 }
 
@@ -501,7 +546,12 @@ fn examine(path: &Path) -> Result<Examined> {
         .last()
         .map_or(lh.start_seq.saturating_sub(1), |r| r.seq);
     let pending = records.iter().filter(|r| r.seq > rh.checkpoint_seq).count() as u64;
-    let open_by = lock_holder(&data_meta);
+    let open_by = lock_holders(&data_meta);
+    let live = if open_by.is_empty() {
+        None
+    } else {
+        live_state(path, rh.region_id)
+    };
     if let Some(t) = &torn_tail {
         warnings.push(format!(
             "{}: {t}; an interrupted write, ignored by recovery",
@@ -515,7 +565,7 @@ fn examine(path: &Path) -> Result<Examined> {
             rh.checkpoint_seq
         ));
     }
-    if pending > 0 && open_by.is_none() && problems.is_empty() {
+    if pending > 0 && open_by.is_empty() && problems.is_empty() {
         let (n, are) = match pending {
             1 => ("1 logged commit".to_string(), "is"),
             n => (format!("{n} logged commits"), "are"),
@@ -548,6 +598,7 @@ fn examine(path: &Path) -> Result<Examined> {
         pending_commits: pending,
         needs_recovery: pending > 0,
         open_by,
+        live,
     };
     Ok(Examined {
         report,

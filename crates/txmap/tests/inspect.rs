@@ -34,7 +34,7 @@ fn inspect_fresh_region_reports_its_size_and_nothing_else() {
     assert_eq!(r.log_bytes_used, 0);
     assert!(!r.needs_recovery);
     assert_eq!(r.torn_tail, None);
-    assert_eq!(r.open_by, None);
+    assert!(r.open_by.is_empty());
     let c = check(&p).unwrap();
     assert!(c.is_sound(), "{c:?}");
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
@@ -55,7 +55,7 @@ fn inspect_live_region_shows_logged_commits_then_checkpointed_pages() {
     assert_eq!(r.pending_commits, 3);
     assert_eq!(r.pages_in_use, 0, "nothing checkpointed yet");
     assert!(r.log_bytes_used > 0);
-    assert_eq!(r.open_by, Some(std::process::id()));
+    assert_eq!(r.open_by, vec![std::process::id()]);
     let before = (
         std::fs::read(&p).unwrap(),
         std::fs::read(log_path(&p)).unwrap(),
@@ -86,7 +86,7 @@ fn inspect_live_region_shows_logged_commits_then_checkpointed_pages() {
     drop(region);
     let r = inspect(&p).unwrap();
     assert_eq!((r.checkpoint_seq, r.last_seq, r.log_records), (4, 4, 0));
-    assert_eq!(r.open_by, None);
+    assert!(r.open_by.is_empty());
     assert!(check(&p).unwrap().is_sound());
 }
 
@@ -100,7 +100,7 @@ fn inspect_a_copy_taken_while_open_needs_recovery_and_recovers() {
     let c = check(&b).unwrap();
     assert!(c.is_sound(), "{c:?}");
     assert!(c.report.needs_recovery);
-    assert_eq!(c.report.open_by, None);
+    assert!(c.report.open_by.is_empty());
     assert!(
         c.warnings.iter().any(|w| w.contains("recovery is pending")),
         "{:?}",
@@ -401,4 +401,34 @@ fn inspect_checks_stay_sound_while_another_thread_commits_and_checkpoints() {
     eprintln!("{checks} checks during 1500 commits");
     let r = inspect(&p).unwrap();
     assert_eq!(r.last_seq, 1500);
+}
+
+#[test]
+fn inspect_shows_the_live_snapshots_of_processes_that_have_the_region_open() {
+    let d = ext4_dir("inspect-snapshots");
+    let p = d.join("r.txm");
+    let region = Region::create(&p, 16 * PAGE, Options::default()).unwrap();
+    commit_n(&region, 2);
+    // A second handle stands for another process: its own mapping of the
+    // shared state, its own views.
+    let other = Region::open(&p, Options::default()).unwrap();
+    let mut reader = other.view().unwrap();
+    reader.begin_read().unwrap();
+    commit_n(&region, 3);
+    let r = inspect(&p).unwrap();
+    let live = r.live.expect("the region is open: its live state is shown");
+    // commit_n rewrites the same values: only page 2 changes the second time.
+    assert_eq!(live.commit_seq, 3);
+    assert_eq!(live.snapshots.len(), 1, "{:?}", live.snapshots);
+    assert_eq!(
+        live.snapshots[0].snapshot, 2,
+        "the reader began after commit 2"
+    );
+    assert_eq!(live.snapshots[0].pid, std::process::id());
+    assert_eq!(region.stats().oldest_snapshot, Some(2));
+    reader.commit().unwrap();
+    assert!(inspect(&p).unwrap().live.unwrap().snapshots.is_empty());
+    drop((reader, other, region));
+    let r = inspect(&p).unwrap();
+    assert!(r.live.is_none() && r.open_by.is_empty());
 }

@@ -278,6 +278,12 @@ impl View {
         self.inner.region.check_owner()?;
         self.sync_size()?;
         let s = self.inner.region.mvcc.begin(self.inner.slot);
+        // For `txmap info` (coarse clock: a few nanoseconds).
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+        self.inner
+            .region
+            .mvcc
+            .stamp(self.inner.slot, now.tv_sec as u64);
         if let Err(e) = self.refresh(s, opts) {
             // Do not leave a snapshot registered: it would hold back checkpoints.
             self.inner.region.mvcc.end(self.inner.slot);
