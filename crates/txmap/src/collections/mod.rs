@@ -19,11 +19,15 @@
 //! ```
 
 pub mod alloc;
+pub mod array;
 pub mod btree;
+pub mod lhash;
 mod node;
 
 pub use alloc::{Kind, alloc, free};
+pub use array::ArrayList;
 pub use btree::BTree;
+pub use lhash::LinearHash;
 
 use std::ops::Bound;
 
@@ -82,6 +86,35 @@ impl Map for BTree {
             detail: format!(
                 "height {}, {} leaves, {} internal nodes, {}% full",
                 r.height, r.leaves, r.internal, r.fill_percent
+            ),
+        })
+    }
+}
+
+impl Map for LinearHash {
+    fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        LinearHash::get(self, v, key)
+    }
+    fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
+        LinearHash::put(self, v, key, value)
+    }
+    fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        LinearHash::delete(self, v, key)
+    }
+    fn scan(&self, v: &View, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut Visit<'_>) -> Result<()> {
+        LinearHash::scan(self, v, lo, hi, f)
+    }
+    fn at(&self) -> u64 {
+        self.at
+    }
+    fn check(&self, v: &View) -> Result<Report> {
+        let r = LinearHash::check(self, v)?;
+        Ok(Report {
+            entries: r.entries,
+            blocks: r.blocks,
+            detail: format!(
+                "{} buckets (level {}, split pointer {}), {} overflow pages",
+                r.buckets, r.level, r.split, r.overflow_pages
             ),
         })
     }
