@@ -119,3 +119,143 @@ impl Map for LinearHash {
         })
     }
 }
+
+/// A map structure of any kind, as found in the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnyMap {
+    BTree(BTree),
+    LinearHash(LinearHash),
+}
+
+impl AnyMap {
+    /// Opens the map structure with this name, if the catalog has one.
+    pub fn open_named(v: &View, name: &str) -> Result<Option<AnyMap>> {
+        let Some(e) = alloc::lookup(v, name)? else {
+            return Ok(None);
+        };
+        Ok(Some(match e.kind {
+            Kind::BTree => AnyMap::BTree(BTree::open(v, e.at)?),
+            Kind::LinearHash => AnyMap::LinearHash(LinearHash::open(v, e.at)?),
+            k => {
+                return Err(crate::Error::Invalid(format!(
+                    "structure {name:?} is a {}, not a map",
+                    k.name()
+                )));
+            }
+        }))
+    }
+
+    /// Creates a map structure and enters it in the catalog under `name`.
+    pub fn create_named(v: &mut View, name: &str, kind: Kind) -> Result<AnyMap> {
+        alloc::init(v)?;
+        let m = match kind {
+            Kind::BTree => AnyMap::BTree(BTree::create(v)?),
+            Kind::LinearHash => AnyMap::LinearHash(LinearHash::create_default(v)?),
+            k => {
+                return Err(crate::Error::Invalid(format!(
+                    "a {} is not a map",
+                    k.name()
+                )));
+            }
+        };
+        alloc::register(v, name, kind, m.at())?;
+        Ok(m)
+    }
+
+    /// Opens `name`, creating it as `kind` if absent.
+    pub fn open_or_create(v: &mut View, name: &str, kind: Kind) -> Result<AnyMap> {
+        match Self::open_named(v, name)? {
+            Some(m) => Ok(m),
+            None => Self::create_named(v, name, kind),
+        }
+    }
+
+    fn inner(&self) -> &dyn Map {
+        match self {
+            AnyMap::BTree(m) => m,
+            AnyMap::LinearHash(m) => m,
+        }
+    }
+}
+
+impl Map for AnyMap {
+    fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner().get(v, key)
+    }
+    fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.inner().put(v, key, value)
+    }
+    fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        self.inner().delete(v, key)
+    }
+    fn scan(&self, v: &View, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut Visit<'_>) -> Result<()> {
+        self.inner().scan(v, lo, hi, f)
+    }
+    fn at(&self) -> u64 {
+        self.inner().at()
+    }
+    fn check(&self, v: &View) -> Result<Report> {
+        self.inner().check(v)
+    }
+}
+
+/// What [`check_region`] found: the heap, then each catalog entry.
+pub struct RegionCheck {
+    pub heap: Result<alloc::HeapReport>,
+    pub structures: Vec<(alloc::Entry, Result<Report>)>,
+    /// Blocks in use that no structure or the root object owns (a leak), when
+    /// everything else checked.
+    pub unowned_blocks: Option<u64>,
+}
+
+/// Checks the heap and every structure in the catalog (inside a read-only
+/// transaction, so a consistent snapshot). `Ok(None)`: the region has no heap.
+pub fn check_region(v: &mut View) -> Result<Option<RegionCheck>> {
+    v.begin_read()?;
+    let r = check_region_in(v);
+    v.commit()?;
+    r
+}
+
+fn check_region_in(v: &View) -> Result<Option<RegionCheck>> {
+    if !alloc::is_formatted(v)? {
+        return Ok(None);
+    }
+    let heap = alloc::check(v);
+    let mut structures = Vec::new();
+    for e in alloc::catalog(v)? {
+        let rep = match e.kind {
+            Kind::BTree => BTree::open(v, e.at).and_then(|t| Map::check(&t, v)),
+            Kind::LinearHash => LinearHash::open(v, e.at).and_then(|t| Map::check(&t, v)),
+            Kind::Array => ArrayList::open(v, e.at).and_then(|a| {
+                let r = a.check(v)?;
+                Ok(Report {
+                    entries: r.len,
+                    blocks: 1 + r.segments,
+                    detail: format!(
+                        "{}-byte elements, capacity {} in {} segments",
+                        r.elem_size, r.capacity, r.segments
+                    ),
+                })
+            }),
+            Kind::CoBTree => Err(crate::Error::Invalid("unsupported".into())),
+        };
+        structures.push((e, rep));
+    }
+    let unowned_blocks = match &heap {
+        Ok(h) if structures.iter().all(|(_, r)| r.is_ok()) => {
+            let owned: u64 = structures
+                .iter()
+                .map(|(_, r)| r.as_ref().map_or(0, |r| r.blocks))
+                .sum::<u64>()
+                + u64::from(alloc::root_offset(v)?.is_some());
+            Some(h.used_blocks.saturating_sub(owned))
+        }
+        _ => None,
+    };
+    Ok(Some(RegionCheck {
+        heap,
+        structures,
+        unowned_blocks,
+    }))
+}
