@@ -238,6 +238,8 @@ pub fn kv(path: &Path, name: &str, kind: KindArg, op: KvOp) -> Result<(String, u
     Ok(out)
 }
 
+type KvPair = (Vec<u8>, Vec<u8>);
+
 /// Reads entries from a text or binary stream.
 struct Reader<R> {
     r: R,
@@ -247,7 +249,7 @@ struct Reader<R> {
 }
 
 impl<R: BufRead> Reader<R> {
-    fn next(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>, Fail> {
+    fn next(&mut self) -> Result<Option<KvPair>, Fail> {
         match self.format {
             Format::Text => loop {
                 self.buf.clear();
