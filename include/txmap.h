@@ -81,6 +81,10 @@
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
+// Map kind: a cache-oblivious B-tree (ordered; a packed memory array under
+// a van Emde Boas index).
+#define TXMAP_COBTREE 2
+
 // Map kind: a linear hash table (unordered; scans sort what they read).
 #define TXMAP_LHASH 3
 
@@ -140,7 +144,7 @@ typedef struct txmap_view txmap_view;
 typedef struct {
   // Offset of the structure's header block.
   uint64_t at;
-  // `TXMAP_BTREE` or `TXMAP_LHASH`.
+  // `TXMAP_BTREE`, `TXMAP_COBTREE` or `TXMAP_LHASH`.
   int kind;
 } txmap_map;
 
@@ -193,8 +197,8 @@ int txmap_free(txmap_view *view, uint64_t offset);
 int txmap_root(txmap_view *view, uint64_t size, uint64_t *offset);
 
 // Opens the map named `name` in the region's catalog into `*out`; with
-// `TXMAP_CREATE` in `flags`, creates it as `kind` (`TXMAP_BTREE` or
-// `TXMAP_LHASH`) if absent. Without it, an absent name is `TXMAP_EINVAL`.
+// `TXMAP_CREATE` in `flags`, creates it as `kind` (`TXMAP_BTREE`,
+// `TXMAP_COBTREE` or `TXMAP_LHASH`) if absent. Without it, an absent name is `TXMAP_EINVAL`.
 //
 // # Safety
 // `view` is NULL or a live view handle; `name` NULL or NUL-terminated;

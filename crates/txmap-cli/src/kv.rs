@@ -63,6 +63,7 @@ pub enum Format {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KindArg {
     Btree,
+    Cobtree,
     Lhash,
 }
 
@@ -70,6 +71,7 @@ impl KindArg {
     fn kind(self) -> Kind {
         match self {
             KindArg::Btree => Kind::BTree,
+            KindArg::Cobtree => Kind::CoBTree,
             KindArg::Lhash => Kind::LinearHash,
         }
     }

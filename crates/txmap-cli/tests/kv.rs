@@ -34,7 +34,7 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn put_get_delete_scan_with_escapes_and_exit_codes() {
-    for kind in ["btree", "lhash"] {
+    for kind in ["btree", "cobtree", "lhash"] {
         let d = tmpfs_dir(&format!("kv-basic-{kind}"));
         let p = d.join("kv.txm");
         let r = s(&p);

@@ -93,6 +93,8 @@ int ctest_coll_btree(const char *dir) { return map_test(dir, "bt.txm", TXMAP_BTR
 
 int ctest_coll_lhash(const char *dir) { return map_test(dir, "lh.txm", TXMAP_LHASH); }
 
+int ctest_coll_cobtree(const char *dir) { return map_test(dir, "co.txm", TXMAP_COBTREE); }
+
 int ctest_coll_heap_and_array(const char *dir) {
     txmap_region *r;
     txmap_view *v;

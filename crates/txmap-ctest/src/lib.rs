@@ -26,6 +26,7 @@ unsafe extern "C" {
 
     pub fn ctest_coll_btree(dir: *const c_char) -> c_int;
     pub fn ctest_coll_lhash(dir: *const c_char) -> c_int;
+    pub fn ctest_coll_cobtree(dir: *const c_char) -> c_int;
     pub fn ctest_coll_heap_and_array(dir: *const c_char) -> c_int;
     pub fn ctest_coll_threads(dir: *const c_char) -> c_int;
 

@@ -34,3 +34,8 @@ fn heap_root_and_array() {
 fn threads_insert_into_one_tree() {
     check("threads", ctest_coll_threads);
 }
+
+#[test]
+fn cobtree_put_get_delete_scan_abort() {
+    check("cobtree", ctest_coll_cobtree);
+}

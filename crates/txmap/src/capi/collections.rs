@@ -14,10 +14,13 @@ use std::ops::Bound;
 use super::native::{txmap_view, view_mut};
 use super::{Failure, guarded, status};
 use crate::View;
-use crate::collections::{AnyMap, ArrayList, BTree, Kind, LinearHash, Map, alloc};
+use crate::collections::{AnyMap, ArrayList, BTree, CoBTree, Kind, LinearHash, Map, alloc};
 
 /// Map kind: a B+-tree (ordered).
 pub const TXMAP_BTREE: c_int = 1;
+/// Map kind: a cache-oblivious B-tree (ordered; a packed memory array under
+/// a van Emde Boas index).
+pub const TXMAP_COBTREE: c_int = 2;
 /// Map kind: a linear hash table (unordered; scans sort what they read).
 pub const TXMAP_LHASH: c_int = 3;
 /// Flag for `txmap_map_open`/`txmap_array_open`: create the structure if the
@@ -32,7 +35,7 @@ pub const TXMAP_CREATE: c_int = 1;
 pub struct txmap_map {
     /// Offset of the structure's header block.
     pub at: u64,
-    /// `TXMAP_BTREE` or `TXMAP_LHASH`.
+    /// `TXMAP_BTREE`, `TXMAP_COBTREE` or `TXMAP_LHASH`.
     pub kind: c_int,
 }
 
@@ -103,6 +106,7 @@ unsafe fn txn_view<'a>(view: *mut txmap_view) -> Result<&'a mut View, Failure> {
 fn any_map(v: &View, m: &txmap_map) -> Result<AnyMap, Failure> {
     Ok(match m.kind {
         TXMAP_BTREE => AnyMap::BTree(BTree::open(v, m.at)?),
+        TXMAP_COBTREE => AnyMap::CoBTree(CoBTree::open(v, m.at)?),
         TXMAP_LHASH => AnyMap::LinearHash(LinearHash::open(v, m.at)?),
         k => return Err(Failure::invalid(format!("unknown map kind {k}"))),
     })
@@ -167,8 +171,8 @@ pub unsafe extern "C" fn txmap_root(view: *mut txmap_view, size: u64, offset: *m
 }
 
 /// Opens the map named `name` in the region's catalog into `*out`; with
-/// `TXMAP_CREATE` in `flags`, creates it as `kind` (`TXMAP_BTREE` or
-/// `TXMAP_LHASH`) if absent. Without it, an absent name is `TXMAP_EINVAL`.
+/// `TXMAP_CREATE` in `flags`, creates it as `kind` (`TXMAP_BTREE`,
+/// `TXMAP_COBTREE` or `TXMAP_LHASH`) if absent. Without it, an absent name is `TXMAP_EINVAL`.
 ///
 /// # Safety
 /// `view` is NULL or a live view handle; `name` NULL or NUL-terminated;
@@ -192,6 +196,7 @@ pub unsafe extern "C" fn txmap_map_open(
             None if flags & TXMAP_CREATE != 0 => {
                 let k = match kind {
                     TXMAP_BTREE => Kind::BTree,
+                    TXMAP_COBTREE => Kind::CoBTree,
                     TXMAP_LHASH => Kind::LinearHash,
                     k => return Err(Failure::invalid(format!("unknown map kind {k}"))),
                 };
@@ -201,6 +206,7 @@ pub unsafe extern "C" fn txmap_map_open(
         };
         let kind = match m {
             AnyMap::BTree(_) => TXMAP_BTREE,
+            AnyMap::CoBTree(_) => TXMAP_COBTREE,
             AnyMap::LinearHash(_) => TXMAP_LHASH,
         };
         // SAFETY: per this function's contract.

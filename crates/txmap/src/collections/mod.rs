@@ -21,12 +21,14 @@
 pub mod alloc;
 pub mod array;
 pub mod btree;
+pub mod cobtree;
 pub mod lhash;
 mod node;
 
 pub use alloc::{Kind, alloc, free};
 pub use array::ArrayList;
 pub use btree::BTree;
+pub use cobtree::CoBTree;
 pub use lhash::LinearHash;
 
 use std::ops::Bound;
@@ -120,10 +122,43 @@ impl Map for LinearHash {
     }
 }
 
+impl Map for CoBTree {
+    fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        CoBTree::get(self, v, key)
+    }
+    fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
+        CoBTree::put(self, v, key, value)
+    }
+    fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        CoBTree::delete(self, v, key)
+    }
+    fn scan(&self, v: &View, lo: Bound<&[u8]>, hi: Bound<&[u8]>, f: &mut Visit<'_>) -> Result<()> {
+        CoBTree::scan(self, v, lo, hi, f)
+    }
+    fn at(&self) -> u64 {
+        self.at
+    }
+    fn check(&self, v: &View) -> Result<Report> {
+        let r = CoBTree::check(self, v)?;
+        Ok(Report {
+            entries: r.entries,
+            blocks: r.blocks,
+            detail: format!(
+                "{} segments of {} slots, density {:.2}, fullest segment {}",
+                r.segments,
+                cobtree::SEG,
+                r.density,
+                r.max_segment
+            ),
+        })
+    }
+}
+
 /// A map structure of any kind, as found in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AnyMap {
     BTree(BTree),
+    CoBTree(CoBTree),
     LinearHash(LinearHash),
 }
 
@@ -135,6 +170,7 @@ impl AnyMap {
         };
         Ok(Some(match e.kind {
             Kind::BTree => AnyMap::BTree(BTree::open(v, e.at)?),
+            Kind::CoBTree => AnyMap::CoBTree(CoBTree::open(v, e.at)?),
             Kind::LinearHash => AnyMap::LinearHash(LinearHash::open(v, e.at)?),
             k => {
                 return Err(crate::Error::Invalid(format!(
@@ -150,6 +186,7 @@ impl AnyMap {
         alloc::init(v)?;
         let m = match kind {
             Kind::BTree => AnyMap::BTree(BTree::create(v)?),
+            Kind::CoBTree => AnyMap::CoBTree(CoBTree::create(v)?),
             Kind::LinearHash => AnyMap::LinearHash(LinearHash::create_default(v)?),
             k => {
                 return Err(crate::Error::Invalid(format!(
@@ -173,6 +210,7 @@ impl AnyMap {
     fn inner(&self) -> &dyn Map {
         match self {
             AnyMap::BTree(m) => m,
+            AnyMap::CoBTree(m) => m,
             AnyMap::LinearHash(m) => m,
         }
     }
@@ -238,7 +276,7 @@ fn check_region_in(v: &View) -> Result<Option<RegionCheck>> {
                     ),
                 })
             }),
-            Kind::CoBTree => Err(crate::Error::Invalid("unsupported".into())),
+            Kind::CoBTree => CoBTree::open(v, e.at).and_then(|t| Map::check(&t, v)),
         };
         structures.push((e, rep));
     }
