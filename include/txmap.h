@@ -78,6 +78,20 @@
 // A bug in txmap (a caught Rust panic); the handle may be unusable.
 #define TXMAP_EINTERNAL -10
 
+// Map kind: a B+-tree (ordered).
+#define TXMAP_BTREE 1
+
+// Map kind: a cache-oblivious B-tree (ordered; a packed memory array under
+// a van Emde Boas index).
+#define TXMAP_COBTREE 2
+
+// Map kind: a linear hash table (unordered; scans sort what they read).
+#define TXMAP_LHASH 3
+
+// Flag for `txmap_map_open`/`txmap_array_open`: create the structure if the
+// catalog has no entry of that name.
+#define TXMAP_CREATE 1
+
 // Region flag: commits return once their log record is written to the OS
 // (they survive a crash of the process, and after power loss the region
 // recovers to a prefix of the commits). Without it commits are durable.
@@ -125,6 +139,29 @@ typedef struct txmap_region txmap_region;
 // A view: one mapping of a region, used by one thread at a time. Opaque.
 typedef struct txmap_view txmap_view;
 
+// A map structure in a region: plain data, valid in every view of the
+// region while the structure exists. Fill it with `txmap_map_open`.
+typedef struct {
+  // Offset of the structure's header block.
+  uint64_t at;
+  // `TXMAP_BTREE`, `TXMAP_COBTREE` or `TXMAP_LHASH`.
+  int kind;
+} txmap_map;
+
+// Callback of `txmap_map_scan`: gets each entry; returns 0 to go on, any
+// other value to stop.
+typedef int (*txmap_scan_fn)(void *ctx,
+                             const void *key,
+                             size_t key_len,
+                             const void *value,
+                             size_t value_len);
+
+// An array list in a region (plain data). Fill it with `txmap_array_open`.
+typedef struct {
+  // Offset of the array's header block.
+  uint64_t at;
+} txmap_array;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -137,6 +174,139 @@ const char *txmap_errmsg(void);
 // A static description of a `TXMAP_*` return code ("unknown code" for
 // others). Never NULL.
 const char *txmap_strerror(int code);
+
+// Allocates `size` zeroed bytes in the region's heap (formatting the heap on
+// first use) and stores their offset in `*offset`.
+//
+// # Safety
+// `view` is NULL or a live view handle; `offset` is NULL or writable.
+int txmap_alloc(txmap_view *view, uint64_t size, uint64_t *offset);
+
+// Frees the block at `offset` (from `txmap_alloc`): it is zeroed, and a
+// concurrent transaction that read it will conflict.
+//
+// # Safety
+// `view` is NULL or a live view handle.
+int txmap_free(txmap_view *view, uint64_t offset);
+
+// The region's root object: `size` zeroed bytes allocated on first use;
+// later calls give the same offset (and fail if `size` is larger).
+//
+// # Safety
+// `view` is NULL or a live view handle; `offset` is NULL or writable.
+int txmap_root(txmap_view *view, uint64_t size, uint64_t *offset);
+
+// Opens the map named `name` in the region's catalog into `*out`; with
+// `TXMAP_CREATE` in `flags`, creates it as `kind` (`TXMAP_BTREE`,
+// `TXMAP_COBTREE` or `TXMAP_LHASH`) if absent. Without it, an absent name is `TXMAP_EINVAL`.
+//
+// # Safety
+// `view` is NULL or a live view handle; `name` NULL or NUL-terminated;
+// `out` NULL or writable.
+int txmap_map_open(txmap_view *view, const char *name, int kind, int flags, txmap_map *out);
+
+// Stores `value` under `key`. Returns 0 if the key was new, 1 if it
+// replaced a value, or a negative code.
+//
+// # Safety
+// `view` is NULL or a live view handle; `map` NULL or readable; `key` and
+// `value` readable for their lengths (NULL allowed for length 0).
+int txmap_map_put(txmap_view *view,
+                  const txmap_map *map,
+                  const void *key,
+                  size_t key_len,
+                  const void *value,
+                  size_t value_len);
+
+// Looks `key` up. Returns 1 if found (the value's length goes to
+// `*value_len`, and its first `min(cap, length)` bytes to `buf`), 0 if
+// absent, or a negative code. Call again with a larger buffer if
+// `*value_len > cap`.
+//
+// # Safety
+// `view` is NULL or a live view handle; `map` NULL or readable; `key`
+// readable for `key_len`; `buf` writable for `cap` (NULL if `cap` is 0);
+// `value_len` NULL or writable.
+int txmap_map_get(txmap_view *view,
+                  const txmap_map *map,
+                  const void *key,
+                  size_t key_len,
+                  void *buf,
+                  size_t cap,
+                  size_t *value_len);
+
+// Removes `key`. Returns 1 if it was present, 0 if not, or a negative code.
+//
+// # Safety
+// As `txmap_map_get`.
+int txmap_map_delete(txmap_view *view, const txmap_map *map, const void *key, size_t key_len);
+
+// Calls `f` for each entry with `lo <= key < hi` in key order (`lo` NULL:
+// from the first key; `hi` NULL: to the last) until `f` returns non-zero.
+// The pointers passed to `f` are valid during that call only.
+//
+// # Safety
+// As `txmap_map_get`; `lo`/`hi` readable for their lengths or NULL; `f`
+// a valid function (called with `ctx`).
+int txmap_map_scan(txmap_view *view,
+                   const txmap_map *map,
+                   const void *lo,
+                   size_t lo_len,
+                   const void *hi,
+                   size_t hi_len,
+                   txmap_scan_fn f,
+                   void *ctx);
+
+// Verifies the map's invariants (and the heap's); stores its number of
+// entries in `*entries`. `TXMAP_ECORRUPT` if something is wrong.
+//
+// # Safety
+// As `txmap_map_get`; `entries` NULL or writable.
+int txmap_map_check(txmap_view *view, const txmap_map *map, uint64_t *entries);
+
+// Opens the array list named `name` into `*out`; with `TXMAP_CREATE`,
+// creates it with `elem_size`-byte elements if absent.
+//
+// # Safety
+// As `txmap_map_open`.
+int txmap_array_open(txmap_view *view,
+                     const char *name,
+                     uint64_t elem_size,
+                     int flags,
+                     txmap_array *out);
+
+// Appends an element (`elem` holds the array's element size in bytes);
+// stores its index in `*index` unless `index` is NULL.
+//
+// # Safety
+// `view` a live view handle or NULL; `a` readable or NULL; `elem` readable
+// for the element size; `index` NULL or writable.
+int txmap_array_push(txmap_view *view, const txmap_array *a, const void *elem, uint64_t *index);
+
+// Copies element `i` to `out` (writable for the element size).
+//
+// # Safety
+// As `txmap_array_push`; `out` writable for the element size.
+int txmap_array_get(txmap_view *view, const txmap_array *a, uint64_t i, void *out);
+
+// Overwrites element `i` with `elem`.
+//
+// # Safety
+// As `txmap_array_push`.
+int txmap_array_set(txmap_view *view, const txmap_array *a, uint64_t i, const void *elem);
+
+// Removes the last element, copying it to `out` unless NULL. Returns 1 if
+// an element was removed, 0 if the array was empty, or a negative code.
+//
+// # Safety
+// As `txmap_array_get` (`out` may be NULL).
+int txmap_array_pop(txmap_view *view, const txmap_array *a, void *out);
+
+// The number of elements, or `u64::MAX` (all ones) on error.
+//
+// # Safety
+// As `txmap_array_push`.
+uint64_t txmap_array_len(txmap_view *view, const txmap_array *a);
 
 // Creates a new zero-filled region of `size` bytes (a positive multiple of
 // 4096) at `path`, plus its log `path-log`, and opens it. Fails with

@@ -1,16 +1,21 @@
-//! `txmap`: create, describe, check and recover txmap regions.
+//! `txmap`: create, describe, check and recover txmap regions, and use a
+//! region as a key-value store (`kv`).
 //!
 //! `info` and `check` only read (no lock is taken, nothing is written), so
-//! they work while a program has the region open. `recover` opens the region
+//! they work while a program has the region open; `check --structures`
+//! opens the region to verify the heap and data structures in it. `recover` opens the region
 //! like a program would, which replays the log, and closes it again.
 //!
 //! Exit status: 0 success (`check`: sound), 1 the region is damaged
-//! (`check`: unsound), 2 usage, I/O or any other error. Errors are one line on
+//! (`check`: unsound), 2 usage, I/O or any other error, 3 `kv get`/`kv
+//! delete` of an absent key. Errors are one line on
 //! standard error, starting with `txmap: `.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+mod kv;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
@@ -57,6 +62,27 @@ enum Cmd {
         /// Print one JSON object instead of text
         #[arg(long)]
         json: bool,
+        /// Also open the region (replaying its log, like any program) and verify the heap
+        /// and every data structure in it: ordering, fill, PMA density, hash split
+        /// state, allocator free lists (not with --json)
+        #[arg(long)]
+        structures: bool,
+    },
+    /// Use a named map structure in the region as a key-value store
+    ///
+    /// Keys and values are text with escapes \\ \t \n \r \xHH. Files for load and dump:
+    /// one KEY<TAB>VALUE line per entry (text), or the binary format (docs/COLLECTIONS.md).
+    Kv {
+        /// The region file (created by put and load if absent)
+        path: PathBuf,
+        /// The structure's name in the region's catalog
+        #[arg(long, default_value = "kv")]
+        name: String,
+        /// The kind of structure to create if it does not exist yet
+        #[arg(long, value_enum, default_value_t = kv::KindArg::Btree)]
+        kind: kv::KindArg,
+        #[command(subcommand)]
+        op: kv::KvOp,
     },
     /// Replay logged commits into the region file (as opening it does) and checkpoint it
     Recover {
@@ -66,9 +92,9 @@ enum Cmd {
 }
 
 /// A command's failure: one line for standard error and the exit status.
-struct Fail {
-    msg: String,
-    code: u8,
+pub(crate) struct Fail {
+    pub msg: String,
+    pub code: u8,
 }
 
 impl From<Error> for Fail {
@@ -84,7 +110,7 @@ impl From<Error> for Fail {
     }
 }
 
-fn usage(msg: impl Into<String>) -> Fail {
+pub(crate) fn usage(msg: impl Into<String>) -> Fail {
     Fail {
         msg: msg.into(),
         code: 2,
@@ -140,7 +166,7 @@ fn human(n: u64) -> String {
     }
 }
 
-fn plural(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
@@ -477,7 +503,29 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
     match cmd {
         Cmd::Create { path, size } => create(&path, size).map(|s| (s, 0)),
         Cmd::Info { path, json } => info(&path, json).map(|s| (s, 0)),
-        Cmd::Check { path, json } => check(&path, json),
+        Cmd::Check {
+            path,
+            json,
+            structures,
+        } => {
+            let (mut out, mut code) = check(&path, json)?;
+            if structures && !json && code == 0 {
+                let (text, sound) = kv::check_structures(&path)?;
+                out.push_str(&text);
+                if !sound {
+                    code = 1;
+                }
+            } else if structures && json {
+                return Err(usage("--structures does not support --json yet"));
+            }
+            Ok((out, code))
+        }
+        Cmd::Kv {
+            path,
+            name,
+            kind,
+            op,
+        } => kv::kv(&path, &name, kind, op),
         Cmd::Recover { path } => recover(&path).map(|s| (s, 0)),
     }
 }
@@ -487,7 +535,7 @@ fn clap_line(e: &clap::Error) -> String {
     if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         || e.kind() == ErrorKind::MissingSubcommand
     {
-        return "missing command (create, info, check or recover); see 'txmap --help'".into();
+        return "missing command (create, info, check, kv or recover); see 'txmap --help'".into();
     }
     let text = e.render().to_string();
     let first = text.split("\n\n").next().unwrap_or_default();

@@ -24,6 +24,12 @@ unsafe extern "C" {
     pub fn ctest_native_errors(dir: *const c_char) -> c_int;
     pub fn ctest_native_errmsg_thread_local(dir: *const c_char) -> c_int;
 
+    pub fn ctest_coll_btree(dir: *const c_char) -> c_int;
+    pub fn ctest_coll_lhash(dir: *const c_char) -> c_int;
+    pub fn ctest_coll_cobtree(dir: *const c_char) -> c_int;
+    pub fn ctest_coll_heap_and_array(dir: *const c_char) -> c_int;
+    pub fn ctest_coll_threads(dir: *const c_char) -> c_int;
+
     pub fn ctest_xac_before_init(dir: *const c_char) -> c_int;
     pub fn ctest_xac_session(dir: *const c_char) -> c_int;
     pub fn ctest_xac_reopen(dir: *const c_char) -> c_int;

@@ -32,6 +32,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capi;
+pub mod collections;
 pub mod debug;
 mod error;
 pub mod inspect;

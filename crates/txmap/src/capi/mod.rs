@@ -20,9 +20,11 @@ use std::path::Path;
 
 use crate::error::Error;
 
+pub mod collections;
 pub mod native;
 pub mod xac;
 
+pub use collections::*;
 pub use native::*;
 pub use xac::*;
 

@@ -82,7 +82,7 @@ unsafe fn region_ref<'a>(r: *const txmap_region) -> Result<&'a txmap_region, Fai
 /// # Safety
 /// `v` is NULL or a live handle from `txmap_view_open`, not in use by
 /// another thread.
-unsafe fn view_mut<'a>(v: *mut txmap_view) -> Result<&'a mut View, Failure> {
+pub(crate) unsafe fn view_mut<'a>(v: *mut txmap_view) -> Result<&'a mut View, Failure> {
     // SAFETY: per the caller's contract.
     unsafe { v.as_mut() }
         .map(|h| &mut h.view)

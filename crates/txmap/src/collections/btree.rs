@@ -1,0 +1,781 @@
+//! A B+-tree with variable-length keys and values, one node per page.
+//!
+//! Ordinary serial code over the region's bytes; every call runs inside the
+//! caller's transaction, which is what makes it concurrent and durable.
+//!
+//! Node (one heap block of 4080 bytes, alone on its page):
+//! ```text
+//! 0  kind u8 (1 leaf, 2 internal)   2 count u16   8 link u64
+//! 16 slots: count × u16 cell offsets, in key order; cells packed from the end
+//! leaf cell:     klen u16, flags u8 (1 = value in a block), 0 u8, vlen u32, key,
+//!                value bytes | block offset u64, value length u64
+//! internal cell: klen u16, 0 ×6, child u64, key
+//! ```
+//! A leaf's link is the next leaf (0 for the last); an internal node's link
+//! is its first child, and the child after key `i` holds keys `>= key i`.
+//! Values longer than [`INLINE_MAX`] live in their own heap block (any size).
+
+use std::ops::Bound;
+
+use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
+use super::node::{Val, put16, put32, put64, u16_at, u32_at, u64_at};
+use crate::{Result, View};
+
+/// Bytes of a node.
+pub const NODE: usize = (PAGE - BLOCK_HEADER) as usize;
+/// Longest key.
+pub const MAX_KEY: usize = 512;
+/// Longest value kept inside a leaf.
+pub const INLINE_MAX: usize = 512;
+const MAGIC: u64 = u64::from_le_bytes(*b"TXMBTRE1");
+const LEAF: u8 = 1;
+const INTERNAL: u8 = 2;
+const HDR: usize = 16;
+// Tree header block fields.
+const T_MAGIC: u64 = 0;
+const T_ROOT: u64 = 8;
+const T_HEIGHT: u64 = 16;
+
+type Entry = (Vec<u8>, Val);
+
+/// A node read for modification.
+struct Leaf {
+    next: u64,
+    ents: Vec<Entry>,
+}
+struct Internal {
+    first: u64,
+    ents: Vec<(Vec<u8>, u64)>,
+}
+
+impl Internal {
+    fn child(&self, i: usize) -> u64 {
+        if i == 0 {
+            self.first
+        } else {
+            self.ents[i - 1].1
+        }
+    }
+}
+
+fn leaf_cell(e: &Entry) -> usize {
+    8 + e.0.len() + e.1.node_bytes() + 2
+}
+fn internal_cell(e: &(Vec<u8>, u64)) -> usize {
+    16 + e.0.len() + 2
+}
+fn leaf_bytes(ents: &[Entry]) -> usize {
+    HDR + ents.iter().map(leaf_cell).sum::<usize>()
+}
+fn internal_bytes(ents: &[(Vec<u8>, u64)]) -> usize {
+    HDR + ents.iter().map(internal_cell).sum::<usize>()
+}
+
+fn encode_leaf(l: &Leaf) -> Option<Vec<u8>> {
+    if leaf_bytes(&l.ents) > NODE {
+        return None;
+    }
+    let mut b = vec![0u8; NODE];
+    b[0] = LEAF;
+    put16(&mut b, 2, l.ents.len() as u16);
+    put64(&mut b, 8, l.next);
+    let mut end = NODE;
+    for (i, (k, val)) in l.ents.iter().enumerate() {
+        let len = 8 + k.len() + val.node_bytes();
+        end -= len;
+        put16(&mut b, HDR + 2 * i, end as u16);
+        put16(&mut b, end, k.len() as u16);
+        b[end + 8..end + 8 + k.len()].copy_from_slice(k);
+        let vo = end + 8 + k.len();
+        match val {
+            Val::Inline(x) => {
+                put32(&mut b, end + 4, x.len() as u32);
+                b[vo..vo + x.len()].copy_from_slice(x);
+            }
+            Val::Block { at, len } => {
+                b[end + 2] = 1;
+                put64(&mut b, vo, *at);
+                put64(&mut b, vo + 8, *len);
+            }
+        }
+    }
+    Some(b)
+}
+
+fn encode_internal(n: &Internal) -> Option<Vec<u8>> {
+    if internal_bytes(&n.ents) > NODE {
+        return None;
+    }
+    let mut b = vec![0u8; NODE];
+    b[0] = INTERNAL;
+    put16(&mut b, 2, n.ents.len() as u16);
+    put64(&mut b, 8, n.first);
+    let mut end = NODE;
+    for (i, (k, child)) in n.ents.iter().enumerate() {
+        end -= 16 + k.len();
+        put16(&mut b, HDR + 2 * i, end as u16);
+        put16(&mut b, end, k.len() as u16);
+        put64(&mut b, end + 8, *child);
+        b[end + 16..end + 16 + k.len()].copy_from_slice(k);
+    }
+    Some(b)
+}
+
+/// A node's bytes, parsed in place (no copies) for searching.
+struct Raw<'a> {
+    b: &'a [u8],
+    kind: u8,
+    n: usize,
+    link: u64,
+}
+
+impl<'a> Raw<'a> {
+    fn parse(b: &'a [u8]) -> Option<Raw<'a>> {
+        let kind = *b.first()?;
+        let n = u16_at(b, 2)? as usize;
+        if !(kind == LEAF || kind == INTERNAL) || HDR + 2 * n > b.len() {
+            return None;
+        }
+        Some(Raw {
+            b,
+            kind,
+            n,
+            link: u64_at(b, 8)?,
+        })
+    }
+    fn cell(&self, i: usize) -> Option<usize> {
+        let c = u16_at(self.b, HDR + 2 * i)? as usize;
+        (c >= HDR + 2 * self.n && c < self.b.len()).then_some(c)
+    }
+    fn key(&self, i: usize) -> Option<&'a [u8]> {
+        let c = self.cell(i)?;
+        let klen = u16_at(self.b, c)? as usize;
+        let at = c + if self.kind == LEAF { 8 } else { 16 };
+        self.b.get(at..at + klen)
+    }
+    /// Child `i` of an internal node (0..=n).
+    fn child(&self, i: usize) -> Option<u64> {
+        if i == 0 {
+            return Some(self.link);
+        }
+        u64_at(self.b, self.cell(i - 1)? + 8)
+    }
+    fn val(&self, i: usize) -> Option<Val> {
+        let c = self.cell(i)?;
+        let klen = u16_at(self.b, c)? as usize;
+        let vo = c + 8 + klen;
+        if self.b[c + 2] == 1 {
+            Some(Val::Block {
+                at: u64_at(self.b, vo)?,
+                len: u64_at(self.b, vo + 8)?,
+            })
+        } else {
+            let vlen = u32_at(self.b, c + 4)? as usize;
+            Some(Val::Inline(self.b.get(vo..vo + vlen)?.to_vec()))
+        }
+    }
+    /// Ok(i): key i equals `key`; Err(i): `key` belongs before key i.
+    fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid)?.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(Ok(mid)),
+            }
+        }
+        Some(Err(lo))
+    }
+    /// Index of the child of an internal node that may hold `key`.
+    fn route(&self, key: &[u8]) -> Option<usize> {
+        Some(match self.search(key)? {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        })
+    }
+    fn to_leaf(&self) -> Option<Leaf> {
+        let mut ents = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            ents.push((self.key(i)?.to_vec(), self.val(i)?));
+        }
+        Some(Leaf {
+            next: self.link,
+            ents,
+        })
+    }
+    fn to_internal(&self) -> Option<Internal> {
+        let mut ents = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            ents.push((self.key(i)?.to_vec(), self.child(i + 1)?));
+        }
+        Some(Internal {
+            first: self.link,
+            ents,
+        })
+    }
+}
+
+/// Splits entries in two halves by bytes, each non-empty.
+fn split_point<T>(ents: &[T], size: impl Fn(&T) -> usize) -> usize {
+    let total: usize = ents.iter().map(&size).sum();
+    let mut acc = 0;
+    for (i, e) in ents.iter().enumerate() {
+        acc += size(e);
+        if acc * 2 >= total {
+            return (i + 1).clamp(1, ents.len() - 1);
+        }
+    }
+    ents.len() / 2
+}
+
+/// A B+-tree in a region, named by the offset of its header block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BTree {
+    pub at: u64,
+}
+
+/// What [`BTree::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BTreeReport {
+    pub entries: u64,
+    pub height: u64,
+    pub leaves: u64,
+    pub internal: u64,
+    /// Heap blocks the tree owns (header, nodes, value blocks).
+    pub blocks: u64,
+    /// Average bytes used per node, in percent of a node.
+    pub fill_percent: u64,
+}
+
+/// Result of [`BTree::try_put`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TryPut {
+    Inserted,
+    Replaced,
+    /// The leaf is full: nothing was changed; call [`BTree::split_for`].
+    NeedsSplit,
+}
+
+impl BTree {
+    /// Creates an empty tree (formatting the heap if needed).
+    pub fn create(v: &mut View) -> Result<BTree> {
+        alloc::init(v)?;
+        let at = alloc::alloc(v, NODE as u64)?;
+        let root = alloc::alloc(v, NODE as u64)?;
+        let l = Leaf {
+            next: 0,
+            ents: Vec::new(),
+        };
+        let b = encode_leaf(&l).ok_or_else(|| invalid("empty leaf does not fit"))?;
+        v.slice_mut(root, NODE)?.copy_from_slice(&b);
+        v.write(at + T_MAGIC, &MAGIC)?;
+        v.write(at + T_ROOT, &root)?;
+        v.write(at + T_HEIGHT, &1u64)?;
+        Ok(BTree { at })
+    }
+
+    /// Opens the tree whose header block is at `at`.
+    pub fn open(v: &View, at: u64) -> Result<BTree> {
+        if v.read::<u64>(at + T_MAGIC)? != MAGIC {
+            return Err(corrupt(v, at, "not a B+-tree header"));
+        }
+        Ok(BTree { at })
+    }
+
+    fn header(&self, v: &View) -> Result<(u64, u64)> {
+        if v.read::<u64>(self.at + T_MAGIC)? != MAGIC {
+            return Err(corrupt(v, self.at, "not a B+-tree header"));
+        }
+        let root: u64 = v.read(self.at + T_ROOT)?;
+        let h: u64 = v.read(self.at + T_HEIGHT)?;
+        if h == 0 || h > 64 {
+            return Err(corrupt(v, self.at, format!("tree height {h}")));
+        }
+        Ok((root, h))
+    }
+
+    fn raw<'v>(&self, v: &'v View, node: u64, kind: u8) -> Result<Raw<'v>> {
+        let r = Raw::parse(v.slice(node, NODE)?)
+            .ok_or_else(|| corrupt(v, node, "malformed B+-tree node"))?;
+        if r.kind != kind {
+            return Err(corrupt(v, node, "B+-tree node of the wrong kind"));
+        }
+        Ok(r)
+    }
+
+    fn leaf(&self, v: &View, node: u64) -> Result<Leaf> {
+        self.raw(v, node, LEAF)?
+            .to_leaf()
+            .ok_or_else(|| corrupt(v, node, "malformed B+-tree leaf"))
+    }
+
+    fn internal(&self, v: &View, node: u64) -> Result<Internal> {
+        self.raw(v, node, INTERNAL)?
+            .to_internal()
+            .ok_or_else(|| corrupt(v, node, "malformed B+-tree node"))
+    }
+
+    /// Descends to the leaf for `key`; the path holds (node, child index) of
+    /// each internal node passed.
+    fn descend(&self, v: &View, key: &[u8]) -> Result<(u64, Vec<(u64, usize)>)> {
+        let (mut node, h) = self.header(v)?;
+        let mut path = Vec::with_capacity(h as usize);
+        for _ in 1..h {
+            let r = self.raw(v, node, INTERNAL)?;
+            let i = r.route(key).ok_or_else(|| corrupt(v, node, "bad key"))?;
+            let c = r.child(i).ok_or_else(|| corrupt(v, node, "bad child"))?;
+            path.push((node, i));
+            node = c;
+        }
+        Ok((node, path))
+    }
+
+    fn check_key(key: &[u8]) -> Result<()> {
+        if key.len() > MAX_KEY {
+            return Err(invalid(format!(
+                "key of {} bytes is longer than {MAX_KEY}",
+                key.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Self::check_key(key)?;
+        let (leaf, _) = self.descend(v, key)?;
+        let r = self.raw(v, leaf, LEAF)?;
+        match r.search(key).ok_or_else(|| corrupt(v, leaf, "bad key"))? {
+            Ok(i) => {
+                let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
+                Ok(Some(val.load(v)?))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Inserts or replaces; returns true if `key` was present.
+    pub fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.put_inner(v, key, value, true)
+            .map(|r| r == TryPut::Replaced)
+    }
+
+    /// Like [`BTree::put`], but changes nothing and returns `NeedsSplit` if
+    /// the leaf would have to split. A caller can then split in a separate,
+    /// short transaction ([`BTree::split_for`]) and retry, so structural
+    /// changes do not ride in (and abort) long transactions.
+    pub fn try_put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<TryPut> {
+        self.put_inner(v, key, value, false)
+    }
+
+    fn put_inner(&self, v: &mut View, key: &[u8], value: &[u8], split: bool) -> Result<TryPut> {
+        Self::check_key(key)?;
+        let (node, path) = self.descend(v, key)?;
+        let mut leaf = self.leaf(v, node)?;
+        let pos = leaf.ents.binary_search_by(|e| e.0.as_slice().cmp(key));
+        let inline_len = if value.len() <= INLINE_MAX {
+            value.len()
+        } else {
+            16
+        };
+        if !split {
+            let old = pos.map_or(0, |i| leaf_cell(&leaf.ents[i]));
+            if leaf_bytes(&leaf.ents) - old + 10 + key.len() + inline_len > NODE {
+                return Ok(TryPut::NeedsSplit);
+            }
+        }
+        let val = Val::store(v, value, INLINE_MAX)?;
+        let out = match pos {
+            Ok(i) => {
+                let old = std::mem::replace(&mut leaf.ents[i].1, val);
+                old.release(v)?;
+                TryPut::Replaced
+            }
+            Err(i) => {
+                leaf.ents.insert(i, (key.to_vec(), val));
+                TryPut::Inserted
+            }
+        };
+        if let Some(b) = encode_leaf(&leaf) {
+            v.slice_mut(node, NODE)?.copy_from_slice(&b);
+            return Ok(out);
+        }
+        self.split_leaf(v, node, leaf, path)?;
+        Ok(out)
+    }
+
+    /// Splits the leaf that holds `key` if it has less than a maximal
+    /// entry's room left (see [`BTree::try_put`]).
+    pub fn split_for(&self, v: &mut View, key: &[u8]) -> Result<()> {
+        Self::check_key(key)?;
+        let (node, path) = self.descend(v, key)?;
+        let leaf = self.leaf(v, node)?;
+        if leaf.ents.len() >= 2 && leaf_bytes(&leaf.ents) + 10 + MAX_KEY + INLINE_MAX > NODE {
+            self.split_leaf(v, node, leaf, path)?;
+        }
+        Ok(())
+    }
+
+    fn split_leaf(
+        &self,
+        v: &mut View,
+        node: u64,
+        mut leaf: Leaf,
+        path: Vec<(u64, usize)>,
+    ) -> Result<()> {
+        let at = split_point(&leaf.ents, leaf_cell);
+        let right_ents = leaf.ents.split_off(at);
+        let sep = right_ents[0].0.clone();
+        let rnode = alloc::alloc(v, NODE as u64)?;
+        let right = Leaf {
+            next: leaf.next,
+            ents: right_ents,
+        };
+        leaf.next = rnode;
+        let (lb, rb) = (encode_leaf(&leaf), encode_leaf(&right));
+        let (Some(lb), Some(rb)) = (lb, rb) else {
+            return Err(corrupt(v, node, "leaf split halves do not fit"));
+        };
+        v.slice_mut(node, NODE)?.copy_from_slice(&lb);
+        v.slice_mut(rnode, NODE)?.copy_from_slice(&rb);
+        self.insert_up(v, path, node, sep, rnode)
+    }
+
+    /// Inserts separator `sep` with right sibling `right` of `left` into the
+    /// parents on `path`, splitting them as needed.
+    fn insert_up(
+        &self,
+        v: &mut View,
+        mut path: Vec<(u64, usize)>,
+        mut left: u64,
+        mut sep: Vec<u8>,
+        mut right: u64,
+    ) -> Result<()> {
+        loop {
+            let Some((p, i)) = path.pop() else {
+                let (_, h) = self.header(v)?;
+                let root = alloc::alloc(v, NODE as u64)?;
+                let n = Internal {
+                    first: left,
+                    ents: vec![(sep, right)],
+                };
+                let b = encode_internal(&n).ok_or_else(|| invalid("root does not fit"))?;
+                v.slice_mut(root, NODE)?.copy_from_slice(&b);
+                v.write(self.at + T_ROOT, &root)?;
+                v.write(self.at + T_HEIGHT, &(h + 1))?;
+                return Ok(());
+            };
+            let mut n = self.internal(v, p)?;
+            n.ents.insert(i, (sep, right));
+            if let Some(b) = encode_internal(&n) {
+                v.slice_mut(p, NODE)?.copy_from_slice(&b);
+                return Ok(());
+            }
+            let mid = split_point(&n.ents, internal_cell).min(n.ents.len() - 2);
+            let mut rents = n.ents.split_off(mid);
+            let (up, rfirst) = rents.remove(0);
+            let r = Internal {
+                first: rfirst,
+                ents: rents,
+            };
+            let rnode = alloc::alloc(v, NODE as u64)?;
+            let (Some(lb), Some(rb)) = (encode_internal(&n), encode_internal(&r)) else {
+                return Err(corrupt(v, p, "internal split halves do not fit"));
+            };
+            v.slice_mut(p, NODE)?.copy_from_slice(&lb);
+            v.slice_mut(rnode, NODE)?.copy_from_slice(&rb);
+            (left, sep, right) = (p, up, rnode);
+        }
+    }
+
+    /// Removes `key`; returns true if it was present.
+    pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        Self::check_key(key)?;
+        let (node, path) = self.descend(v, key)?;
+        let mut leaf = self.leaf(v, node)?;
+        let Ok(i) = leaf.ents.binary_search_by(|e| e.0.as_slice().cmp(key)) else {
+            return Ok(false);
+        };
+        let (_, val) = leaf.ents.remove(i);
+        val.release(v)?;
+        let b = encode_leaf(&leaf).ok_or_else(|| corrupt(v, node, "leaf grew on delete"))?;
+        v.slice_mut(node, NODE)?.copy_from_slice(&b);
+        self.rebalance(v, path, node)?;
+        Ok(true)
+    }
+
+    /// After a delete: merges an underfull node with a sibling (or shares
+    /// entries with it if both do not fit in one), up the path; collapses a
+    /// root with a single child.
+    fn rebalance(&self, v: &mut View, mut path: Vec<(u64, usize)>, mut node: u64) -> Result<()> {
+        loop {
+            let Some((p, idx)) = path.pop() else {
+                let (root, h) = self.header(v)?;
+                if h > 1 {
+                    let r = self.internal(v, root)?;
+                    if r.ents.is_empty() {
+                        v.write(self.at + T_ROOT, &r.first)?;
+                        v.write(self.at + T_HEIGHT, &(h - 1))?;
+                        alloc::free(v, root)?;
+                    }
+                }
+                return Ok(());
+            };
+            let is_leaf = path.len() + 2 == self.header(v)?.1 as usize;
+            let used = if is_leaf {
+                leaf_bytes(&self.leaf(v, node)?.ents)
+            } else {
+                internal_bytes(&self.internal(v, node)?.ents)
+            };
+            if used >= NODE / 4 {
+                return Ok(());
+            }
+            let mut par = self.internal(v, p)?;
+            if par.ents.is_empty() {
+                return Ok(());
+            }
+            let li = if idx > 0 { idx - 1 } else { 0 };
+            let (ln, rn) = (par.child(li), par.child(li + 1));
+            if is_leaf {
+                let mut l = self.leaf(v, ln)?;
+                let r = self.leaf(v, rn)?;
+                let next = r.next;
+                l.ents.extend(r.ents);
+                if let Some(b) = encode_leaf(&Leaf {
+                    next,
+                    ents: l.ents.clone(),
+                }) {
+                    v.slice_mut(ln, NODE)?.copy_from_slice(&b);
+                    alloc::free(v, rn)?;
+                    par.ents.remove(li);
+                } else {
+                    let at = split_point(&l.ents, leaf_cell);
+                    let rents = l.ents.split_off(at);
+                    par.ents[li].0 = rents[0].0.clone();
+                    let Some(pb) = encode_internal(&par) else {
+                        return Ok(()); // the new separator does not fit: leave as is
+                    };
+                    let lb = encode_leaf(&Leaf {
+                        next: rn,
+                        ents: l.ents,
+                    });
+                    let rb = encode_leaf(&Leaf { next, ents: rents });
+                    let (Some(lb), Some(rb)) = (lb, rb) else {
+                        return Err(corrupt(v, ln, "redistributed leaves do not fit"));
+                    };
+                    v.slice_mut(ln, NODE)?.copy_from_slice(&lb);
+                    v.slice_mut(rn, NODE)?.copy_from_slice(&rb);
+                    v.slice_mut(p, NODE)?.copy_from_slice(&pb);
+                    return Ok(());
+                }
+            } else {
+                let mut l = self.internal(v, ln)?;
+                let r = self.internal(v, rn)?;
+                l.ents.push((par.ents[li].0.clone(), r.first));
+                l.ents.extend(r.ents);
+                if let Some(b) = encode_internal(&l) {
+                    v.slice_mut(ln, NODE)?.copy_from_slice(&b);
+                    alloc::free(v, rn)?;
+                    par.ents.remove(li);
+                } else {
+                    let mid = split_point(&l.ents, internal_cell).min(l.ents.len() - 2);
+                    let mut rents = l.ents.split_off(mid);
+                    let (up, rfirst) = rents.remove(0);
+                    par.ents[li].0 = up;
+                    let Some(pb) = encode_internal(&par) else {
+                        return Ok(());
+                    };
+                    let r = Internal {
+                        first: rfirst,
+                        ents: rents,
+                    };
+                    let (Some(lb), Some(rb)) = (encode_internal(&l), encode_internal(&r)) else {
+                        return Err(corrupt(v, ln, "redistributed nodes do not fit"));
+                    };
+                    v.slice_mut(ln, NODE)?.copy_from_slice(&lb);
+                    v.slice_mut(rn, NODE)?.copy_from_slice(&rb);
+                    v.slice_mut(p, NODE)?.copy_from_slice(&pb);
+                    return Ok(());
+                }
+            }
+            let pb = encode_internal(&par).ok_or_else(|| corrupt(v, p, "parent grew"))?;
+            v.slice_mut(p, NODE)?.copy_from_slice(&pb);
+            node = p;
+        }
+    }
+
+    /// Calls `f(key, value)` for keys in `(lo, hi)` in order, until it returns false.
+    pub fn scan(
+        &self,
+        v: &View,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let start: &[u8] = match lo {
+            Bound::Included(k) | Bound::Excluded(k) => k,
+            Bound::Unbounded => &[],
+        };
+        let (mut leaf, _) = self.descend(v, start)?;
+        let mut seen = 0u64;
+        while leaf != 0 {
+            let r = self.raw(v, leaf, LEAF)?;
+            for i in 0..r.n {
+                let k = r.key(i).ok_or_else(|| corrupt(v, leaf, "bad key"))?;
+                let after_lo = match lo {
+                    Bound::Included(x) => k >= x,
+                    Bound::Excluded(x) => k > x,
+                    Bound::Unbounded => true,
+                };
+                if !after_lo {
+                    continue;
+                }
+                let before_hi = match hi {
+                    Bound::Included(x) => k <= x,
+                    Bound::Excluded(x) => k < x,
+                    Bound::Unbounded => true,
+                };
+                if !before_hi {
+                    return Ok(());
+                }
+                let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
+                if !f(k, &val.load(v)?)? {
+                    return Ok(());
+                }
+            }
+            leaf = r.link;
+            seen += 1;
+            if seen > (v.len() as u64 / PAGE) {
+                return Err(corrupt(v, leaf, "leaf chain has a cycle"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees every node and value of the tree, and its header.
+    pub fn destroy(self, v: &mut View) -> Result<()> {
+        let (root, h) = self.header(v)?;
+        self.free_subtree(v, root, h)?;
+        alloc::free(v, self.at)
+    }
+
+    fn free_subtree(&self, v: &mut View, node: u64, h: u64) -> Result<()> {
+        if h == 1 {
+            for (_, val) in self.leaf(v, node)?.ents {
+                val.release(v)?;
+            }
+        } else {
+            let n = self.internal(v, node)?;
+            for i in 0..=n.ents.len() {
+                self.free_subtree(v, n.child(i), h - 1)?;
+            }
+        }
+        alloc::free(v, node)
+    }
+
+    /// Verifies ordering (keys increase in each node and lie between their
+    /// separators), equal leaf depth, the leaf chain, fill (non-root leaves
+    /// are not empty) and that every node and value block is allocated.
+    pub fn check(&self, v: &View) -> Result<BTreeReport> {
+        let (root, h) = self.header(v)?;
+        let mut rep = BTreeReport {
+            height: h,
+            blocks: 1,
+            ..Default::default()
+        };
+        let mut leaves = Vec::new();
+        let mut used = 0u64;
+        self.check_node(
+            v,
+            root,
+            h,
+            None,
+            None,
+            true,
+            &mut rep,
+            &mut leaves,
+            &mut used,
+        )?;
+        for w in leaves.windows(2) {
+            let next = self.raw(v, w[0], LEAF)?.link;
+            if next != w[1] {
+                return Err(corrupt(v, w[0], "leaf chain skips or reorders a leaf"));
+            }
+        }
+        if let Some(&last) = leaves.last()
+            && self.raw(v, last, LEAF)?.link != 0
+        {
+            return Err(corrupt(v, last, "last leaf has a next link"));
+        }
+        let nodes = rep.leaves + rep.internal;
+        rep.fill_percent = used * 100 / (nodes * NODE as u64).max(1);
+        Ok(rep)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_node(
+        &self,
+        v: &View,
+        node: u64,
+        h: u64,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        is_root: bool,
+        rep: &mut BTreeReport,
+        leaves: &mut Vec<u64>,
+        used: &mut u64,
+    ) -> Result<()> {
+        if alloc::usable_size(v, node)? < NODE as u64 || !(node - BLOCK_HEADER).is_multiple_of(PAGE)
+        {
+            return Err(corrupt(v, node, "node is not a page block"));
+        }
+        rep.blocks += 1;
+        let in_range = |k: &[u8]| lo.is_none_or(|l| k >= l) && hi.is_none_or(|x| k < x);
+        if h == 1 {
+            let l = self.leaf(v, node)?;
+            rep.leaves += 1;
+            *used += leaf_bytes(&l.ents) as u64;
+            if l.ents.is_empty() && !is_root {
+                return Err(corrupt(v, node, "empty non-root leaf"));
+            }
+            for (i, (k, val)) in l.ents.iter().enumerate() {
+                if i > 0 && l.ents[i - 1].0 >= *k {
+                    return Err(corrupt(v, node, "leaf keys out of order"));
+                }
+                if !in_range(k) {
+                    return Err(corrupt(v, node, "leaf key outside its separators"));
+                }
+                rep.blocks += val.check(v)?;
+            }
+            rep.entries += l.ents.len() as u64;
+            leaves.push(node);
+            return Ok(());
+        }
+        let n = self.internal(v, node)?;
+        rep.internal += 1;
+        *used += internal_bytes(&n.ents) as u64;
+        if is_root && n.ents.is_empty() {
+            return Err(corrupt(v, node, "internal root with one child"));
+        }
+        for (i, (k, _)) in n.ents.iter().enumerate() {
+            if (i > 0 && n.ents[i - 1].0 >= *k) || !in_range(k) {
+                return Err(corrupt(v, node, "separators out of order"));
+            }
+        }
+        for i in 0..=n.ents.len() {
+            let clo = if i == 0 {
+                lo
+            } else {
+                Some(n.ents[i - 1].0.as_slice())
+            };
+            let chi = if i == n.ents.len() {
+                hi
+            } else {
+                Some(n.ents[i].0.as_slice())
+            };
+            self.check_node(v, n.child(i), h - 1, clo, chi, false, rep, leaves, used)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,473 @@
+//! A linear hash table (Litwin 1980; Lemon's "Linear Hash Table"):
+//! buckets split one at a time, in order, so the table grows without ever
+//! rehashing everything.
+//!
+//! With `n0` initial buckets, level `l` and split pointer `p`, there are
+//! `n0·2^l + p` buckets; key hash `h` lives in bucket `h mod n0·2^l`, or
+//! `h mod n0·2^(l+1)` if that is below `p`. When an insert makes a bucket
+//! overflow its page, bucket `p` splits (uncontrolled splitting), `p`
+//! advances and wraps to 0 with `l + 1`. The table does not shrink.
+//!
+//! Header (a heap block alone on its page):
+//! ```text
+//! 0 magic  8 n0  16 level  24 split pointer  32 directory (an ArrayList of u64 bucket pages)
+//! ```
+//! Bucket page (a heap block of 4080 bytes alone on its page), chained
+//! through overflow pages:
+//! ```text
+//! 0 count u16  8 next overflow page u64
+//! 16 entries: klen u16, flags u8 (1 = value in a block), 0 u8, vlen u32, key,
+//!    value bytes | block offset u64, value length u64
+//! ```
+
+use std::ops::Bound;
+
+use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
+use super::array::ArrayList;
+use super::node::{Val, put16, put32, put64, u16_at, u32_at, u64_at};
+use crate::{Result, View};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");
+const BUCKET: usize = (PAGE - BLOCK_HEADER) as usize;
+const H_MAGIC: u64 = 0;
+const H_N0: u64 = 8;
+const H_LEVEL: u64 = 16;
+const H_SPLIT: u64 = 24;
+const H_DIR: u64 = 32;
+/// Longest key.
+pub const MAX_KEY: usize = 512;
+/// Longest value kept inside a bucket page.
+pub const INLINE_MAX: usize = 512;
+const PAGE_HDR: usize = 16;
+
+type Entry = (Vec<u8>, Val);
+
+/// The table's hash: FNV-1a, then a 64-bit finaliser (stable: it is on disk).
+pub fn hash(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+fn entry_bytes(e: &Entry) -> usize {
+    8 + e.0.len() + e.1.node_bytes()
+}
+
+fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64)> {
+    let n = u16_at(b, 0)? as usize;
+    let next = u64_at(b, 8)?;
+    let mut at = PAGE_HDR;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let klen = u16_at(b, at)? as usize;
+        let flags = *b.get(at + 2)?;
+        let vlen = u32_at(b, at + 4)? as usize;
+        let key = b.get(at + 8..at + 8 + klen)?.to_vec();
+        let vo = at + 8 + klen;
+        let (val, len) = if flags == 1 {
+            (
+                Val::Block {
+                    at: u64_at(b, vo)?,
+                    len: u64_at(b, vo + 8)?,
+                },
+                16,
+            )
+        } else {
+            (Val::Inline(b.get(vo..vo + vlen)?.to_vec()), vlen)
+        };
+        out.push((key, val));
+        at = vo + len;
+    }
+    Some((out, next))
+}
+
+fn encode_page(ents: &[Entry], next: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BUCKET];
+    put16(&mut b, 0, ents.len() as u16);
+    put64(&mut b, 8, next);
+    let mut at = PAGE_HDR;
+    for (k, val) in ents {
+        put16(&mut b, at, k.len() as u16);
+        b[at + 8..at + 8 + k.len()].copy_from_slice(k);
+        let vo = at + 8 + k.len();
+        match val {
+            Val::Inline(x) => {
+                put32(&mut b, at + 4, x.len() as u32);
+                b[vo..vo + x.len()].copy_from_slice(x);
+            }
+            Val::Block { at: o, len } => {
+                b[at + 2] = 1;
+                put64(&mut b, vo, *o);
+                put64(&mut b, vo + 8, *len);
+            }
+        }
+        at = vo + val.node_bytes();
+    }
+    b
+}
+
+/// A linear hash table in a region, named by the offset of its header block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearHash {
+    pub at: u64,
+}
+
+/// What [`LinearHash::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HashReport {
+    pub entries: u64,
+    pub buckets: u64,
+    pub level: u64,
+    pub split: u64,
+    pub overflow_pages: u64,
+    pub blocks: u64,
+}
+
+struct Meta {
+    n0: u64,
+    level: u64,
+    split: u64,
+    dir: ArrayList,
+}
+
+impl Meta {
+    fn buckets(&self) -> u64 {
+        (self.n0 << self.level) + self.split
+    }
+    fn bucket_of(&self, h: u64) -> u64 {
+        let b = h % (self.n0 << self.level);
+        if b < self.split {
+            h % (self.n0 << (self.level + 1))
+        } else {
+            b
+        }
+    }
+}
+
+impl LinearHash {
+    /// Creates a table with `n0` initial buckets (a power of two, at least 1).
+    pub fn create(v: &mut View, n0: u64) -> Result<LinearHash> {
+        if n0 == 0 || !n0.is_power_of_two() || n0 > 1 << 20 {
+            return Err(invalid("initial buckets must be a power of two up to 2^20"));
+        }
+        alloc::init(v)?;
+        let at = alloc::alloc(v, BUCKET as u64)?;
+        let dir = ArrayList::create(v, 8)?;
+        for _ in 0..n0 {
+            let b = alloc::alloc(v, BUCKET as u64)?;
+            dir.push_pod(v, &b)?;
+        }
+        v.write(at + H_MAGIC, &MAGIC)?;
+        v.write(at + H_N0, &n0)?;
+        v.write(at + H_DIR, &dir.at)?;
+        Ok(LinearHash { at })
+    }
+
+    /// A table with 4 initial buckets.
+    pub fn create_default(v: &mut View) -> Result<LinearHash> {
+        Self::create(v, 4)
+    }
+
+    pub fn open(v: &View, at: u64) -> Result<LinearHash> {
+        let t = LinearHash { at };
+        t.meta(v)?;
+        Ok(t)
+    }
+
+    fn meta(&self, v: &View) -> Result<Meta> {
+        if v.read::<u64>(self.at + H_MAGIC)? != MAGIC {
+            return Err(corrupt(v, self.at, "not a linear hash header"));
+        }
+        let m = Meta {
+            n0: v.read(self.at + H_N0)?,
+            level: v.read(self.at + H_LEVEL)?,
+            split: v.read(self.at + H_SPLIT)?,
+            dir: ArrayList::open(v, v.read(self.at + H_DIR)?)?,
+        };
+        if m.n0 == 0 || !m.n0.is_power_of_two() || m.level > 40 || m.split >= m.n0 << m.level {
+            return Err(corrupt(
+                v,
+                self.at,
+                "bad linear hash level or split pointer",
+            ));
+        }
+        if m.dir.len(v)? != m.buckets() {
+            return Err(corrupt(
+                v,
+                self.at,
+                "directory length differs from the bucket count",
+            ));
+        }
+        Ok(m)
+    }
+
+    fn bucket_page(&self, v: &View, m: &Meta, b: u64) -> Result<u64> {
+        let p: u64 = m.dir.get_pod(v, b)?;
+        if p == 0 {
+            return Err(corrupt(v, self.at, format!("bucket {b} has no page")));
+        }
+        Ok(p)
+    }
+
+    /// Every entry of a bucket chain, with the chain's pages.
+    fn read_chain(&self, v: &View, first: u64) -> Result<(Vec<Entry>, Vec<u64>)> {
+        let mut ents = Vec::new();
+        let mut pages = Vec::new();
+        let mut p = first;
+        while p != 0 {
+            if pages.len() as u64 > v.len() as u64 / PAGE {
+                return Err(corrupt(v, first, "bucket chain has a cycle"));
+            }
+            let (e, next) = parse_page(v.slice(p, BUCKET)?)
+                .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+            ents.extend(e);
+            pages.push(p);
+            p = next;
+        }
+        Ok((ents, pages))
+    }
+
+    /// Writes `ents` over the chain starting at `pages[0]`, taking or
+    /// freeing overflow pages as needed; returns the number of pages.
+    fn write_chain(&self, v: &mut View, ents: &[Entry], pages: &[u64]) -> Result<usize> {
+        let mut groups: Vec<&[Entry]> = Vec::new();
+        let (mut start, mut used) = (0, PAGE_HDR);
+        for (i, e) in ents.iter().enumerate() {
+            if used + entry_bytes(e) > BUCKET {
+                groups.push(&ents[start..i]);
+                (start, used) = (i, PAGE_HDR);
+            }
+            used += entry_bytes(e);
+        }
+        groups.push(&ents[start..]);
+        let mut pp = pages.to_vec();
+        while pp.len() < groups.len() {
+            pp.push(alloc::alloc(v, BUCKET as u64)?);
+        }
+        for &extra in &pp[groups.len()..] {
+            alloc::free(v, extra)?;
+        }
+        for (i, g) in groups.iter().enumerate() {
+            let next = if i + 1 < groups.len() { pp[i + 1] } else { 0 };
+            let b = encode_page(g, next);
+            v.slice_mut(pp[i], BUCKET)?.copy_from_slice(&b);
+        }
+        Ok(groups.len())
+    }
+
+    fn check_key(key: &[u8]) -> Result<()> {
+        if key.len() > MAX_KEY {
+            return Err(invalid(format!(
+                "key of {} bytes is longer than {MAX_KEY}",
+                key.len()
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Self::check_key(key)?;
+        let m = self.meta(v)?;
+        let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
+        let mut p = first;
+        let mut n = 0;
+        while p != 0 {
+            let (e, next) = parse_page(v.slice(p, BUCKET)?)
+                .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+            if let Some((_, val)) = e.into_iter().find(|(k, _)| k == key) {
+                return Ok(Some(val.load(v)?));
+            }
+            p = next;
+            n += 1;
+            if n > v.len() / PAGE as usize {
+                return Err(corrupt(v, first, "bucket chain has a cycle"));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Inserts or replaces; true if `key` was present. Splits a bucket when
+    /// the insert overflowed one.
+    pub fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
+        let (had, wants_split) = self.put_deferred(v, key, value)?;
+        if wants_split {
+            self.split_step(v)?;
+        }
+        Ok(had)
+    }
+
+    /// Inserts or replaces without splitting; the second result says the
+    /// table wants a split, which the caller may run in a transaction of its
+    /// own ([`LinearHash::split_step`]) so that it does not make every
+    /// concurrent operation (they all read the header) conflict with the insert.
+    pub fn put_deferred(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<(bool, bool)> {
+        Self::check_key(key)?;
+        let m = self.meta(v)?;
+        let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
+        let (mut ents, pages) = self.read_chain(v, first)?;
+        let val = Val::store(v, value, INLINE_MAX)?;
+        let had = match ents.iter().position(|(k, _)| k == key) {
+            Some(i) => {
+                let old = std::mem::replace(&mut ents[i].1, val);
+                old.release(v)?;
+                true
+            }
+            None => {
+                ents.push((key.to_vec(), val));
+                false
+            }
+        };
+        let n = self.write_chain(v, &ents, &pages)?;
+        Ok((had, !had && n > pages.len()))
+    }
+
+    /// Splits the bucket at the split pointer and advances it.
+    pub fn split_step(&self, v: &mut View) -> Result<()> {
+        let mut m = self.meta(v)?;
+        let old = m.split;
+        let first = self.bucket_page(v, &m, old)?;
+        let (ents, pages) = self.read_chain(v, first)?;
+        let modulus = m.n0 << (m.level + 1);
+        let (stay, go): (Vec<Entry>, Vec<Entry>) = ents
+            .into_iter()
+            .partition(|(k, _)| hash(k) % modulus == old);
+        let newp = alloc::alloc(v, BUCKET as u64)?;
+        self.write_chain(v, &stay, &pages)?;
+        self.write_chain(v, &go, &[newp])?;
+        m.dir.push_pod(v, &newp)?;
+        m.split += 1;
+        if m.split == m.n0 << m.level {
+            m.split = 0;
+            m.level += 1;
+        }
+        v.write(self.at + H_LEVEL, &m.level)?;
+        v.write(self.at + H_SPLIT, &m.split)?;
+        Ok(())
+    }
+
+    pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        Self::check_key(key)?;
+        let m = self.meta(v)?;
+        let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
+        let (mut ents, pages) = self.read_chain(v, first)?;
+        let Some(i) = ents.iter().position(|(k, _)| k == key) else {
+            return Ok(false);
+        };
+        let (_, val) = ents.remove(i);
+        val.release(v)?;
+        self.write_chain(v, &ents, &pages)?;
+        Ok(true)
+    }
+
+    /// Calls `f` for every entry, bucket by bucket (no order), until it returns false.
+    pub fn for_each(
+        &self,
+        v: &View,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let m = self.meta(v)?;
+        for b in 0..m.buckets() {
+            let (ents, _) = self.read_chain(v, self.bucket_page(v, &m, b)?)?;
+            for (k, val) in ents {
+                if !f(&k, &val.load(v)?)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Entries with keys in range, sorted (the table has no order: this reads it all).
+    pub fn scan(
+        &self,
+        v: &View,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut all = Vec::new();
+        self.for_each(v, |k, val| {
+            if std::ops::RangeBounds::contains(&(lo, hi), k) {
+                all.push((k.to_vec(), val.to_vec()));
+            }
+            Ok(true)
+        })?;
+        all.sort();
+        for (k, val) in all {
+            if !f(&k, &val)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees every page, value and the directory.
+    pub fn destroy(self, v: &mut View) -> Result<()> {
+        let m = self.meta(v)?;
+        for b in 0..m.buckets() {
+            let (ents, pages) = self.read_chain(v, self.bucket_page(v, &m, b)?)?;
+            for (_, val) in ents {
+                val.release(v)?;
+            }
+            for p in pages {
+                alloc::free(v, p)?;
+            }
+        }
+        m.dir.destroy(v)?;
+        alloc::free(v, self.at)
+    }
+
+    /// Verifies the split state (bucket count = n0·2^level + split, the
+    /// directory matches), that every entry lives in the bucket its hash
+    /// names, keys are unique, overflow pages are not empty, and blocks are allocated.
+    pub fn check(&self, v: &View) -> Result<HashReport> {
+        let m = self.meta(v)?;
+        let dir = m.dir.check(v)?;
+        let mut r = HashReport {
+            buckets: m.buckets(),
+            level: m.level,
+            split: m.split,
+            blocks: 1 + 1 + dir.segments,
+            ..Default::default()
+        };
+        let mut keys = std::collections::HashSet::new();
+        for b in 0..m.buckets() {
+            let first = self.bucket_page(v, &m, b)?;
+            let (_, pages) = self.read_chain(v, first)?;
+            for (i, &p) in pages.iter().enumerate() {
+                if alloc::usable_size(v, p)? < BUCKET as u64 {
+                    return Err(corrupt(v, p, "bucket page is not a page block"));
+                }
+                let (ents, _) = parse_page(v.slice(p, BUCKET)?)
+                    .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+                if i > 0 && ents.is_empty() {
+                    return Err(corrupt(v, p, "empty overflow page"));
+                }
+                for (k, val) in &ents {
+                    if m.bucket_of(hash(k)) != b {
+                        return Err(corrupt(
+                            v,
+                            p,
+                            format!("entry in bucket {b} hashes elsewhere"),
+                        ));
+                    }
+                    if !keys.insert(k.clone()) {
+                        return Err(corrupt(v, p, "key stored twice"));
+                    }
+                    r.blocks += val.check(v)?;
+                }
+                r.entries += ents.len() as u64;
+            }
+            r.overflow_pages += pages.len() as u64 - 1;
+            r.blocks += pages.len() as u64;
+        }
+        Ok(r)
+    }
+}
