@@ -133,13 +133,7 @@ struct Acks(File);
 
 impl Acks {
     fn open(p: &str) -> Acks {
-        Acks(
-            File::options()
-                .create(true)
-                .append(true)
-                .open(p)
-                .unwrap(),
-        )
+        Acks(File::options().create(true).append(true).open(p).unwrap())
     }
     fn line(&mut self, s: &str) {
         self.0.write_all(format!("{s}\n").as_bytes()).unwrap();
@@ -375,7 +369,11 @@ fn opener() {
             if mode == "alone" {
                 assert!(r.stats().opened_alone, "another process still counted");
                 v.begin_read().unwrap();
-                assert_eq!(v.read::<u64>(0).unwrap(), x, "lost the dead holder's commit");
+                assert_eq!(
+                    v.read::<u64>(0).unwrap(),
+                    x,
+                    "lost the dead holder's commit"
+                );
                 v.commit().unwrap();
             }
             v.run(|v| v.write(0, &(x + 1))).unwrap();
@@ -519,7 +517,10 @@ fn bank_processes(test: &str, d: &TestDir, n: u64, commits: u64, hold: bool) -> 
         .map(|w| {
             let mut e = writer_env(d, w, &d.join(&format!("ack-{w}")), "quota");
             e.push(("TXMAP_COMMITS", commits.to_string()));
-            e.push(("TXMAP_READY", d.join(&format!("ready-{w}")).display().to_string()));
+            e.push((
+                "TXMAP_READY",
+                d.join(&format!("ready-{w}")).display().to_string(),
+            ));
             e.push(("TXMAP_GO", d.join("go").display().to_string()));
             Proc::spawn(test, "writer", &e, d.join(&format!("err-{w}")))
         })
@@ -527,9 +528,11 @@ fn bank_processes(test: &str, d: &TestDir, n: u64, commits: u64, hold: bool) -> 
     // Start together, so the commits really overlap.
     for w in 0..n {
         let ready = d.join(&format!("ready-{w}"));
-        wait_for("writers to open", &mut procs.iter_mut().collect::<Vec<_>>(), || {
-            ready.exists()
-        });
+        wait_for(
+            "writers to open",
+            &mut procs.iter_mut().collect::<Vec<_>>(),
+            || ready.exists(),
+        );
     }
     File::create(d.join("go")).unwrap();
     for (w, p) in procs.iter_mut().enumerate() {
@@ -539,16 +542,27 @@ fn bank_processes(test: &str, d: &TestDir, n: u64, commits: u64, hold: bool) -> 
     let mut counters = vec![0u64; SLOTS as usize];
     for w in 0..n {
         let (acks, _, _) = read_acks(&d.join(&format!("ack-{w}")));
-        assert_eq!(acks.len() as u64, commits, "writer {w} acknowledged too few");
+        assert_eq!(
+            acks.len() as u64,
+            commits,
+            "writer {w} acknowledged too few"
+        );
         for (i, &(c, k)) in acks.iter().enumerate() {
-            assert_eq!(c, i as u64 + 1, "writer {w}: its counter skipped or repeated");
+            assert_eq!(
+                c,
+                i as u64 + 1,
+                "writer {w}: its counter skipped or repeated"
+            );
             keys[k as usize] += 1;
         }
         counters[w as usize] = commits;
     }
     let check = |r: &Region| {
         let st = read_state(r);
-        assert_eq!(st.counters, counters, "slot counters vs acknowledged commits");
+        assert_eq!(
+            st.counters, counters,
+            "slot counters vs acknowledged commits"
+        );
         assert_eq!(st.keys, keys, "key counters vs acknowledged increments");
     };
     match held {
@@ -687,7 +701,11 @@ enum Victim {
 fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
     let d = ext4_dir(test);
     drop(create_bank(&d.join("bank.txm")));
-    let survivors: u64 = if matches!(victim, Victim::Random) { 3 } else { 2 };
+    let survivors: u64 = if matches!(victim, Victim::Random) {
+        3
+    } else {
+        2
+    };
     let mut acked = vec![0u64; SLOTS as usize];
     let mut rng = SplitMix(seed(test));
     let (mut kills, mut hits) = (0, 0);
@@ -776,7 +794,10 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
         kills += 1 + survivors;
         // Recover alone and check every slot against its acknowledgements.
         let r = Region::open(&d.join("bank.txm"), Options::default()).unwrap();
-        assert!(r.stats().opened_alone, "round {round}: a dead process still counted");
+        assert!(
+            r.stats().opened_alone,
+            "round {round}: a dead process still counted"
+        );
         let st = read_state(&r);
         drop(r);
         for w in 0..=survivors {
@@ -805,7 +826,7 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
 }
 
 fn crash_point_rounds(test: &str, p: CrashPoint) {
-    let rounds = 6;
+    let rounds = 12;
     let (_, hits) = kill_rounds(test, Victim::At(p), rounds);
     assert!(hits > 0, "{p:?} was never reached in {rounds} rounds");
 }
@@ -856,10 +877,7 @@ fn sigkill_while_checkpointing() {
     if as_child() {
         return;
     }
-    crash_point_rounds(
-        "sigkill_while_checkpointing",
-        CrashPoint::CheckpointWriting,
-    );
+    crash_point_rounds("sigkill_while_checkpointing", CrashPoint::CheckpointWriting);
 }
 
 #[test]
@@ -875,7 +893,7 @@ fn sigkill_at_random_moments_under_load() {
     if as_child() {
         return;
     }
-    kill_rounds("sigkill_at_random_moments_under_load", Victim::Random, 10);
+    kill_rounds("sigkill_at_random_moments_under_load", Victim::Random, 20);
 }
 
 #[test]
@@ -886,7 +904,7 @@ fn sigkill_inside_a_transaction_leaves_no_trace() {
     kill_rounds(
         "sigkill_inside_a_transaction_leaves_no_trace",
         Victim::InTransaction,
-        6,
+        12,
     );
 }
 
@@ -899,11 +917,12 @@ fn sigkill_holding_a_long_read_snapshot_releases_it() {
     if as_child() {
         return;
     }
+    const ROUNDS: u64 = 6;
     let test = "sigkill_holding_a_long_read_snapshot_releases_it";
     let d = ext4_dir("proc-reader");
     let p = d.join("bank.txm");
     let r = create_bank(&p);
-    for round in 0..4 * soak() {
+    for round in 0..ROUNDS * soak() {
         let ready = d.join(&format!("reading-{round}"));
         let e = [
             ("TXMAP_PATH", p.display().to_string()),
@@ -922,8 +941,7 @@ fn sigkill_holding_a_long_read_snapshot_releases_it() {
         for w in 0..2 {
             let mut e = writer_env(&d, w, &d.join(&format!("ack-{round}-{w}")), "quota");
             e.push(("TXMAP_COMMITS", "30".into()));
-            Proc::spawn(test, "writer", &e, d.join(&format!("err-{round}-{w}")))
-                .wait_ok("writer");
+            Proc::spawn(test, "writer", &e, d.join(&format!("err-{round}-{w}"))).wait_ok("writer");
         }
         r.checkpoint().unwrap();
         let st = r.stats();
@@ -932,18 +950,27 @@ fn sigkill_holding_a_long_read_snapshot_releases_it() {
             "a live reader's slot was reaped: {st:?}"
         );
         assert!(st.commit_seq >= snap + 60, "{st:?}");
-        assert!(st.checkpoint_seq <= snap, "checkpoint passed a live snapshot: {st:?}");
+        assert!(
+            st.checkpoint_seq <= snap,
+            "checkpoint passed a live snapshot: {st:?}"
+        );
         assert!(st.version_pages > 0 && st.log_bytes > 0, "{st:?}");
         reader.kill();
         let st = r.stats();
-        assert_eq!(st.live_snapshots, 0, "the dead reader's slot was not reaped: {st:?}");
+        assert_eq!(
+            st.live_snapshots, 0,
+            "the dead reader's slot was not reaped: {st:?}"
+        );
         r.checkpoint().unwrap();
         let st = r.stats();
         assert_eq!(st.checkpoint_seq, st.commit_seq, "{st:?}");
-        assert_eq!(st.log_bytes, 0, "log not reset after the reader died: {st:?}");
+        assert_eq!(
+            st.log_bytes, 0,
+            "log not reset after the reader died: {st:?}"
+        );
         assert_eq!(st.version_pages, 0, "versions still pinned: {st:?}");
     }
-    assert_eq!(read_state(&r).counters[0], 4 * soak() * 30);
+    assert_eq!(read_state(&r).counters[0], ROUNDS * soak() * 30);
 }
 
 /// Two processes must agree on the durability mode; once the holder died, a
