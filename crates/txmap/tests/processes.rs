@@ -196,13 +196,13 @@ fn writer() {
         let (c, k) = transfer(v, w, rng);
         acks.line(&format!("ACK {c} {k}"));
         // Every few commits a read-only check, which must never abort.
-        if rng.next() % 4 == 0 {
+        if rng.next().is_multiple_of(4) {
             v.begin_read().unwrap();
             assert_eq!(sum(v).unwrap(), TOTAL);
             v.commit().expect("a read-only transaction aborted");
         }
         // Quiet moments let a checkpoint in another process reset the log.
-        if pause && rng.next() % 3 == 0 {
+        if pause && rng.next().is_multiple_of(3) {
             std::thread::sleep(Duration::from_micros(rng.next() % 3000));
         }
     };
@@ -723,7 +723,7 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
                 }
             }
             Victim::Random => {
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     e.push(("TXMAP_CKPT", "1".into()));
                 }
             }
