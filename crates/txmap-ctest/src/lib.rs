@@ -33,6 +33,9 @@ unsafe extern "C" {
     pub fn ctest_xac_before_init(dir: *const c_char) -> c_int;
     pub fn ctest_xac_session(dir: *const c_char) -> c_int;
     pub fn ctest_xac_reopen(dir: *const c_char) -> c_int;
+
+    pub fn ctest_xac_processes_counter(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_processes_conflict(dir: *const c_char) -> c_int;
 }
 
 /// A fresh, empty directory `<base>/<name>-<pid>`.

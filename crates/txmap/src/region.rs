@@ -707,6 +707,8 @@ pub(crate) struct CommitRequest<'a> {
     /// Pages written, each with its new content.
     pub pages: Vec<(u32, &'a [u8])>,
     pub ranges: Vec<Range<'a>>,
+    /// The committing view's snapshot slot.
+    pub slot: usize,
 }
 
 static PRIVATE: AtomicU64 = AtomicU64::new(0);
@@ -923,6 +925,10 @@ impl RegionInner {
         if Log::epoch_bytes(h) > self.opts.checkpoint_bytes {
             // This commit is already as durable as promised: a failing
             // checkpoint poisons the log, and the next call reports it.
+            // The transaction reads nothing more: its snapshot (older than
+            // its commit) must not hold the checkpoint back, or a log that
+            // only commits checkpoint is never reset.
+            self.mvcc.end(req.slot);
             let _ = self.checkpoint();
         }
         Ok(seq)

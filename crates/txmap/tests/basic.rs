@@ -428,3 +428,21 @@ fn a_view_keeps_working_after_a_transaction_that_wrote_many_pages() {
     }
     assert!(matches!(v.commit(), Err(Error::Aborted)));
 }
+
+#[test]
+fn checkpoints_triggered_by_commits_reset_the_log() {
+    let d = ext4_dir("auto-checkpoint");
+    let opts = Options {
+        checkpoint_bytes: 1, // a checkpoint after every commit
+        ..Options::default()
+    };
+    let r = Region::create(&d.join("r.txm"), PAGE, opts).unwrap();
+    let mut v = r.view().unwrap();
+    for i in 1..=20u64 {
+        v.run(|v| v.write(0, &i)).unwrap();
+        let st = r.stats();
+        // The committer's own snapshot must not hold its checkpoint back.
+        assert_eq!(st.checkpoint_seq, i, "{st:?}");
+        assert_eq!(st.log_bytes, 0, "the log was not reset: {st:?}");
+    }
+}

@@ -425,6 +425,7 @@ impl View {
             read_pages,
             pages: versions,
             ranges,
+            slot: v.slot,
         })?;
         v.last_commit.store(seq, Ordering::Relaxed);
         Ok(())
