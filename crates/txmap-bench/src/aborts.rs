@@ -291,7 +291,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         "attempts per insert",
         "inserts/s",
     ]);
-    for kind in 0..KINDS.len() {
+    for (kind, kind_name) in KINDS.iter().enumerate() {
         for (&pf, &threads) in PREFILL
             .iter()
             .flat_map(|p| THREADS.iter().map(move |t| (p, t)))
@@ -308,7 +308,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
                 for rep in 0..ctx.reps.min(3) {
                     ctx.progress(format!(
                         "aborts: {} prefill {prefill} {threads} threads {} run {}",
-                        KINDS[kind],
+                        kind_name,
                         strat.name(),
                         rep + 1
                     ));
@@ -318,7 +318,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
                     rate_s.push(o.inserts as f64 / o.secs);
                 }
                 t.row(vec![
-                    KINDS[kind].into(),
+                    (*kind_name).into(),
                     prefill.to_string(),
                     threads.to_string(),
                     strat.name().into(),
