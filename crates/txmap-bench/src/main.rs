@@ -3,6 +3,7 @@
 //!
 //! `cargo run --release -p txmap-bench [-- --dir DIR --quick --only NAME]`
 
+mod aborts;
 mod commit;
 mod report;
 mod sys;
@@ -49,6 +50,8 @@ enum Section {
     Commit,
     /// userfaultfd async write-protect probe and comparison.
     Uffd,
+    /// Abort rates of 2 and 4 writer threads on the collections (not part of core).
+    Aborts,
 }
 
 const PARTS: [Section; 5] = [
@@ -67,6 +70,7 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Txn => txn::STEPS,
         Section::Commit => commit::steps(reps),
         Section::Uffd => vm::UFFD_STEPS,
+        Section::Aborts => aborts::steps(reps),
     }
 }
 
@@ -103,13 +107,21 @@ fn main() {
             Section::Txn => txn::run(&mut ctx),
             Section::Commit => commit::run(&mut ctx),
             Section::Uffd => vm::run_uffd(&mut ctx),
-            Section::Core => unreachable!(),
+            Section::Core | Section::Aborts => unreachable!(),
         };
         if let Err(e) = r {
             failed = true;
             println!("\n**{part:?} stopped with an error: {e}**\n");
             ctx.anomaly(format!("{part:?} stopped with an error: {e}"));
         }
+    }
+
+    if args.only == Section::Aborts
+        && let Err(e) = aborts::run(&mut ctx)
+    {
+        failed = true;
+        println!("\n**Aborts stopped with an error: {e}**\n");
+        ctx.anomaly(format!("Aborts stopped with an error: {e}"));
     }
 
     if !ctx.targets.is_empty() {

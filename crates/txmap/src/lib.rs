@@ -13,6 +13,8 @@
 //! (storage backends) → [`wal`] (log format, writer, scanner) → [`mvcc`]
 //! (versions, snapshots, validation) → [`View`] (tracking, transactions) →
 //! [`Region`] (files, recovery, checkpoints) → [`capi`] (C API).
+//! [`collections`] (a transactional heap, B+-tree, cache-oblivious B-tree,
+//! linear hash table, array list) is built on the public API alone.
 //!
 //! ```
 //! # let dir = std::env::temp_dir().join(format!("txmap-doc-lib-{}", std::process::id()));

@@ -247,13 +247,19 @@ pub fn alloc(v: &mut View, size: u64) -> Result<u64> {
     Ok(block + BLOCK_HEADER)
 }
 
+/// Checks that `block` can be a block offset. Bounded by the region's size,
+/// not the heap top: reading the top (page 0) in every allocation would make
+/// every allocating transaction conflict with any arena taking a new chunk.
+fn block_addr_ok(v: &View, block: u64) -> bool {
+    block >= HEAP_START && block < v.len() as u64 && block.is_multiple_of(32)
+}
+
 fn check_block_addr(v: &View, block: u64) -> Result<()> {
-    let top: u64 = v.read(H_TOP)?;
-    if block < HEAP_START || block >= top || !block.is_multiple_of(32) {
+    if !block_addr_ok(v, block) {
         return Err(corrupt(
             v,
             block,
-            format!("block offset outside the heap [{HEAP_START}, {top})"),
+            format!("block offset outside the heap (from {HEAP_START})"),
         ));
     }
     Ok(())
@@ -312,14 +318,13 @@ fn bump(v: &mut View, a: u64, class: u64) -> Result<u64> {
 /// Frees the block at `off` (as returned by [`alloc`]): zeroes it and puts it
 /// on this thread's arena's free list, in the current transaction.
 pub fn free(v: &mut View, off: u64) -> Result<()> {
-    let block = off
-        .checked_sub(BLOCK_HEADER)
-        .ok_or_else(|| invalid(format!("free of offset {off}: not a heap block")))?;
-    let top: u64 = v.read(H_TOP)?;
-    if block < HEAP_START || block >= top || !block.is_multiple_of(32) {
-        return Err(invalid(format!("free of offset {off}: not a heap block")));
+    let not_block = || invalid(format!("free of offset {off}: not an allocated heap block"));
+    let block = off.checked_sub(BLOCK_HEADER).ok_or_else(not_block)?;
+    if !block_addr_ok(v, block) {
+        return Err(not_block());
     }
-    let m = decode_meta(v, block)?;
+    // A malformed header here is most likely a wrong offset, not damage.
+    let m = decode_meta(v, block).map_err(|_| not_block())?;
     if m.state != STATE_USED {
         return Err(invalid(format!(
             "free of offset {off}: block is already free"
@@ -360,7 +365,11 @@ pub fn usable_size(v: &View, off: u64) -> Result<u64> {
 /// (formatting the heap if needed); later calls return the same offset and
 /// fail if `size` is larger than the first.
 pub fn root(v: &mut View, size: u64) -> Result<u64> {
-    init(v)?;
+    // Only the catalog page is read once the heap exists: page 0 changes
+    // whenever an arena takes a chunk.
+    if !catalog_ok(v)? {
+        init(v)?;
+    }
     let r: u64 = v.read(CATALOG + C_ROOT)?;
     if r != 0 {
         let have: u64 = v.read(CATALOG + C_ROOT_SIZE)?;
@@ -379,7 +388,9 @@ pub fn root(v: &mut View, size: u64) -> Result<u64> {
 
 /// The root object's offset, if it was allocated.
 pub fn root_offset(v: &View) -> Result<Option<u64>> {
-    open(v)?;
+    if !catalog_ok(v)? {
+        open(v)?;
+    }
     let r: u64 = v.read(CATALOG + C_ROOT)?;
     Ok((r != 0).then_some(r))
 }
@@ -428,9 +439,17 @@ pub struct Entry {
     pub at: u64,
 }
 
+/// True if the catalog page is in place (reads page 1 only).
+fn catalog_ok(v: &View) -> Result<bool> {
+    Ok((v.len() as u64) >= HEAP_START && v.read::<u64>(CATALOG + C_MAGIC)? == CATALOG_MAGIC)
+}
+
 /// Every named structure in the catalog.
 pub fn catalog(v: &View) -> Result<Vec<Entry>> {
-    open(v)?;
+    if !catalog_ok(v)? {
+        open(v)?; // the precise error
+        return Err(corrupt(v, CATALOG, "bad catalog magic"));
+    }
     let mut out = Vec::new();
     for i in 0..CATALOG_ENTRIES {
         let e = CATALOG + C_ENTRIES + i * ENTRY;
@@ -453,7 +472,7 @@ pub fn catalog(v: &View) -> Result<Vec<Entry>> {
 
 /// Looks a structure up by name.
 pub fn lookup(v: &View, name: &str) -> Result<Option<Entry>> {
-    if !is_formatted(v)? {
+    if !catalog_ok(v)? && !is_formatted(v)? {
         return Ok(None);
     }
     Ok(catalog(v)?.into_iter().find(|e| e.name == name))
