@@ -3,9 +3,9 @@
 //!
 //! Workers are this program re-executed with the hidden `--worker SPEC`
 //! argument. Each opens the region, opens a view, prints `ready`, waits for
-//! `go` on stdin, runs, and prints `done <commits> <conflicts>`. The parent
-//! times from the first `go` to the last `done`, so process start-up and
-//! `Region::open` are not timed.
+//! `go` on stdin, runs, and prints `done <commits> <conflicts> <run> <queue>
+//! <wall>` (ns; see [`Sched`]). The parent times from the first `go` to the
+//! last `done`, so process start-up and `Region::open` are not timed.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -84,8 +84,11 @@ fn dur_name(d: Durability) -> &'static str {
 /// SPEC is `test,durable|async,page,count,path` (count: transactions, or ms for `commit`).
 pub fn worker(spec: &str) -> i32 {
     match worker_inner(spec) {
-        Ok((commits, conflicts)) => {
-            println!("done {commits} {conflicts}");
+        Ok((commits, conflicts, s)) => {
+            println!(
+                "done {commits} {conflicts} {} {} {}",
+                s.run, s.queue, s.wall
+            );
             0
         }
         Err(e) => {
@@ -96,7 +99,24 @@ pub fn worker(spec: &str) -> i32 {
     }
 }
 
-fn worker_inner(spec: &str) -> Res<(u64, u64)> {
+/// Where a worker's main thread spent a run, ns: on a CPU, runnable but
+/// waiting for one (the kernel's schedstat), and in all (wall). The rest of
+/// `wall` it was blocked: on a lock, a futex, fdatasync.
+#[derive(Clone, Copy, Default)]
+struct Sched {
+    run: u64,
+    queue: u64,
+    wall: u64,
+}
+
+/// (ns on CPU, ns waiting on a run queue) of the calling thread so far.
+fn schedstat() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut f = s.split_whitespace().map(|x| x.parse().unwrap_or(0));
+    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+}
+
+fn worker_inner(spec: &str) -> Res<(u64, u64, Sched)> {
     let f: Vec<&str> = spec.splitn(5, ',').collect();
     let bad = || format!("bad worker spec {spec:?}");
     if f.len() != 5 {
@@ -122,6 +142,8 @@ fn worker_inner(spec: &str) -> Res<(u64, u64)> {
     }
     let off = page * PAGE;
     let (mut commits, mut conflicts) = (0u64, 0u64);
+    let (run0, queue0) = schedstat();
+    let t0 = Instant::now();
     if test == Test::Commit {
         let end = Instant::now() + Duration::from_millis(count);
         let mut x = 0u64;
@@ -146,9 +168,15 @@ fn worker_inner(spec: &str) -> Res<(u64, u64)> {
             commits += 1;
         }
     }
+    let (run1, queue1) = schedstat();
+    let sched = Sched {
+        run: run1 - run0,
+        queue: queue1 - queue0,
+        wall: t0.elapsed().as_nanos() as u64,
+    };
     drop(v);
     region.close()?;
-    Ok((commits, conflicts))
+    Ok((commits, conflicts, sched))
 }
 
 /// One serializable transaction running `f`.
@@ -231,6 +259,8 @@ struct Run {
     syncs: u64,
     /// Per worker: its page and commits.
     per_page: Vec<(u64, u64)>,
+    /// Summed over the workers.
+    sched: Sched,
 }
 
 /// Runs `procs` workers of `test` on pages 1..=procs of `region`.
@@ -267,6 +297,7 @@ fn run_procs(region: &Region, dur: Durability, test: Test, procs: usize, count: 
             conflicts: 0,
             syncs: 0,
             per_page: Vec::new(),
+            sched: Sched::default(),
         };
         for (i, w) in ws.iter_mut().enumerate() {
             let l = w.line()?;
@@ -274,11 +305,14 @@ fn run_procs(region: &Region, dur: Durability, test: Test, procs: usize, count: 
                 .strip_prefix("done ")
                 .map(|r| r.split(' ').filter_map(|x| x.parse().ok()).collect())
                 .unwrap_or_default();
-            if n.len() != 2 {
+            if n.len() != 5 {
                 return Err(format!("worker said {l:?}, expected done").into());
             }
             run.commits += n[0];
             run.conflicts += n[1];
+            run.sched.run += n[2];
+            run.sched.queue += n[3];
+            run.sched.wall += n[4];
             run.per_page.push((i as u64 + 1, n[0]));
         }
         run.wall = t.elapsed().as_secs_f64();
@@ -339,6 +373,31 @@ struct Cell {
     speedup: Vec<f64>,
     per_sync: Vec<f64>,
     conflicts: u64,
+    /// Process-µs per transaction, summed over the processes: on CPU,
+    /// waiting for a CPU, blocked.
+    split: [Vec<f64>; 3],
+}
+
+impl Run {
+    /// Process-µs per commit: on CPU, waiting for a CPU, blocked.
+    fn split(&self) -> [f64; 3] {
+        let s = self.sched;
+        let per = |ns: u64| ns as f64 / 1e3 / self.commits.max(1) as f64;
+        [
+            per(s.run),
+            per(s.queue),
+            per(s.wall.saturating_sub(s.run + s.queue)),
+        ]
+    }
+}
+
+/// "cpu / queue / blocked" medians.
+fn split_cell(split: &[Vec<f64>; 3]) -> String {
+    split
+        .iter()
+        .map(|v| num(Summary::of(v).median))
+        .collect::<Vec<_>>()
+        .join(" / ")
 }
 
 pub fn run(ctx: &mut Ctx) -> Res<()> {
@@ -359,6 +418,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     let mut sync = Vec::new();
     let mut rates = vec![Vec::new(); COMMIT_PROCS.len()];
     let mut groups = vec![Vec::new(); COMMIT_PROCS.len()];
+    let mut splits: Vec<[Vec<f64>; 3]> = vec![Default::default(); COMMIT_PROCS.len()];
     let mut scale = Vec::new();
     // Repetitions are the outer loop so background load spreads over every
     // cell alike; speedups are paired within a repetition.
@@ -382,6 +442,9 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
                     c.us.push(r.wall * 1e6 / r.commits as f64);
                     c.per_sync.push(r.commits as f64 / r.syncs.max(1) as f64);
                     c.conflicts += r.conflicts;
+                    for (v, x) in c.split.iter_mut().zip(r.split()) {
+                        v.push(x);
+                    }
                     let t1 = cells[di][ti][0].us[rep - 1];
                     let c = &mut cells[di][ti][pi];
                     c.speedup.push(t1 / c.us[rep - 1]);
@@ -411,13 +474,16 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             }
             rates[i].push(r.commits as f64 / r.wall);
             groups[i].push(r.commits as f64 / r.syncs.max(1) as f64);
+            for (v, x) in splits[i].iter_mut().zip(r.split()) {
+                v.push(x);
+            }
             region.checkpoint()?;
         }
         scale.push(rates[COMMIT_PROCS.len() - 1][rep - 1] / rates[0][rep - 1]);
     }
 
     print_tests(ctx, &cells, total);
-    print_commits(ctx, &sync, &rates, &groups, &scale, d);
+    print_commits(ctx, &sync, &rates, &groups, &splits, &scale, d);
     for (_, region) in regions {
         let path = region.path().to_path_buf();
         region.close()?;
@@ -482,6 +548,38 @@ fn print_tests(ctx: &mut Ctx, cells: &[Vec<Vec<Cell>>], total: usize) {
          checked afterwards to have grown by exactly the committed increments. \
          `async` = `Durability::Async` (the thesis' non-durable).\n"
     );
+
+    println!("### 5c. Where the processes' time went (tests A, B, C)\n");
+    let mut t = Table::new(&[
+        "test",
+        "durability",
+        "processes",
+        "µs per txn (wall)",
+        "process-µs per txn: on CPU / waiting for CPU / blocked",
+    ]);
+    for (di, &dur) in DURABILITIES.iter().enumerate() {
+        for (ti, &test) in TESTS.iter().enumerate() {
+            for (pi, &p) in PROCS.iter().enumerate() {
+                let c = &cells[di][ti][pi];
+                t.row(vec![
+                    format!("{test:?}"),
+                    dur_name(dur).to_string(),
+                    p.to_string(),
+                    num(Summary::of(&c.us).median),
+                    split_cell(&c.split),
+                ]);
+            }
+        }
+    }
+    t.print();
+    println!(
+        "From each worker's main thread's `/proc/thread-self/schedstat` over its run, summed \
+         over the processes and divided by the transactions (medians): time on a CPU, time \
+         runnable but waiting for a CPU (the machine's cores are the limit: other processes, \
+         ours or not, hold them), and the rest of its wall time, blocked (fdatasync, the \
+         shared commit lock, group-commit waits). With P processes the wall time per \
+         transaction is about the sum of the three / P.\n"
+    );
 }
 
 fn print_commits(
@@ -489,6 +587,7 @@ fn print_commits(
     sync: &[f64],
     rates: &[Vec<f64>],
     groups: &[Vec<f64>],
+    splits: &[[Vec<f64>; 3]],
     scale: &[f64],
     d: Duration,
 ) {
@@ -502,8 +601,9 @@ fn print_commits(
         "× 1 process",
         "× 1/fdatasync",
         "commits per log sync",
+        "process-µs per commit: on CPU / waiting for CPU / blocked",
     ]);
-    for ((p, r), g) in COMMIT_PROCS.iter().zip(&rates).zip(groups) {
+    for (((p, r), g), sp) in COMMIT_PROCS.iter().zip(&rates).zip(groups).zip(splits) {
         t.row(vec![
             p.to_string(),
             r.cell(),
@@ -511,6 +611,7 @@ fn print_commits(
             num(r.median / rates[0].median),
             num(r.median * sync.median / 1e6),
             Summary::of(g).cell(),
+            split_cell(sp),
         ]);
     }
     t.print();
