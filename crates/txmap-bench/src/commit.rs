@@ -16,7 +16,7 @@ pub const THREADS: [usize; 4] = [1, 2, 4, 8];
 /// Mean time of one `pwrite(4 KiB) + fdatasync` over a burst, in µs.
 /// `append` grows the file every time (so the sync must also flush its size);
 /// otherwise the same preallocated, synced block is overwritten.
-fn fsync_cost(ctx: &Ctx, append: bool) -> Res<f64> {
+pub fn fsync_cost(ctx: &Ctx, append: bool) -> Res<f64> {
     let path = ctx
         .dir
         .join(if append { "append.dat" } else { "fsync.dat" });

@@ -1,10 +1,11 @@
 //! txmap-bench: measures txmap's page tracking, transaction overhead and
 //! commit throughput and prints Markdown tables (see docs/benchmarks.md).
 //!
-//! `cargo run --release -p txmap-bench [-- --dir DIR --quick --only NAME]`
+//! `cargo run --release -p txmap-bench [-- --dir DIR --quick --only NAME | NAME]`
 
 mod aborts;
 mod commit;
+mod procs;
 mod report;
 mod sys;
 mod touch;
@@ -34,6 +35,12 @@ struct Args {
     /// Run one part only (default: core, everything).
     #[arg(long, value_enum, default_value_t = Section::Core)]
     only: Section,
+    /// The same as --only NAME (`txmap-bench procs`).
+    #[arg(value_enum)]
+    part: Option<Section>,
+    /// Internal: run as a worker process of the `procs` part.
+    #[arg(long, hide = true)]
+    worker: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -52,14 +59,17 @@ enum Section {
     Uffd,
     /// Abort rates of 2 and 4 writer threads on the collections (not part of core).
     Aborts,
+    /// Thesis concurrency tests A/B/C and durable commits/s with 1–8 processes.
+    Procs,
 }
 
-const PARTS: [Section; 5] = [
+const PARTS: [Section; 6] = [
     Section::Floor,
     Section::Touch,
     Section::Txn,
     Section::Commit,
     Section::Uffd,
+    Section::Procs,
 ];
 
 fn steps(s: Section, reps: usize) -> usize {
@@ -71,11 +81,18 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Commit => commit::steps(reps),
         Section::Uffd => vm::UFFD_STEPS,
         Section::Aborts => aborts::steps(reps),
+        Section::Procs => procs::steps(reps),
     }
 }
 
 fn main() {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(spec) = &args.worker {
+        std::process::exit(procs::worker(spec));
+    }
+    if let Some(part) = args.part {
+        args.only = part;
+    }
     let started = Instant::now();
     let base = args.dir.clone().unwrap_or_else(|| {
         PathBuf::from(concat!(
@@ -107,6 +124,7 @@ fn main() {
             Section::Txn => txn::run(&mut ctx),
             Section::Commit => commit::run(&mut ctx),
             Section::Uffd => vm::run_uffd(&mut ctx),
+            Section::Procs => procs::run(&mut ctx),
             Section::Core | Section::Aborts => unreachable!(),
         };
         if let Err(e) = r {
