@@ -549,7 +549,7 @@ fn print_tests(ctx: &mut Ctx, cells: &[Vec<Vec<Cell>>], total: usize) {
          `async` = `Durability::Async` (the thesis' non-durable).\n"
     );
 
-    println!("### 5c. Where the processes' time went (tests A, B, C)\n");
+    println!("### 5b. Where the processes' time went (tests A, B, C)\n");
     let mut t = Table::new(&[
         "test",
         "durability",
@@ -591,7 +591,7 @@ fn print_commits(
     scale: &[f64],
     d: Duration,
 ) {
-    println!("### 5b. Durable one-page commits/s with 1–8 processes\n");
+    println!("### 5c. Durable one-page commits/s with 1–8 processes\n");
     let sync = Summary::of(sync);
     let rates: Vec<Summary> = rates.iter().map(|r| Summary::of(r)).collect();
     let mut t = Table::new(&[
