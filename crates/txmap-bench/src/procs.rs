@@ -361,8 +361,12 @@ fn verify(ctx: &mut Ctx, region: &Region, test: Test, before: &[(u32, u32)], run
     Ok(())
 }
 
+/// Repetitions of this part: a repetition runs 180,000 transactions and
+/// 4 s of commits, minutes when the machine is busy.
+const MAX_REPS: usize = 3;
+
 pub fn steps(reps: usize) -> usize {
-    reps * (DURABILITIES.len() * TESTS.len() * PROCS.len() + 1 + COMMIT_PROCS.len())
+    reps.min(MAX_REPS) * (DURABILITIES.len() * TESTS.len() * PROCS.len() + 1 + COMMIT_PROCS.len())
 }
 
 /// Per test and durability: per P, µs per transaction of each repetition,
@@ -422,13 +426,13 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     let mut scale = Vec::new();
     // Repetitions are the outer loop so background load spreads over every
     // cell alike; speedups are paired within a repetition.
-    for rep in 1..=ctx.reps {
+    let reps = ctx.reps.min(MAX_REPS);
+    for rep in 1..=reps {
         for (di, (dur, region)) in regions.iter().enumerate() {
             for (ti, &test) in TESTS.iter().enumerate() {
                 for (pi, &p) in PROCS.iter().enumerate() {
                     ctx.progress(format!(
-                        "rep {rep}/{}: test {test:?}, {}, {p} process(es) × {} transactions",
-                        ctx.reps,
+                        "rep {rep}/{reps}: test {test:?}, {}, {p} process(es) × {} transactions",
                         dur_name(*dur),
                         per_proc(p)
                     ));
@@ -451,13 +455,12 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
                 }
             }
         }
-        ctx.progress(format!("rep {rep}/{}: pwrite 4 KiB + fdatasync", ctx.reps));
+        ctx.progress(format!("rep {rep}/{reps}: pwrite 4 KiB + fdatasync"));
         sync.push(crate::commit::fsync_cost(ctx, false)?);
         let region = &regions[0].1;
         for (i, &p) in COMMIT_PROCS.iter().enumerate() {
             ctx.progress(format!(
-                "rep {rep}/{}: durable one-page commits, {p} process(es)",
-                ctx.reps
+                "rep {rep}/{reps}: durable one-page commits, {p} process(es)"
             ));
             let r = run_procs(
                 region,
@@ -482,6 +485,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         scale.push(rates[COMMIT_PROCS.len() - 1][rep - 1] / rates[0][rep - 1]);
     }
 
+    println!("Cells: median (min–max) of {reps} repetitions.\n");
     print_tests(ctx, &cells, total);
     print_commits(ctx, &sync, &rates, &groups, &splits, &scale, d);
     for (_, region) in regions {
