@@ -8,7 +8,7 @@
 //! last `done`, so process start-up and `Region::open` are not timed.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -496,7 +496,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     Ok(())
 }
 
-fn remove(path: &PathBuf) {
+fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(txmap::log_path(path));
 }
