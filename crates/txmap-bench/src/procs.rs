@@ -8,7 +8,7 @@
 //! last `done`, so process start-up and `Region::open` are not timed.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -361,8 +361,12 @@ fn verify(ctx: &mut Ctx, region: &Region, test: Test, before: &[(u32, u32)], run
     Ok(())
 }
 
+/// Repetitions of this part: a repetition runs 180,000 transactions and
+/// 4 s of commits, minutes when the machine is busy.
+const MAX_REPS: usize = 3;
+
 pub fn steps(reps: usize) -> usize {
-    reps * (DURABILITIES.len() * TESTS.len() * PROCS.len() + 1 + COMMIT_PROCS.len())
+    reps.min(MAX_REPS) * (DURABILITIES.len() * TESTS.len() * PROCS.len() + 1 + COMMIT_PROCS.len())
 }
 
 /// Per test and durability: per P, µs per transaction of each repetition,
@@ -422,13 +426,13 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     let mut scale = Vec::new();
     // Repetitions are the outer loop so background load spreads over every
     // cell alike; speedups are paired within a repetition.
-    for rep in 1..=ctx.reps {
+    let reps = ctx.reps.min(MAX_REPS);
+    for rep in 1..=reps {
         for (di, (dur, region)) in regions.iter().enumerate() {
             for (ti, &test) in TESTS.iter().enumerate() {
                 for (pi, &p) in PROCS.iter().enumerate() {
                     ctx.progress(format!(
-                        "rep {rep}/{}: test {test:?}, {}, {p} process(es) × {} transactions",
-                        ctx.reps,
+                        "rep {rep}/{reps}: test {test:?}, {}, {p} process(es) × {} transactions",
                         dur_name(*dur),
                         per_proc(p)
                     ));
@@ -451,13 +455,12 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
                 }
             }
         }
-        ctx.progress(format!("rep {rep}/{}: pwrite 4 KiB + fdatasync", ctx.reps));
+        ctx.progress(format!("rep {rep}/{reps}: pwrite 4 KiB + fdatasync"));
         sync.push(crate::commit::fsync_cost(ctx, false)?);
         let region = &regions[0].1;
         for (i, &p) in COMMIT_PROCS.iter().enumerate() {
             ctx.progress(format!(
-                "rep {rep}/{}: durable one-page commits, {p} process(es)",
-                ctx.reps
+                "rep {rep}/{reps}: durable one-page commits, {p} process(es)"
             ));
             let r = run_procs(
                 region,
@@ -482,6 +485,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         scale.push(rates[COMMIT_PROCS.len() - 1][rep - 1] / rates[0][rep - 1]);
     }
 
+    println!("Cells: median (min–max) of {reps} repetitions.\n");
     print_tests(ctx, &cells, total);
     print_commits(ctx, &sync, &rates, &groups, &splits, &scale, d);
     for (_, region) in regions {
@@ -492,7 +496,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     Ok(())
 }
 
-fn remove(path: &PathBuf) {
+fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(txmap::log_path(path));
 }
@@ -549,7 +553,7 @@ fn print_tests(ctx: &mut Ctx, cells: &[Vec<Vec<Cell>>], total: usize) {
          `async` = `Durability::Async` (the thesis' non-durable).\n"
     );
 
-    println!("### 5c. Where the processes' time went (tests A, B, C)\n");
+    println!("### 5b. Where the processes' time went (tests A, B, C)\n");
     let mut t = Table::new(&[
         "test",
         "durability",
@@ -591,7 +595,7 @@ fn print_commits(
     scale: &[f64],
     d: Duration,
 ) {
-    println!("### 5b. Durable one-page commits/s with 1–8 processes\n");
+    println!("### 5c. Durable one-page commits/s with 1–8 processes\n");
     let sync = Summary::of(sync);
     let rates: Vec<Summary> = rates.iter().map(|r| Summary::of(r)).collect();
     let mut t = Table::new(&[
@@ -631,13 +635,13 @@ fn print_commits(
     );
     let g8 = Summary::of(&groups[COMMIT_PROCS.len() - 1]);
     ctx.target(
-        "group commit across processes: 8 processes share syncs (commits per log sync > 1)",
+        "group commit across processes: 8 processes share syncs (commits per log sync ≥ 1.5)",
         format!(
             "{} commits per log sync; {} vs {} commits/s (1 process)",
             g8.cell(),
             num(rates[COMMIT_PROCS.len() - 1].median),
             num(rates[0].median)
         ),
-        Some(g8.median > 1.5),
+        Some(g8.median >= 1.5),
     );
 }
