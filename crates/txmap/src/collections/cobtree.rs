@@ -384,7 +384,7 @@ impl CoBTree {
             Ok(i) => {
                 let rec = slots[i].rec;
                 let (kl, vl) = self.record(v, rec)?;
-                if alloc::usable_size(v, rec)? < 12 + kl + vl {
+                if alloc::usable_size(v, rec)? < (12 + kl).saturating_add(vl) {
                     return Err(corrupt(v, rec, "record longer than its block"));
                 }
                 Ok(Some(v.slice(rec + 12 + kl, vl as usize)?.to_vec()))
@@ -542,7 +542,7 @@ impl CoBTree {
             }
             for s in &slots {
                 let (kl, vl) = self.record(v, s.rec)?;
-                if alloc::usable_size(v, s.rec)? < 12 + kl + vl {
+                if alloc::usable_size(v, s.rec)? < (12 + kl).saturating_add(vl) {
                     return Err(corrupt(v, s.rec, "record longer than its block"));
                 }
                 r.blocks += 1;

@@ -191,7 +191,12 @@ impl LinearHash {
             split: v.read(self.at + H_SPLIT)?,
             dir: ArrayList::open(v, v.read(self.at + H_DIR)?)?,
         };
-        if m.n0 == 0 || !m.n0.is_power_of_two() || m.level > 40 || m.split >= m.n0 << m.level {
+        if m.n0 == 0
+            || !m.n0.is_power_of_two()
+            || m.n0 > 1 << 20
+            || m.level > 40
+            || m.split >= m.n0 << m.level
+        {
             return Err(corrupt(
                 v,
                 self.at,
