@@ -224,6 +224,27 @@ pub fn worker<M: Map + Copy>(r: &Region, m: M, t: u32, threads: u32, n: u32) -> 
         } else {
             assert_ne!(ot, t, "own committed key missing");
         }
+        if i % 50 == 49 {
+            // The whole structure checks clean in a snapshot taken while the
+            // other threads commit, and holds all of this thread's keys.
+            v.begin_read().unwrap();
+            m.check(&v).unwrap();
+            let mut own = 0;
+            let lo = format!("{t}:");
+            let hi = format!("{t};");
+            m.scan(
+                &v,
+                Bound::Included(lo.as_bytes()),
+                Bound::Excluded(hi.as_bytes()),
+                &mut |_, _| {
+                    own += 1;
+                    Ok(true)
+                },
+            )
+            .unwrap();
+            v.commit().unwrap();
+            assert_eq!(own, i + 1, "thread {t} sees {own} of its {} keys", i + 1);
+        }
     }
     found
 }
