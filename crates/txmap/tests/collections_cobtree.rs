@@ -5,6 +5,7 @@ mod common;
 
 use collections_common as coll;
 use common::*;
+use txmap::TxnOptions;
 use txmap::collections::CoBTree;
 
 #[test]
@@ -28,7 +29,18 @@ fn array_doubles_and_halves_with_rebalances() {
 
 #[test]
 fn threads_insert_and_search_at_once() {
-    coll::threads_test("co-threads", CoBTree::create, 4, 400);
+    coll::threads_test("co-threads", CoBTree::create, 4, 400, TxnOptions::default());
+}
+
+#[test]
+fn threads_insert_under_snapshot_isolation() {
+    coll::threads_test(
+        "co-threads-si",
+        CoBTree::create,
+        4,
+        400,
+        TxnOptions::SNAPSHOT,
+    );
 }
 
 #[test]

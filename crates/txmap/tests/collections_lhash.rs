@@ -6,6 +6,7 @@ mod common;
 use collections_common as coll;
 use common::*;
 use txmap::Region;
+use txmap::TxnOptions;
 use txmap::collections::LinearHash;
 use txmap::collections::lhash::hash;
 
@@ -37,7 +38,24 @@ fn buckets_split_in_order_across_levels() {
 
 #[test]
 fn threads_insert_and_search_at_once() {
-    coll::threads_test("lh-threads", LinearHash::create_default, 4, 400);
+    coll::threads_test(
+        "lh-threads",
+        LinearHash::create_default,
+        4,
+        400,
+        TxnOptions::default(),
+    );
+}
+
+#[test]
+fn threads_insert_under_snapshot_isolation() {
+    coll::threads_test(
+        "lh-threads-si",
+        LinearHash::create_default,
+        4,
+        400,
+        TxnOptions::SNAPSHOT,
+    );
 }
 
 #[test]
