@@ -132,7 +132,7 @@ pub fn check_all_with<M: Map>(m: &M, v: &mut View, model: &Model, extra: u64) ->
     heap
 }
 
-/// Random transactions of random operations, a quarter of them aborted.
+/// Random transactions of random operations, about half of them aborted.
 pub fn model_test<M: Map + Copy>(create: fn(&mut View) -> Result<M>, cases: u32) {
     let cfg = ProptestConfig {
         cases,
