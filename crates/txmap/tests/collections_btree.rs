@@ -6,6 +6,7 @@ mod common;
 use collections_common as coll;
 
 use common::*;
+use txmap::TxnOptions;
 use txmap::collections::BTree;
 
 #[test]
@@ -20,7 +21,12 @@ fn values_larger_than_a_page_and_long_keys() {
 
 #[test]
 fn threads_insert_and_search_at_once() {
-    coll::threads_test("bt-threads", BTree::create, 4, 400);
+    coll::threads_test("bt-threads", BTree::create, 4, 400, TxnOptions::default());
+}
+
+#[test]
+fn threads_insert_under_snapshot_isolation() {
+    coll::threads_test("bt-threads-si", BTree::create, 4, 400, TxnOptions::SNAPSHOT);
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod common;
 
 use collections_common as coll;
 use common::*;
+use txmap::TxnOptions;
 use txmap::collections::CoBTree;
 
 #[test]
@@ -28,7 +29,18 @@ fn array_doubles_and_halves_with_rebalances() {
 
 #[test]
 fn threads_insert_and_search_at_once() {
-    coll::threads_test("co-threads", CoBTree::create, 4, 400);
+    coll::threads_test("co-threads", CoBTree::create, 4, 400, TxnOptions::default());
+}
+
+#[test]
+fn threads_insert_under_snapshot_isolation() {
+    coll::threads_test(
+        "co-threads-si",
+        CoBTree::create,
+        4,
+        400,
+        TxnOptions::SNAPSHOT,
+    );
 }
 
 #[test]
@@ -42,5 +54,39 @@ fn sigkill_writers_then_check() {
         CoBTree::create,
         CoBTree::open,
         10,
+    );
+}
+
+#[test]
+fn rebalances_can_run_in_their_own_transactions() {
+    use txmap::Region;
+    use txmap::collections::cobtree::TryPut;
+    let d = tmpfs_dir("co-apart");
+    let r = Region::create(&d.join("c.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(CoBTree::create).unwrap();
+    let mut rebalances = 0;
+    for i in 0..3000u32 {
+        let k = coll::key((i * 7919) % 3000);
+        loop {
+            match v.run(|v| t.try_put(v, &k, b"v")).unwrap() {
+                TryPut::NeedsSplit => {
+                    v.run(|v| t.rebalance_for(v, &k)).unwrap();
+                    rebalances += 1;
+                }
+                got => {
+                    assert_eq!(got, TryPut::Inserted);
+                    break;
+                }
+            }
+        }
+    }
+    v.begin_read().unwrap();
+    let rep = t.check(&v).unwrap();
+    v.commit().unwrap();
+    assert_eq!(rep.entries, 3000);
+    assert!(
+        rebalances >= 4 && rep.segments >= 16,
+        "{rebalances} {rep:?}"
     );
 }

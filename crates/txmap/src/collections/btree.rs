@@ -164,7 +164,7 @@ impl<'a> Raw<'a> {
         let c = self.cell(i)?;
         let klen = u16_at(self.b, c)? as usize;
         let vo = c + 8 + klen;
-        if self.b[c + 2] == 1 {
+        if *self.b.get(c + 2)? == 1 {
             Some(Val::Block {
                 at: u64_at(self.b, vo)?,
                 len: u64_at(self.b, vo + 8)?,

@@ -31,6 +31,7 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
+pub use super::btree::TryPut;
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMCOBT1");
@@ -384,7 +385,7 @@ impl CoBTree {
             Ok(i) => {
                 let rec = slots[i].rec;
                 let (kl, vl) = self.record(v, rec)?;
-                if alloc::usable_size(v, rec)? < 12 + kl + vl {
+                if alloc::usable_size(v, rec)? < (12 + kl).saturating_add(vl) {
                     return Err(corrupt(v, rec, "record longer than its block"));
                 }
                 Ok(Some(v.slice(rec + 12 + kl, vl as usize)?.to_vec()))
@@ -421,24 +422,72 @@ impl CoBTree {
             }
             Err(_) => {
                 // Full segment: rebalance the smallest window dense enough.
-                for l in 1..m.levels {
-                    let w = 1u64 << l;
-                    let a = j / w * w;
-                    let mut all = self.gather(v, &m, a, a + w)?;
-                    if (all.len() as u64 + 1) as f64 <= upper(l, m.levels) * (w * SEG) as f64 {
-                        let pos = self.pos_in(v, &all, key)?;
-                        all.insert(pos, new);
-                        self.spread_window(v, &m, a, a + w, &all)?;
-                        return Ok(false);
-                    }
-                }
-                let mut all = self.gather(v, &m, 0, m.n)?;
-                let pos = self.pos_in(v, &all, key)?;
-                all.insert(pos, new);
-                self.build(v, m.n * 2, &all)?;
+                self.rebalance_around(v, &m, j, Some((key, new)))?;
                 Ok(false)
             }
         }
+    }
+
+    /// Like [`CoBTree::put`], but changes nothing and returns `NeedsSplit`
+    /// when the key is new and its segment is full: the caller can then
+    /// commit [`CoBTree::rebalance_for`] in a short transaction of its own
+    /// and retry, so a rebalance does not ride in a longer transaction.
+    pub fn try_put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<TryPut> {
+        Self::check_key(key)?;
+        let m = self.meta(v)?;
+        let seg = self.segment(v, &m, self.route(v, &m, key)?)?;
+        let slots = self.read_seg(v, seg)?;
+        let found = self.search(v, &slots, key)?.is_ok();
+        if !found && slots.len() as u64 >= SEG {
+            return Ok(TryPut::NeedsSplit);
+        }
+        Ok(if self.put(v, key, value)? {
+            TryPut::Replaced
+        } else {
+            TryPut::Inserted
+        })
+    }
+
+    /// Makes room in the segment that holds `key` if it is full (a window
+    /// rebalance or a doubling), inserting nothing.
+    pub fn rebalance_for(&self, v: &mut View, key: &[u8]) -> Result<()> {
+        Self::check_key(key)?;
+        let m = self.meta(v)?;
+        let j = self.route(v, &m, key)?;
+        if self.read_seg(v, self.segment(v, &m, j)?)?.len() as u64 >= SEG {
+            self.rebalance_around(v, &m, j, None)?;
+        }
+        Ok(())
+    }
+
+    /// Spreads the smallest window around segment `j` that stays under its
+    /// density bound with `new` added (if any), or doubles the array.
+    fn rebalance_around(
+        &self,
+        v: &mut View,
+        m: &Meta,
+        j: u64,
+        new: Option<(&[u8], Slot)>,
+    ) -> Result<()> {
+        let add = u64::from(new.is_some());
+        for l in 1..m.levels {
+            let w = 1u64 << l;
+            let a = j / w * w;
+            let mut all = self.gather(v, m, a, a + w)?;
+            if (all.len() as u64 + add) as f64 <= upper(l, m.levels) * (w * SEG) as f64 {
+                if let Some((key, s)) = new {
+                    let pos = self.pos_in(v, &all, key)?;
+                    all.insert(pos, s);
+                }
+                return self.spread_window(v, m, a, a + w, &all);
+            }
+        }
+        let mut all = self.gather(v, m, 0, m.n)?;
+        if let Some((key, s)) = new {
+            let pos = self.pos_in(v, &all, key)?;
+            all.insert(pos, s);
+        }
+        self.build(v, m.n * 2, &all)
     }
 
     fn pos_in(&self, v: &View, all: &[Slot], key: &[u8]) -> Result<usize> {
@@ -542,7 +591,7 @@ impl CoBTree {
             }
             for s in &slots {
                 let (kl, vl) = self.record(v, s.rec)?;
-                if alloc::usable_size(v, s.rec)? < 12 + kl + vl {
+                if alloc::usable_size(v, s.rec)? < (12 + kl).saturating_add(vl) {
                     return Err(corrupt(v, s.rec, "record longer than its block"));
                 }
                 r.blocks += 1;

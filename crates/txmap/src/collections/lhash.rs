@@ -15,7 +15,7 @@
 //! Bucket page (a heap block of 4080 bytes alone on its page), chained
 //! through overflow pages:
 //! ```text
-//! 0 count u16  8 next overflow page u64
+//! 0 count u16  2 depth u16 (hash bits that address the bucket)  8 next overflow page u64
 //! 16 entries: klen u16, flags u8 (1 = value in a block), 0 u8, vlen u32, key,
 //!    value bytes | block offset u64, value length u64
 //! ```
@@ -60,8 +60,10 @@ fn entry_bytes(e: &Entry) -> usize {
     8 + e.0.len() + e.1.node_bytes()
 }
 
-fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64)> {
+/// A bucket page: its entries, the next overflow page, and the bucket's depth.
+fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64, u16)> {
     let n = u16_at(b, 0)? as usize;
+    let depth = u16_at(b, 2)?;
     let next = u64_at(b, 8)?;
     let mut at = PAGE_HDR;
     let mut out = Vec::with_capacity(n);
@@ -85,12 +87,13 @@ fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64)> {
         out.push((key, val));
         at = vo + len;
     }
-    Some((out, next))
+    Some((out, next, depth))
 }
 
-fn encode_page(ents: &[Entry], next: u64) -> Vec<u8> {
+fn encode_page(ents: &[Entry], next: u64, depth: u16) -> Vec<u8> {
     let mut b = vec![0u8; BUCKET];
     put16(&mut b, 0, ents.len() as u16);
+    put16(&mut b, 2, depth);
     put64(&mut b, 8, next);
     let mut at = PAGE_HDR;
     for (k, val) in ents {
@@ -191,7 +194,12 @@ impl LinearHash {
             split: v.read(self.at + H_SPLIT)?,
             dir: ArrayList::open(v, v.read(self.at + H_DIR)?)?,
         };
-        if m.n0 == 0 || !m.n0.is_power_of_two() || m.level > 40 || m.split >= m.n0 << m.level {
+        if m.n0 == 0
+            || !m.n0.is_power_of_two()
+            || m.n0 > 1 << 20
+            || m.level > 40
+            || m.split >= m.n0 << m.level
+        {
             return Err(corrupt(
                 v,
                 self.at,
@@ -216,27 +224,43 @@ impl LinearHash {
         Ok(p)
     }
 
-    /// Every entry of a bucket chain, with the chain's pages.
-    fn read_chain(&self, v: &View, first: u64) -> Result<(Vec<Entry>, Vec<u64>)> {
+    /// Every entry of a bucket chain, with the chain's pages and the bucket's depth.
+    fn read_chain(&self, v: &View, first: u64) -> Result<(Vec<Entry>, Vec<u64>, u16)> {
         let mut ents = Vec::new();
         let mut pages = Vec::new();
         let mut p = first;
+        let mut depth = 0;
         while p != 0 {
             if pages.len() as u64 > v.len() as u64 / PAGE {
                 return Err(corrupt(v, first, "bucket chain has a cycle"));
             }
-            let (e, next) = parse_page(v.slice(p, BUCKET)?)
+            let (e, next, d) = parse_page(v.slice(p, BUCKET)?)
                 .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+            if pages.is_empty() {
+                depth = d;
+            } else if d != depth {
+                return Err(corrupt(v, p, "overflow page of another depth"));
+            }
             ents.extend(e);
             pages.push(p);
             p = next;
         }
-        Ok((ents, pages))
+        Ok((ents, pages, depth))
     }
 
     /// Writes `ents` over the chain starting at `pages[0]`, taking or
-    /// freeing overflow pages as needed; returns the number of pages.
-    fn write_chain(&self, v: &mut View, ents: &[Entry], pages: &[u64]) -> Result<usize> {
+    /// freeing overflow pages as needed; returns the number of pages. Every
+    /// page records the bucket's depth (the hash bits that address it), so a
+    /// split always changes the split bucket's first page, even when no
+    /// entry moves: a concurrent insert into that bucket then conflicts with
+    /// the split under snapshot isolation too (only changed pages count).
+    fn write_chain(
+        &self,
+        v: &mut View,
+        ents: &[Entry],
+        pages: &[u64],
+        depth: u16,
+    ) -> Result<usize> {
         let mut groups: Vec<&[Entry]> = Vec::new();
         let (mut start, mut used) = (0, PAGE_HDR);
         for (i, e) in ents.iter().enumerate() {
@@ -256,7 +280,7 @@ impl LinearHash {
         }
         for (i, g) in groups.iter().enumerate() {
             let next = if i + 1 < groups.len() { pp[i + 1] } else { 0 };
-            let b = encode_page(g, next);
+            let b = encode_page(g, next, depth);
             v.slice_mut(pp[i], BUCKET)?.copy_from_slice(&b);
         }
         Ok(groups.len())
@@ -279,7 +303,7 @@ impl LinearHash {
         let mut p = first;
         let mut n = 0;
         while p != 0 {
-            let (e, next) = parse_page(v.slice(p, BUCKET)?)
+            let (e, next, _) = parse_page(v.slice(p, BUCKET)?)
                 .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
             if let Some((_, val)) = e.into_iter().find(|(k, _)| k == key) {
                 return Ok(Some(val.load(v)?));
@@ -311,7 +335,7 @@ impl LinearHash {
         Self::check_key(key)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
-        let (mut ents, pages) = self.read_chain(v, first)?;
+        let (mut ents, pages, depth) = self.read_chain(v, first)?;
         let val = Val::store(v, value, INLINE_MAX)?;
         let had = match ents.iter().position(|(k, _)| k == key) {
             Some(i) => {
@@ -324,7 +348,7 @@ impl LinearHash {
                 false
             }
         };
-        let n = self.write_chain(v, &ents, &pages)?;
+        let n = self.write_chain(v, &ents, &pages, depth)?;
         Ok((had, !had && n > pages.len()))
     }
 
@@ -333,14 +357,15 @@ impl LinearHash {
         let mut m = self.meta(v)?;
         let old = m.split;
         let first = self.bucket_page(v, &m, old)?;
-        let (ents, pages) = self.read_chain(v, first)?;
+        let (ents, pages, _) = self.read_chain(v, first)?;
         let modulus = m.n0 << (m.level + 1);
         let (stay, go): (Vec<Entry>, Vec<Entry>) = ents
             .into_iter()
             .partition(|(k, _)| hash(k) % modulus == old);
         let newp = alloc::alloc(v, BUCKET as u64)?;
-        self.write_chain(v, &stay, &pages)?;
-        self.write_chain(v, &go, &[newp])?;
+        let depth = u16::try_from(m.level + 1).map_err(|_| corrupt(v, self.at, "level"))?;
+        self.write_chain(v, &stay, &pages, depth)?;
+        self.write_chain(v, &go, &[newp], depth)?;
         m.dir.push_pod(v, &newp)?;
         m.split += 1;
         if m.split == m.n0 << m.level {
@@ -356,13 +381,13 @@ impl LinearHash {
         Self::check_key(key)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
-        let (mut ents, pages) = self.read_chain(v, first)?;
+        let (mut ents, pages, depth) = self.read_chain(v, first)?;
         let Some(i) = ents.iter().position(|(k, _)| k == key) else {
             return Ok(false);
         };
         let (_, val) = ents.remove(i);
         val.release(v)?;
-        self.write_chain(v, &ents, &pages)?;
+        self.write_chain(v, &ents, &pages, depth)?;
         Ok(true)
     }
 
@@ -374,7 +399,7 @@ impl LinearHash {
     ) -> Result<()> {
         let m = self.meta(v)?;
         for b in 0..m.buckets() {
-            let (ents, _) = self.read_chain(v, self.bucket_page(v, &m, b)?)?;
+            let (ents, _, _) = self.read_chain(v, self.bucket_page(v, &m, b)?)?;
             for (k, val) in ents {
                 if !f(&k, &val.load(v)?)? {
                     return Ok(());
@@ -412,7 +437,7 @@ impl LinearHash {
     pub fn destroy(self, v: &mut View) -> Result<()> {
         let m = self.meta(v)?;
         for b in 0..m.buckets() {
-            let (ents, pages) = self.read_chain(v, self.bucket_page(v, &m, b)?)?;
+            let (ents, pages, _) = self.read_chain(v, self.bucket_page(v, &m, b)?)?;
             for (_, val) in ents {
                 val.release(v)?;
             }
@@ -426,7 +451,9 @@ impl LinearHash {
 
     /// Verifies the split state (bucket count = n0·2^level + split, the
     /// directory matches), that every entry lives in the bucket its hash
-    /// names, keys are unique, overflow pages are not empty, and blocks are allocated.
+    /// names, each bucket's depth matches its place (level + 1 below the split
+    /// pointer and for the new buckets, level otherwise), keys are unique,
+    /// overflow pages are not empty, and blocks are allocated.
     pub fn check(&self, v: &View) -> Result<HashReport> {
         let m = self.meta(v)?;
         let dir = m.dir.check(v)?;
@@ -440,12 +467,24 @@ impl LinearHash {
         let mut keys = std::collections::HashSet::new();
         for b in 0..m.buckets() {
             let first = self.bucket_page(v, &m, b)?;
-            let (_, pages) = self.read_chain(v, first)?;
+            let (_, pages, depth) = self.read_chain(v, first)?;
+            let want = if b < m.split || b >= m.n0 << m.level {
+                m.level + 1
+            } else {
+                m.level
+            };
+            if u64::from(depth) != want {
+                return Err(corrupt(
+                    v,
+                    first,
+                    format!("bucket {b} has depth {depth}, its place says {want}"),
+                ));
+            }
             for (i, &p) in pages.iter().enumerate() {
                 if alloc::usable_size(v, p)? < BUCKET as u64 {
                     return Err(corrupt(v, p, "bucket page is not a page block"));
                 }
-                let (ents, _) = parse_page(v.slice(p, BUCKET)?)
+                let (ents, _, _) = parse_page(v.slice(p, BUCKET)?)
                     .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
                 if i > 0 && ents.is_empty() {
                     return Err(corrupt(v, p, "empty overflow page"));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use txmap::collections::{Map, alloc};
-use txmap::{Durability, Error, Options, Region, Result, View};
+use txmap::{Durability, Error, Options, Region, Result, TxnOptions, View};
 
 use crate::common::*;
 
@@ -132,7 +132,7 @@ pub fn check_all_with<M: Map>(m: &M, v: &mut View, model: &Model, extra: u64) ->
     heap
 }
 
-/// Random transactions of random operations, a quarter of them aborted.
+/// Random transactions of random operations, about half of them aborted.
 pub fn model_test<M: Map + Copy>(create: fn(&mut View) -> Result<M>, cases: u32) {
     let cfg = ProptestConfig {
         cases,
@@ -202,14 +202,21 @@ pub fn large_values<M: Map + Copy>(create: fn(&mut View) -> Result<M>) {
 /// One writer/searcher: inserts keys `t:i` (each in its own transaction) and
 /// looks up earlier keys of every thread, which must be absent or right.
 /// Written against a region handle so that a process variant can call it.
-pub fn worker<M: Map + Copy>(r: &Region, m: M, t: u32, threads: u32, n: u32) -> u64 {
+pub fn worker<M: Map + Copy>(
+    r: &Region,
+    m: M,
+    t: u32,
+    threads: u32,
+    n: u32,
+    opts: TxnOptions,
+) -> u64 {
     let mut v = r.view().unwrap();
     let mut rng = txmap::io::sim::SplitMix(t as u64 + 1);
     let mut found = 0;
     for i in 0..n {
         let k = format!("{t}:{i:06}:{}", "p".repeat((i % 50) as usize));
         let val = value((t as u64) << 32 | i as u64, (i % 300) as usize);
-        v.run(|v| m.put(v, k.as_bytes(), &val)).unwrap();
+        v.run_with(opts, |v| m.put(v, k.as_bytes(), &val)).unwrap();
         let (ot, oi) = (
             (rng.next() % threads as u64) as u32,
             (rng.next() % (i as u64 + 1)) as u32,
@@ -224,15 +231,39 @@ pub fn worker<M: Map + Copy>(r: &Region, m: M, t: u32, threads: u32, n: u32) -> 
         } else {
             assert_ne!(ot, t, "own committed key missing");
         }
+        if i % 50 == 49 {
+            // The whole structure checks clean in a snapshot taken while the
+            // other threads commit, and holds all of this thread's keys.
+            v.begin_read().unwrap();
+            m.check(&v).unwrap();
+            let mut own = 0;
+            let lo = format!("{t}:");
+            let hi = format!("{t};");
+            m.scan(
+                &v,
+                Bound::Included(lo.as_bytes()),
+                Bound::Excluded(hi.as_bytes()),
+                &mut |_, _| {
+                    own += 1;
+                    Ok(true)
+                },
+            )
+            .unwrap();
+            v.commit().unwrap();
+            assert_eq!(own, i + 1, "thread {t} sees {own} of its {} keys", i + 1);
+        }
     }
     found
 }
 
+/// `threads` workers at once; each insert is a transaction run with `opts`
+/// (serializable, or snapshot isolation, which single operations allow).
 pub fn threads_test<M: Map + Copy + Send + 'static>(
     name: &str,
     create: fn(&mut View) -> Result<M>,
     threads: u32,
     n: u32,
+    txn: TxnOptions,
 ) {
     let d = tmpfs_dir(name);
     let r = Region::create(
@@ -248,7 +279,7 @@ pub fn threads_test<M: Map + Copy + Send + 'static>(
     let hs: Vec<_> = (0..threads)
         .map(|t| {
             let r = r.clone();
-            std::thread::spawn(move || worker(&r, m, t, threads, n))
+            std::thread::spawn(move || worker(&r, m, t, threads, n, txn))
         })
         .collect();
     for h in hs {
