@@ -18,7 +18,7 @@
 use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
-use super::node::{Val, put16, put32, put64, u16_at, u32_at, u64_at};
+use super::node::{Val, check_key, put16, put32, put64, u16_at, u32_at, u64_at};
 use crate::{Result, View};
 
 /// Bytes of a node.
@@ -331,19 +331,9 @@ impl BTree {
         Ok((node, path))
     }
 
-    fn check_key(key: &[u8]) -> Result<()> {
-        if key.len() > MAX_KEY {
-            return Err(invalid(format!(
-                "key of {} bytes is longer than {MAX_KEY}",
-                key.len()
-            )));
-        }
-        Ok(())
-    }
-
     /// The value stored under `key`.
     pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let (leaf, _) = self.descend(v, key)?;
         let r = self.raw(v, leaf, LEAF)?;
         match r.search(key).ok_or_else(|| corrupt(v, leaf, "bad key"))? {
@@ -370,7 +360,7 @@ impl BTree {
     }
 
     fn put_inner(&self, v: &mut View, key: &[u8], value: &[u8], split: bool) -> Result<TryPut> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let (node, path) = self.descend(v, key)?;
         let mut leaf = self.leaf(v, node)?;
         let pos = leaf.ents.binary_search_by(|e| e.0.as_slice().cmp(key));
@@ -408,7 +398,7 @@ impl BTree {
     /// Splits the leaf that holds `key` if it has less than a maximal
     /// entry's room left (see [`BTree::try_put`]).
     pub fn split_for(&self, v: &mut View, key: &[u8]) -> Result<()> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let (node, path) = self.descend(v, key)?;
         let leaf = self.leaf(v, node)?;
         if leaf.ents.len() >= 2 && leaf_bytes(&leaf.ents) + 10 + MAX_KEY + INLINE_MAX > NODE {
@@ -491,7 +481,7 @@ impl BTree {
 
     /// Removes `key`; returns true if it was present.
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let (node, path) = self.descend(v, key)?;
         let mut leaf = self.leaf(v, node)?;
         let Ok(i) = leaf.ents.binary_search_by(|e| e.0.as_slice().cmp(key)) else {

@@ -32,6 +32,7 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 pub use super::btree::TryPut;
+use super::node::check_key;
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMCOBT1");
@@ -366,18 +367,8 @@ impl CoBTree {
         Ok(())
     }
 
-    fn check_key(key: &[u8]) -> Result<()> {
-        if key.len() > MAX_KEY {
-            return Err(invalid(format!(
-                "key of {} bytes is longer than {MAX_KEY}",
-                key.len()
-            )));
-        }
-        Ok(())
-    }
-
     pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let seg = self.segment(v, &m, self.route(v, &m, key)?)?;
         let slots = self.read_seg(v, seg)?;
@@ -396,7 +387,7 @@ impl CoBTree {
 
     /// Inserts or replaces; true if `key` was present.
     pub fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let j = self.route(v, &m, key)?;
         let seg = self.segment(v, &m, j)?;
@@ -433,7 +424,7 @@ impl CoBTree {
     /// commit [`CoBTree::rebalance_for`] in a short transaction of its own
     /// and retry, so a rebalance does not ride in a longer transaction.
     pub fn try_put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<TryPut> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let seg = self.segment(v, &m, self.route(v, &m, key)?)?;
         let slots = self.read_seg(v, seg)?;
@@ -451,7 +442,7 @@ impl CoBTree {
     /// Makes room in the segment that holds `key` if it is full (a window
     /// rebalance or a doubling), inserting nothing.
     pub fn rebalance_for(&self, v: &mut View, key: &[u8]) -> Result<()> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let j = self.route(v, &m, key)?;
         if self.read_seg(v, self.segment(v, &m, j)?)?.len() as u64 >= SEG {
@@ -498,7 +489,7 @@ impl CoBTree {
 
     /// Removes `key`; true if it was present.
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let j = self.route(v, &m, key)?;
         let seg = self.segment(v, &m, j)?;

@@ -24,7 +24,7 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::array::ArrayList;
-use super::node::{Val, put16, put32, put64, u16_at, u32_at, u64_at};
+use super::node::{Val, check_key, put16, put32, put64, u16_at, u32_at, u64_at};
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");
@@ -286,18 +286,8 @@ impl LinearHash {
         Ok(groups.len())
     }
 
-    fn check_key(key: &[u8]) -> Result<()> {
-        if key.len() > MAX_KEY {
-            return Err(invalid(format!(
-                "key of {} bytes is longer than {MAX_KEY}",
-                key.len()
-            )));
-        }
-        Ok(())
-    }
-
     pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
         let mut p = first;
@@ -332,7 +322,7 @@ impl LinearHash {
     /// own ([`LinearHash::split_step`]) so that it does not make every
     /// concurrent operation (they all read the header) conflict with the insert.
     pub fn put_deferred(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<(bool, bool)> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
         let (mut ents, pages, depth) = self.read_chain(v, first)?;
@@ -378,7 +368,7 @@ impl LinearHash {
     }
 
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
-        Self::check_key(key)?;
+        check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
         let (mut ents, pages, depth) = self.read_chain(v, first)?;

@@ -91,3 +91,14 @@ impl Val {
         }
     }
 }
+
+/// Fails if `key` is longer than a map's `max` key length.
+pub(crate) fn check_key(key: &[u8], max: usize) -> crate::Result<()> {
+    if key.len() > max {
+        return Err(alloc::invalid(format!(
+            "key of {} bytes is longer than {max}",
+            key.len()
+        )));
+    }
+    Ok(())
+}

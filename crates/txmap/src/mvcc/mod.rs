@@ -22,7 +22,7 @@ pub mod layout;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::os::lock::{Guard, SharedMutex};
+use crate::os::lock::Guard;
 use crate::os::mem::PAGE;
 use crate::os::shm::{SharedFile, process_alive};
 use layout::*;
@@ -288,10 +288,6 @@ impl Mvcc {
             owner_died: g.owner_died,
             _guard: g,
         })
-    }
-
-    pub fn mutex(&self, which: fn(&Header) -> &SharedMutex) -> &SharedMutex {
-        which(self.hdr())
     }
 
     /// The sequence number of the newest commit.
