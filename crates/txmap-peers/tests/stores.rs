@@ -54,7 +54,7 @@ fn check_against_model(p: &Peer, durability: Durability) {
             let mut owned = Vec::new();
             for _ in 0..n {
                 let k = key(rng.next() % 400);
-                let v = if rng.next() % 4 == 0 {
+                let v = if rng.next().is_multiple_of(4) {
                     None
                 } else {
                     // Values of 0..3000 bytes: some span pages.
