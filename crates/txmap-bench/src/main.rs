@@ -5,6 +5,7 @@
 
 mod aborts;
 mod commit;
+mod compare;
 mod procs;
 mod report;
 mod sys;
@@ -38,9 +39,19 @@ struct Args {
     /// The same as --only NAME (`txmap-bench procs`).
     #[arg(value_enum)]
     part: Option<Section>,
+    /// Where `compare` writes its report (README.md and SVG plots).
+    /// Default: <workspace>/target/bench-report.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// `compare` only these stores (comma-separated ids, e.g. txmap-btree,lmdb).
+    #[arg(long, value_delimiter = ',')]
+    stores: Vec<String>,
     /// Internal: run as a worker process of the `procs` part.
     #[arg(long, hide = true)]
     worker: Option<String>,
+    /// Internal: run as a worker process of the `compare` part.
+    #[arg(long, hide = true)]
+    peer_worker: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,6 +72,8 @@ enum Section {
     Aborts,
     /// Thesis concurrency tests A/B/C and durable commits/s with 1–8 processes.
     Procs,
+    /// txmap against the peer databases (not part of core): writes a report and plots.
+    Compare,
 }
 
 const PARTS: [Section; 6] = [
@@ -82,6 +95,7 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Uffd => vm::UFFD_STEPS,
         Section::Aborts => aborts::steps(reps),
         Section::Procs => procs::steps(reps),
+        Section::Compare => 0,
     }
 }
 
@@ -89,6 +103,9 @@ fn main() {
     let mut args = Args::parse();
     if let Some(spec) = &args.worker {
         std::process::exit(procs::worker(spec));
+    }
+    if let Some(spec) = &args.peer_worker {
+        std::process::exit(compare::worker(spec));
     }
     if let Some(part) = args.part {
         args.only = part;
@@ -110,7 +127,29 @@ fn main() {
     }
     let dir = dir.canonicalize().unwrap_or(dir);
     let reps = if args.quick { 3 } else { report::REPS };
-    let mut ctx = Ctx::new(dir.clone(), args.quick, reps, steps(args.only, reps));
+    let total = if args.only == Section::Compare {
+        compare::steps(reps, args.quick, &args.stores)
+    } else {
+        steps(args.only, reps)
+    };
+    let mut ctx = Ctx::new(dir.clone(), args.quick, reps, total);
+    if args.only == Section::Compare {
+        let out = args.out.clone().unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../target/bench-report"
+            ))
+        });
+        let r = compare::run(&mut ctx, &out, &args.stores);
+        ctx.finish();
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Err(e) = r {
+            eprintln!("txmap-bench: compare stopped with an error: {e}");
+            std::process::exit(1);
+        }
+        eprintln!("Total run time: {:.0} s.", started.elapsed().as_secs_f64());
+        return;
+    }
 
     header(&args, &dir, now, ctx.reps);
     let mut failed = false;
@@ -125,7 +164,7 @@ fn main() {
             Section::Commit => commit::run(&mut ctx),
             Section::Uffd => vm::run_uffd(&mut ctx),
             Section::Procs => procs::run(&mut ctx),
-            Section::Core | Section::Aborts => unreachable!(),
+            Section::Core | Section::Aborts | Section::Compare => unreachable!(),
         };
         if let Err(e) = r {
             failed = true;
@@ -142,6 +181,7 @@ fn main() {
         ctx.anomaly(format!("Aborts stopped with an error: {e}"));
     }
 
+    ctx.finish();
     if !ctx.targets.is_empty() {
         println!("## Against the targets\n");
         let mut t = Table::new(&["target (from the issue)", "measured (medians)", "verdict"]);
@@ -166,8 +206,21 @@ fn main() {
     }
 }
 
-fn header(args: &Args, dir: &Path, now: u64, reps: usize) {
+fn header(args: &Args, dir: &Path, _now: u64, reps: usize) {
     println!("# txmap benchmarks\n");
+    print!("{}", machine_table(dir));
+    println!(
+        "Repetitions: {reps} per measurement{}, part: {:?}.\n",
+        if args.quick { " (--quick)" } else { "" },
+        args.only
+    );
+}
+
+/// The machine, file system and command, as a Markdown table.
+pub fn machine_table(dir: &Path) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let mut t = Table::new(&["", ""]);
     t.row(vec!["kernel".into(), sys::uname()]);
     t.row(vec!["CPU".into(), cpu_model()]);
@@ -183,15 +236,7 @@ fn header(args: &Args, dir: &Path, now: u64, reps: usize) {
     t.row(vec!["load average at start".into(), loadavg()]);
     let cmd: Vec<String> = std::env::args().collect();
     t.row(vec!["command".into(), format!("`{}`", cmd.join(" "))]);
-    t.row(vec![
-        "repetitions".into(),
-        format!(
-            "{reps} per measurement{}, part: {:?}",
-            if args.quick { " (--quick)" } else { "" },
-            args.only
-        ),
-    ]);
-    t.print();
+    t.render()
 }
 
 fn cpu_model() -> String {

@@ -71,6 +71,11 @@ impl Table {
     }
 
     pub fn print(&self) {
+        print!("{}", self.render());
+    }
+
+    /// The table as Markdown, ending with a blank line.
+    pub fn render(&self) -> String {
         let w: Vec<usize> = (0..self.head.len())
             .map(|i| {
                 self.rows
@@ -81,16 +86,17 @@ impl Table {
                     .unwrap_or(3)
             })
             .collect();
-        let line = |cells: &[String]| {
-            let mut s = String::from("|");
+        let mut out = String::new();
+        let mut line = |cells: &[String]| {
+            out.push('|');
             for (c, &w) in cells.iter().zip(&w) {
                 let pad = w - c.chars().count();
-                s.push(' ');
-                s.push_str(c);
-                s.push_str(&" ".repeat(pad));
-                s.push_str(" |");
+                out.push(' ');
+                out.push_str(c);
+                out.push_str(&" ".repeat(pad));
+                out.push_str(" |");
             }
-            println!("{s}");
+            out.push('\n');
         };
         line(&self.head);
         let sep: Vec<String> = w.iter().map(|&w| "-".repeat(w)).collect();
@@ -98,7 +104,8 @@ impl Table {
         for r in &self.rows {
             line(r);
         }
-        println!();
+        out.push('\n');
+        out
     }
 }
 
@@ -113,6 +120,8 @@ pub struct Ctx {
     pub anomalies: Vec<String>,
     /// Rows of the closing "against the targets" table: target, measured, verdict.
     pub targets: Vec<[String; 3]>,
+    /// A progress bar when stderr is a terminal; else progress goes as lines.
+    bar: Option<indicatif::ProgressBar>,
 }
 
 impl Ctx {
@@ -125,19 +134,46 @@ impl Ctx {
             total,
             anomalies: Vec::new(),
             targets: Vec::new(),
+            bar: std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+                let b = indicatif::ProgressBar::new(total as u64);
+                b.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{elapsed_precise} [{bar:30}] {pos}/{len} (eta {eta}) {wide_msg}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                b
+            }),
         }
     }
 
-    /// Prints "[k/N] what" to stderr.
+    /// Advances the progress bar (or prints "[k/N] what" to stderr).
     pub fn progress(&mut self, what: impl Display) {
         self.step += 1;
-        eprintln!("[{}/{}] {what}", self.step, self.total);
+        match &self.bar {
+            Some(b) => {
+                b.set_message(what.to_string());
+                b.set_position(self.step as u64);
+            }
+            None => eprintln!("[{}/{}] {what}", self.step, self.total),
+        }
+    }
+
+    /// Removes the progress bar.
+    pub fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
     }
 
     /// Records something that should not happen; printed at the end of the report.
     pub fn anomaly(&mut self, what: impl Display) {
         let s = what.to_string();
-        eprintln!("anomaly: {s}");
+        match &self.bar {
+            Some(b) => b.println(format!("anomaly: {s}")),
+            None => eprintln!("anomaly: {s}"),
+        }
         if !self.anomalies.contains(&s) {
             self.anomalies.push(s);
         }

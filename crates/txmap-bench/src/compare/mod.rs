@@ -1,0 +1,644 @@
+//! The side-by-side comparison with the peers (`txmap-bench compare`):
+//! txmap's structures and every peer database in one run, on the same file
+//! system, each result a median of several runs with its spread, stores run
+//! in a rotating order so that drift of the machine hits all of them alike.
+//! Writes a Markdown report and SVG plots (default `target/bench-report/`).
+
+mod svg;
+mod work;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use txmap_peers::{Durability, Kind, Peer, stores};
+
+use crate::report::{Ctx, Res, Summary, num};
+pub use work::worker;
+use work::{RedbSizes, TOP};
+
+/// Sizes of one comparison run.
+struct Plan {
+    inserts: usize,
+    bulk: usize,
+    committers: Vec<usize>,
+    commit_secs: f64,
+    redb: RedbSizes,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                inserts: 5_000,
+                bulk: 50_000,
+                committers: vec![1, 4, 16, 64],
+                commit_secs: 0.5,
+                redb: RedbSizes {
+                    entries: 20_000,
+                    individual: 200,
+                    batches: 20,
+                    batch: 100,
+                    ranges: 2_000,
+                    range_len: 10,
+                },
+            }
+        } else {
+            Plan {
+                inserts: 250_000,
+                bulk: 250_000,
+                committers: vec![1, 2, 4, 8, 16, 32, 64],
+                commit_secs: 2.0,
+                redb: RedbSizes {
+                    entries: 500_000,
+                    individual: 1_000,
+                    batches: 100,
+                    batch: 1_000,
+                    ranges: 20_000,
+                    range_len: 10,
+                },
+            }
+        }
+    }
+}
+
+/// Whether bigger numbers are better.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Better {
+    Higher,
+    Lower,
+}
+
+/// One store's repetitions of one measurement, or why it has none.
+enum Cell {
+    Values(Vec<f64>),
+    Skipped(String),
+}
+
+/// One measurement over all stores.
+struct Row {
+    title: String,
+    unit: &'static str,
+    better: Better,
+    cells: Vec<Cell>,
+}
+
+impl Row {
+    fn new(title: impl Into<String>, unit: &'static str, better: Better, n: usize) -> Row {
+        Row {
+            title: title.into(),
+            unit,
+            better,
+            cells: (0..n).map(|_| Cell::Values(Vec::new())).collect(),
+        }
+    }
+    fn push(&mut self, i: usize, x: f64) {
+        if let Cell::Values(v) = &mut self.cells[i] {
+            v.push(x);
+        }
+    }
+    fn skip(&mut self, i: usize, why: impl Into<String>) {
+        self.cells[i] = Cell::Skipped(why.into());
+    }
+    fn median(&self, i: usize) -> Option<f64> {
+        match &self.cells[i] {
+            Cell::Values(v) if !v.is_empty() => Some(Summary::of(v).median),
+            _ => None,
+        }
+    }
+}
+
+/// The whole report: stores and rows, rendered at the end.
+struct Report {
+    peers: Vec<Peer>,
+    md: String,
+    out: PathBuf,
+    problems: Vec<String>,
+    targets: Vec<[String; 3]>,
+}
+
+fn is_txmap(p: &Peer) -> bool {
+    p.id.starts_with("txmap")
+}
+
+impl Report {
+    /// Index of the best peer (not txmap) in a row.
+    fn best_peer(&self, row: &Row) -> Option<usize> {
+        (0..self.peers.len())
+            .filter(|&i| !is_txmap(&self.peers[i]))
+            .filter_map(|i| row.median(i).map(|m| (i, m)))
+            .max_by(|a, b| match row.better {
+                Better::Higher => a.1.total_cmp(&b.1),
+                Better::Lower => b.1.total_cmp(&a.1),
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// "× best peer": above 1 is better than the best peer, whichever way
+    /// the measurement points.
+    fn ratio(&self, row: &Row, i: usize) -> Option<f64> {
+        let b = row.median(self.best_peer(row)?)?;
+        let m = row.median(i)?;
+        Some(match row.better {
+            Better::Higher => m / b,
+            Better::Lower => b / m,
+        })
+    }
+
+    /// A table of rows (columns) by store (rows of the table).
+    fn table(&mut self, rows: &[&Row]) {
+        let mut head = vec!["store".to_string()];
+        for r in rows {
+            head.push(format!("{} ({})", r.title, r.unit));
+            head.push("× best peer".into());
+        }
+        let mut t = crate::report::Table::new(&head);
+        for (i, p) in self.peers.iter().enumerate() {
+            if rows.iter().all(|r| matches!(r.cells[i], Cell::Skipped(_)))
+                && rows.iter().all(|r| match &r.cells[i] {
+                    Cell::Skipped(w) => w.starts_with("not installed"),
+                    _ => false,
+                })
+            {
+                continue;
+            }
+            let mut cells = vec![p.name.to_string()];
+            for r in rows {
+                match &r.cells[i] {
+                    Cell::Values(v) if !v.is_empty() => {
+                        cells.push(Summary::of(v).cell());
+                        let best = self.best_peer(r) == Some(i);
+                        cells.push(match self.ratio(r, i) {
+                            Some(x) if best => format!("{} (best)", num(x)),
+                            Some(x) => num(x),
+                            None => "–".into(),
+                        });
+                    }
+                    Cell::Values(_) => {
+                        cells.push("–".into());
+                        cells.push("–".into());
+                    }
+                    Cell::Skipped(w) => {
+                        cells.push(format!("n/a: {w}"));
+                        cells.push("–".into());
+                    }
+                }
+            }
+            t.row(cells);
+        }
+        self.md.push_str(&t.render());
+    }
+
+    fn plot(&mut self, file: &str, svg: String, caption: &str) -> Res<()> {
+        std::fs::write(self.out.join(file), svg)?;
+        let _ = writeln!(self.md, "![{caption}]({file})\n");
+        Ok(())
+    }
+
+    fn bars(&mut self, file: &str, title: &str, rows: &[&Row]) -> Res<()> {
+        let cats: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{} ({})", r.title, r.unit))
+            .collect();
+        let series: Vec<(String, Vec<Option<f64>>)> = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| rows.iter().any(|r| r.median(*i).is_some()))
+            .map(|(i, p)| {
+                (
+                    p.name.to_string(),
+                    rows.iter().map(|r| r.median(i)).collect(),
+                )
+            })
+            .collect();
+        let unit = rows.first().map_or("", |r| r.unit);
+        self.plot(file, svg::bars(title, unit, &cats, &series), title)
+    }
+
+    fn target(&mut self, what: &str, ratio: Option<f64>, goal: f64, detail: String) {
+        let verdict = match ratio {
+            Some(r) if r >= goal => "met".to_string(),
+            Some(r) => format!("**missed** by {:.0} %", (1.0 - r / goal) * 100.0),
+            None => "not measured (peer missing)".into(),
+        };
+        let measured = ratio.map_or("–".into(), |r| format!("{}× ({detail})", num(r)));
+        self.targets.push([what.into(), measured, verdict]);
+    }
+
+    fn idx(&self, id: &str) -> Option<usize> {
+        self.peers.iter().position(|p| p.id == id)
+    }
+
+    /// Ratio of store `a` over store `b` in a row, oriented so above 1 is better for `a`.
+    fn versus(&self, row: &Row, a: &str, b: &str) -> Option<f64> {
+        let (ma, mb) = (row.median(self.idx(a)?)?, row.median(self.idx(b)?)?);
+        Some(match row.better {
+            Better::Higher => ma / mb,
+            Better::Lower => mb / ma,
+        })
+    }
+}
+
+/// Every store, or those named in `only`.
+fn selected(only: &[String]) -> Vec<Peer> {
+    stores()
+        .into_iter()
+        .filter(|p| only.is_empty() || only.iter().any(|o| o == p.id))
+        .collect()
+}
+
+/// Rotating order of stores for repetition `rep`.
+fn order(n: usize, rep: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| (k + rep) % n)
+}
+
+/// Number of progress steps of a run.
+pub fn steps(reps: usize, quick: bool, only: &[String]) -> usize {
+    let plan = Plan::new(quick);
+    let n = selected(only).len();
+    reps * n * (2 + 1 + plan.committers.len() + 1)
+}
+
+/// Runs the comparison; `out` receives `README.md` and the plots.
+pub fn run(ctx: &mut Ctx, out: &Path, only: &[String]) -> Res<()> {
+    std::fs::create_dir_all(out)?;
+    let plan = Plan::new(ctx.quick);
+    let peers = selected(only);
+    if peers.is_empty() {
+        return Err(format!("no store matches --stores {}", only.join(",")).into());
+    }
+    let n = peers.len();
+    let mut r = Report {
+        peers,
+        md: String::new(),
+        out: out.to_path_buf(),
+        problems: Vec::new(),
+        targets: Vec::new(),
+    };
+    let mut skip_reason = vec![None; n];
+    for (i, p) in r.peers.iter().enumerate() {
+        if let Err(cmd) = p.available {
+            skip_reason[i] = Some(format!("not installed (`{cmd}`)"));
+        }
+    }
+    let base = ctx.dir.join("compare");
+    std::fs::create_dir_all(&base)?;
+
+    // 1. Durable random inserts, 1 and 2 processes.
+    let mut ins = [
+        Row::new("1 process", "inserts/s", Better::Higher, n),
+        Row::new("2 processes", "inserts/s", Better::Higher, n),
+    ];
+    let mut bytes = Row::new("written per insert", "bytes", Better::Lower, n);
+    let mut device = Row::new("device writes per insert", "bytes", Better::Lower, n);
+    let mut retried = Row::new("retried, 2 processes", "per 1000 inserts", Better::Lower, n);
+    let mut tops: Vec<Vec<Vec<u64>>> = vec![Vec::new(); n];
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            let p = &r.peers[i];
+            for (pi, procs) in [1usize, 2].into_iter().enumerate() {
+                ctx.progress(format!(
+                    "inserts: {} × {procs} process(es), run {}",
+                    p.name,
+                    rep + 1
+                ));
+                if let Some(w) = &skip_reason[i] {
+                    ins[pi].skip(i, w.clone());
+                    continue;
+                }
+                if procs > 1 && !p.processes {
+                    ins[pi].skip(i, "one process only");
+                    retried.skip(i, "one process only");
+                    continue;
+                }
+                let dir = work::fresh(&base, p.id)?;
+                match work::inserts(p, &dir, plan.inserts, procs, 1 + rep as u64) {
+                    Ok(x) => {
+                        ins[pi].push(i, plan.inserts as f64 / x.secs);
+                        if procs == 1 {
+                            bytes.push(i, x.write_bytes as f64 / plan.inserts as f64);
+                            if let Some(d) = x.device_bytes {
+                                device.push(i, d as f64 / plan.inserts as f64);
+                            }
+                            tops[i].push(x.top);
+                        } else {
+                            retried.push(i, x.retries as f64 * 1000.0 / plan.inserts as f64);
+                        }
+                    }
+                    Err(e) => {
+                        r.problems
+                            .push(format!("inserts, {} × {procs}: {e}", p.name));
+                        ins[pi].skip(i, "failed (see problems)");
+                    }
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
+    let _ = writeln!(
+        r.md,
+        "## Durable random inserts\n\n{} random 8-byte keys with 8-byte values, each insert its own durable \
+         transaction, into an empty store; with 2 processes each inserts half. Written per insert: bytes passed to \
+         write calls (`wchar` of /proc/self/io, including closing the store; PMDK writes through a mapping and \
+         shows only its log); device writes: sectors the file system's device wrote meanwhile (whole machine). \
+         Both with 1 process.\n",
+        plan.inserts
+    );
+    r.table(&[&ins[0], &ins[1], &retried]);
+    r.table(&[&bytes, &device]);
+    r.bars(
+        "inserts.svg",
+        "Durable random inserts per second",
+        &[&ins[0], &ins[1]],
+    )?;
+    // The k-th most expensive insert (thesis figure 5-3): median over runs of each rank.
+    let mut kth = crate::report::Table::new(&[
+        "store",
+        "1st",
+        "10th",
+        "100th",
+        "1000th",
+        "median insert (µs)",
+    ]);
+    let mut curves = Vec::new();
+    for (i, p) in r.peers.iter().enumerate() {
+        if tops[i].is_empty() {
+            continue;
+        }
+        let rank = |k: usize| {
+            let v: Vec<f64> = tops[i]
+                .iter()
+                .filter_map(|t| t.get(k).map(|&x| x as f64 / 1e3))
+                .collect();
+            (!v.is_empty()).then(|| Summary::of(&v).median)
+        };
+        let cell = |k: usize| rank(k).map_or("–".into(), num);
+        let med = ins[0].median(i).map_or("–".into(), |ips| num(1e6 / ips));
+        kth.row(vec![
+            p.name.into(),
+            cell(0),
+            cell(9),
+            cell(99),
+            cell(TOP - 1),
+            med,
+        ]);
+        let pts: Vec<(f64, f64)> = (0..TOP)
+            .filter_map(|k| rank(k).map(|y| ((k + 1) as f64, y)))
+            .collect();
+        curves.push((p.name.to_string(), pts));
+    }
+    let _ = writeln!(
+        r.md,
+        "The k-th most expensive insert, 1 process (µs; median over runs of each rank; the last column is the mean time per insert):\n"
+    );
+    r.md.push_str(&kth.render());
+    r.plot(
+        "inserts-kth.svg",
+        svg::loglog("k-th most expensive durable insert", "k", "µs", &curves),
+        "k-th most expensive insert",
+    )?;
+    let v = r.versus(&ins[0], "txmap-btree", "bdb-btree");
+    r.target(
+        "durable random inserts into the B+-tree ≥ 2× Berkeley DB",
+        v,
+        2.0,
+        "txmap B+-tree / Berkeley DB B-tree, 1 process".into(),
+    );
+
+    // 2. Hash: bulk load in one transaction; committers.
+    let mut bulk = Row::new("bulk load, one transaction", "entries/s", Better::Higher, n);
+    let mut tps: Vec<Row> = plan
+        .committers
+        .iter()
+        .map(|t| Row::new(format!("{t} committers"), "commits/s", Better::Higher, n))
+        .collect();
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            let p = &r.peers[i];
+            ctx.progress(format!("bulk load: {}, run {}", p.name, rep + 1));
+            if let Some(w) = &skip_reason[i] {
+                bulk.skip(i, w.clone());
+                for t in &mut tps {
+                    t.skip(i, w.clone());
+                }
+                continue;
+            }
+            let dir = work::fresh(&base, p.id)?;
+            match work::bulk_load(p, &dir, plan.bulk, 100 + rep as u64) {
+                Ok(s) => bulk.push(i, plan.bulk as f64 / s),
+                Err(e) => {
+                    r.problems.push(format!("bulk load, {}: {e}", p.name));
+                    bulk.skip(i, "failed (see problems)");
+                }
+            }
+            for (ti, &t) in plan.committers.iter().enumerate() {
+                ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
+                let dir = work::fresh(&base, p.id)?;
+                match work::committers(p, &dir, t, plan.commit_secs) {
+                    Ok((x, _)) => tps[ti].push(i, x),
+                    Err(e) => {
+                        r.problems.push(format!("{t} committers, {}: {e}", p.name));
+                        tps[ti].skip(i, "failed (see problems)");
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    let _ = writeln!(
+        r.md,
+        "## Hash table (Lemon): bulk load and concurrent committers\n\n\
+         Bulk load: {} random 8-byte keys and values in one durable transaction. Committers: threads, each \
+         committing one random 8-byte put per durable transaction for {} s, on an empty store.\n",
+        plan.bulk, plan.commit_secs
+    );
+    r.table(&[&bulk]);
+    let trefs: Vec<&Row> = tps.iter().collect();
+    r.table(&trefs);
+    let curves: Vec<(String, Vec<(f64, f64)>)> = r
+        .peers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| tps.iter().any(|t| t.median(*i).is_some()))
+        .map(|(i, p)| {
+            let pts = plan
+                .committers
+                .iter()
+                .zip(&tps)
+                .filter_map(|(&c, t)| t.median(i).map(|m| (c as f64, m)))
+                .collect();
+            (p.name.to_string(), pts)
+        })
+        .collect();
+    r.plot(
+        "committers.svg",
+        svg::loglog(
+            "Durable commits/s against concurrent committers",
+            "committers (threads)",
+            "commits/s",
+            &curves,
+        ),
+        "commits per second against committers",
+    )?;
+    if let Some(last) = tps.last() {
+        let v = r.versus(last, "txmap-hash", "bdb-hash");
+        let c = plan.committers.last().copied().unwrap_or(0);
+        r.target(
+            &format!("commits/s with {c} committers ≥ 3× Berkeley DB"),
+            v,
+            3.0,
+            "txmap linear hash / Berkeley DB hash".into(),
+        );
+    }
+
+    // 3. The redb workload.
+    let mut redb: Vec<Row> = work::REDB_STEPS
+        .iter()
+        .map(|s| {
+            if *s == "file size" {
+                Row::new(*s, "MiB", Better::Lower, n)
+            } else {
+                Row::new(*s, "s", Better::Lower, n)
+            }
+        })
+        .collect();
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            let p = &r.peers[i];
+            ctx.progress(format!("redb workload: {}, run {}", p.name, rep + 1));
+            if let Some(w) = &skip_reason[i] {
+                for row in &mut redb {
+                    row.skip(i, w.clone());
+                }
+                continue;
+            }
+            let dir = work::fresh(&base, p.id)?;
+            match work::redb_workload(p, &dir, plan.redb, 200 + rep as u64) {
+                Ok((vals, problems)) => {
+                    r.problems.extend(problems);
+                    for (row, v) in redb.iter_mut().zip(vals) {
+                        match v {
+                            Some(v) => row.push(i, v),
+                            None => row.skip(i, "hash: no ranges"),
+                        }
+                    }
+                }
+                Err(e) => {
+                    r.problems.push(format!("redb workload, {}: {e}", p.name));
+                    for row in &mut redb {
+                        row.skip(i, "failed (see problems)");
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    let z = plan.redb;
+    let _ = writeln!(
+        r.md,
+        "## The redb workload\n\n24-byte random keys, 150-byte random values, every commit durable. Bulk load: {} \
+         entries in one transaction; individual writes: {} transactions of one put; batch writes: {} transactions \
+         of {} puts; random reads: every loaded key once in random order (2 threads: each thread reads every key); \
+         range reads: {} reads of {} entries from a random loaded key; removals: half the loaded keys in one \
+         transaction; file size: the store's directory after closing.\n",
+        z.entries, z.individual, z.batches, z.batch, z.ranges, z.range_len
+    );
+    let (a, b) = redb.split_at(4);
+    r.table(&a.iter().collect::<Vec<_>>());
+    r.table(&b.iter().collect::<Vec<_>>());
+    r.bars(
+        "redb.svg",
+        "redb workload (seconds, lower is better)",
+        &redb[..7].iter().collect::<Vec<_>>(),
+    )?;
+    let v = r.versus(&redb[1], "txmap-btree", "lmdb");
+    r.target(
+        "durable individual commits ≥ 1.5× LMDB",
+        v,
+        1.5,
+        "txmap B+-tree / LMDB, redb individual writes".into(),
+    );
+    let v = r.versus(&redb[1], "txmap-btree", "bdb-btree");
+    r.target(
+        "durable individual commits ≥ Berkeley DB",
+        v,
+        1.0,
+        "txmap B+-tree / Berkeley DB B-tree".into(),
+    );
+    let v = r.versus(&redb[3], "txmap-btree", "lmdb");
+    r.target(
+        "random reads within 1.25× of LMDB's time",
+        v,
+        0.8,
+        "LMDB time / txmap B+-tree time; 0.8 is 1.25× slower".into(),
+    );
+
+    render(ctx, &r, &plan)?;
+    Ok(())
+}
+
+fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
+    let mut md = String::new();
+    let _ = writeln!(md, "# txmap against its peers\n");
+    let _ = writeln!(
+        md,
+        "Every number is the median of {} runs with (min–max); stores run in a rotating order in each run. \
+         \"× best peer\" compares with the best store that is not txmap: above 1 means better than it, \
+         whichever way the measurement points. Mode: {}.\n",
+        ctx.reps,
+        if ctx.quick { "--quick" } else { "full" }
+    );
+    md.push_str(&crate::machine_table(&ctx.dir));
+    let _ = writeln!(md, "## Stores and how they are configured (durable rows)\n");
+    for p in &r.peers {
+        let how = (p.describe)(Durability::Durable);
+        let kind = match p.kind {
+            Kind::Ordered => "ordered",
+            Kind::Hash => "hash",
+        };
+        match p.available {
+            Ok(()) => {
+                let _ = writeln!(
+                    md,
+                    "- **{}** ({kind}{}): {how}",
+                    p.name,
+                    if p.processes { ", multi-process" } else { "" }
+                );
+            }
+            Err(cmd) => {
+                let _ = writeln!(
+                    md,
+                    "- **{}**: skipped, not installed; install with `{cmd}`",
+                    p.name
+                );
+            }
+        }
+    }
+    md.push('\n');
+    let _ = writeln!(md, "## Against the targets\n");
+    let mut t =
+        crate::report::Table::new(&["target (issue 5)", "measured (ratio of medians)", "verdict"]);
+    for row in &r.targets {
+        t.row(row.to_vec());
+    }
+    md.push_str(&t.render());
+    md.push_str(&r.md);
+    let _ = writeln!(md, "## Problems\n");
+    if r.problems.is_empty() {
+        let _ = writeln!(
+            md,
+            "None: every store completed every run, and every read found its value.\n"
+        );
+    } else {
+        for p in &r.problems {
+            let _ = writeln!(md, "- {p}");
+            ctx.anomaly(p);
+        }
+        md.push('\n');
+    }
+    let _ = plan;
+    std::fs::write(r.out.join("README.md"), &md)?;
+    print!("{md}");
+    eprintln!("report written to {}", r.out.join("README.md").display());
+    Ok(())
+}
