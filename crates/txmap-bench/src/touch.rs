@@ -8,7 +8,7 @@ use txmap::{Durability, Options, PageAccess, Region, View};
 
 use crate::report::{Ctx, Res, Summary, Table, num};
 
-const PAGE: u64 = 4096;
+pub const PAGE: u64 = 4096;
 pub const SIZES: [usize; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 pub fn steps(reps: usize) -> usize {
     2 * reps
@@ -22,13 +22,13 @@ enum Kind {
     Write,
 }
 
-struct Cell {
+pub struct Cell {
     kind: Kind,
     advisory: bool,
-    name: &'static str,
+    pub name: &'static str,
 }
 
-const CELLS: [Cell; 6] = [
+pub const CELLS: [Cell; 6] = [
     Cell {
         kind: Kind::ReadOnly,
         advisory: false,
@@ -61,8 +61,8 @@ const CELLS: [Cell; 6] = [
     },
 ];
 
-struct Sample {
-    us_per_page: f64,
+pub struct Sample {
+    pub us_per_page: f64,
     faults: u64,
     /// First page whose byte 0 did not read as expected: (page, value).
     wrong: Option<(usize, u8)>,
@@ -72,7 +72,7 @@ struct Sample {
 /// part from before the advisory call / first touch to after the last touch
 /// is timed. Writes are rolled back (the commit is not part of the measurement
 /// and keeps the log empty); reads commit.
-fn touch_once(v: &mut View, cell: &Cell, n: usize, expect: u8) -> txmap::Result<Sample> {
+pub fn touch_once(v: &mut View, cell: &Cell, n: usize, expect: u8) -> txmap::Result<Sample> {
     match cell.kind {
         Kind::ReadOnly => v.begin_read()?,
         Kind::SerialRead | Kind::Write => v.begin()?,

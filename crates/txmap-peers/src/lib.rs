@@ -126,6 +126,19 @@ pub trait Session {
     fn write(&mut self, ops: &[Op<'_>]) -> Result<u32>;
     /// Calls `f` with the value of `key` in a read transaction; false if absent.
     fn get(&mut self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool>;
+    /// Read-modify-write of one existing key: `f` changes the value in place.
+    /// Returns the retries, or `None` if the key is absent. The default reads and
+    /// writes in two transactions (right only while no one else writes the
+    /// key, as in the concurrency tests A/B/C); stores override it with one.
+    fn update(&mut self, key: &[u8], f: &mut dyn FnMut(&mut Vec<u8>)) -> Result<Option<u32>> {
+        let mut v = None;
+        if !self.get(key, &mut |x| v = Some(x.to_vec()))? {
+            return Ok(None);
+        }
+        let mut v = v.unwrap_or_default();
+        f(&mut v);
+        self.write(&[Op::Put(key, &v)]).map(Some)
+    }
     /// Calls `f` on up to `n` pairs with keys `>= start`, in key order, in one
     /// read transaction; returns how many. Hash stores return
     /// [`Error::Unsupported`].

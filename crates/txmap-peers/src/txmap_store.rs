@@ -162,6 +162,24 @@ impl Session for TxSession {
         }
     }
 
+    fn update(&mut self, key: &[u8], f: &mut dyn FnMut(&mut Vec<u8>)) -> Result<Option<u32>> {
+        let map = self.map;
+        let mut attempts = 0u32;
+        let found = self
+            .view
+            .run(|v| {
+                attempts += 1;
+                let Some(mut val) = map.get(v, key)? else {
+                    return Ok(false);
+                };
+                f(&mut val);
+                map.put(v, key, &val)?;
+                Ok(true)
+            })
+            .map_err(fail(self.id))?;
+        Ok(found.then_some(attempts - 1))
+    }
+
     fn range(&mut self, start: &[u8], n: usize, f: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
         if matches!(self.map, AnyMap::LinearHash(_)) {
             return Err(Error::Unsupported {

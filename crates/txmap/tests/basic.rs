@@ -446,3 +446,41 @@ fn checkpoints_triggered_by_commits_reset_the_log() {
         assert_eq!(st.log_bytes, 0, "the log was not reset: {st:?}");
     }
 }
+
+/// Two opens of one region share its state as two processes do. When one
+/// grows the region and a checkpoint moves the new pages to the file, a view
+/// of the other must read them from the file (its image of the file must
+/// follow the growth; it once did not, and the fault handler crashed).
+#[test]
+fn pages_grown_by_another_opener_read_back_after_a_checkpoint() {
+    let d = ext4_dir("grown-by-other");
+    let path = d.join("r.txm");
+    let a = Region::create(&path, 4096, Options::default()).unwrap();
+    let b = Region::open(&path, Options::default()).unwrap();
+    assert!(
+        !b.stats().opened_alone,
+        "the second open must join the first"
+    );
+    let mut vb = b.view().unwrap();
+    vb.grow(64 * 4096).unwrap();
+    vb.run(|v| {
+        for p in 1..64u64 {
+            v.write(p * 4096, &(p * 7))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    drop(vb);
+    b.checkpoint().unwrap();
+    assert_eq!(
+        b.stats().version_pages,
+        0,
+        "the checkpoint must leave the pages in the file only"
+    );
+    let mut va = a.view().unwrap();
+    va.begin_read().unwrap();
+    for p in 1..64u64 {
+        assert_eq!(va.read::<u64>(p * 4096).unwrap(), p * 7, "page {p}");
+    }
+    va.commit().unwrap();
+}

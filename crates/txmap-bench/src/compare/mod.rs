@@ -14,10 +14,12 @@ use txmap_peers::{Durability, Kind, Peer, stores};
 
 use crate::report::{Ctx, Res, Summary, num};
 pub use work::worker;
-use work::{RedbSizes, TOP};
+use work::{Abc, RedbSizes, TOP};
 
 /// Sizes of one comparison run.
 struct Plan {
+    abc_txns: usize,
+    abc_durabilities: Vec<Durability>,
     inserts: usize,
     bulk: usize,
     committers: Vec<usize>,
@@ -29,6 +31,8 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
+                abc_txns: 500,
+                abc_durabilities: vec![Durability::Durable],
                 inserts: 5_000,
                 bulk: 50_000,
                 committers: vec![1, 4, 16, 64],
@@ -44,6 +48,8 @@ impl Plan {
             }
         } else {
             Plan {
+                abc_txns: 10_000,
+                abc_durabilities: vec![Durability::Durable, Durability::Async],
                 inserts: 250_000,
                 bulk: 250_000,
                 committers: vec![1, 2, 4, 8, 16, 32, 64],
@@ -256,7 +262,7 @@ fn order(n: usize, rep: usize) -> impl Iterator<Item = usize> {
 pub fn steps(reps: usize, quick: bool, only: &[String]) -> usize {
     let plan = Plan::new(quick);
     let n = selected(only).len();
-    reps * n * (2 + 1 + plan.committers.len() + 1)
+    reps * (n * (2 + 1 + plan.committers.len() + 1 + plan.abc_durabilities.len() * 9) + 1)
 }
 
 /// Runs the comparison; `out` receives `README.md` and the plots.
@@ -573,6 +579,8 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String]) -> Res<()> {
         "LMDB time / txmap B+-tree time; 0.8 is 1.25× slower".into(),
     );
 
+    abc(ctx, &mut r, &plan, &skip_reason, &base)?;
+    page_touch(ctx, &mut r, &base)?;
     render(ctx, &r, &plan)?;
     Ok(())
 }
@@ -640,5 +648,156 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
     std::fs::write(r.out.join("README.md"), &md)?;
     print!("{md}");
     eprintln!("report written to {}", r.out.join("README.md").display());
+    Ok(())
+}
+
+const ABC_PROCS: [usize; 3] = [1, 2, 4];
+
+/// The thesis' concurrency tests A/B/C on every store.
+fn abc(
+    ctx: &mut Ctx,
+    r: &mut Report,
+    plan: &Plan,
+    skip: &[Option<String>],
+    base: &Path,
+) -> Res<()> {
+    let n = r.peers.len();
+    let _ = writeln!(
+        r.md,
+        "## Concurrency tests A, B, C (thesis)\n\n{} transactions split over 1, 2, 4 processes (threads for \
+         single-process stores, marked *t*); each process owns one 4 KiB value of 1,024 integers; A increments \
+         its first integer, B all of them, C does B 1,000 times, one transaction each. txmap and stores with one \
+         read-modify-write transaction run it as one; the others read, then write (same result here: no two \
+         writers share a value). The values are checked afterwards. Time per transaction in µs, and speedup \
+         against 1 process.\n",
+        plan.abc_txns
+    );
+    for &d in &plan.abc_durabilities {
+        let mut rows: Vec<Vec<Row>> = Abc::ALL
+            .iter()
+            .map(|t| {
+                ABC_PROCS
+                    .iter()
+                    .map(|p| Row::new(format!("{t:?}, {p}"), "µs/txn", Better::Lower, n))
+                    .collect()
+            })
+            .collect();
+        for rep in 0..ctx.reps {
+            for i in order(n, rep) {
+                let p = &r.peers[i];
+                for (ti, &t) in Abc::ALL.iter().enumerate() {
+                    for (pi, &procs) in ABC_PROCS.iter().enumerate() {
+                        ctx.progress(format!(
+                            "test {t:?} {d:?}: {} × {procs}, run {}",
+                            p.name,
+                            rep + 1
+                        ));
+                        if let Some(w) = &skip[i] {
+                            rows[ti][pi].skip(i, w.clone());
+                            continue;
+                        }
+                        let dir = work::fresh(base, p.id)?;
+                        match work::abc(p, &dir, t, plan.abc_txns, procs, d) {
+                            Ok((secs, problems)) => {
+                                r.problems.extend(problems);
+                                rows[ti][pi].push(i, secs * 1e6 / plan.abc_txns as f64);
+                            }
+                            Err(e) => {
+                                r.problems
+                                    .push(format!("test {t:?} {d:?}, {} × {procs}: {e}", p.name));
+                                rows[ti][pi].skip(i, "failed (see problems)");
+                            }
+                        }
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                }
+            }
+        }
+        let _ = writeln!(r.md, "{d:?} commits:\n");
+        let mut head = vec!["store".to_string()];
+        for t in Abc::ALL {
+            head.push(format!("{t:?}: 1 / 2 / 4 (µs/txn)"));
+            head.push(format!("{t:?} speedup at 2 / 4"));
+        }
+        let mut table = crate::report::Table::new(&head);
+        for (i, p) in r.peers.iter().enumerate() {
+            if skip[i].is_some() {
+                continue;
+            }
+            let tag = if p.processes { "" } else { " *t*" };
+            let mut cells = vec![format!("{}{tag}", p.name)];
+            for row in &rows {
+                let m: Vec<Option<f64>> = row.iter().map(|x| x.median(i)).collect();
+                cells.push(
+                    m.iter()
+                        .map(|x| x.map_or("–".into(), num))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                );
+                let sp = |k: usize| match (m[0], m[k]) {
+                    (Some(a), Some(b)) => num(a / b),
+                    _ => "–".into(),
+                };
+                cells.push(format!("{} / {}", sp(1), sp(2)));
+            }
+            table.row(cells);
+        }
+        r.md.push_str(&table.render());
+        let flat: Vec<&Row> = rows.iter().map(|r| &r[0]).collect();
+        let file = format!(
+            "abc-{}.svg",
+            if d == Durability::Durable {
+                "durable"
+            } else {
+                "async"
+            }
+        );
+        r.bars(
+            &file,
+            &format!("Tests A/B/C, 1 process, {d:?} (µs per transaction)"),
+            &flat,
+        )?;
+    }
+    Ok(())
+}
+
+/// Per-page cost of first touches (txmap only: the peers have no page-level
+/// mechanism to compare; they appear in the rows above through the same data).
+fn page_touch(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
+    use crate::touch::{CELLS, PAGE, touch_once};
+    const NS: [usize; 4] = [1, 16, 256, 1024];
+    let opts = txmap::Options {
+        durability: txmap::Durability::Async,
+        ..txmap::Options::default()
+    };
+    let dir = work::fresh(base, "touch")?;
+    let region = txmap::Region::create(&dir.join("touch.txm"), 1024 * PAGE, opts)?;
+    let mut vals = vec![vec![Vec::new(); NS.len()]; CELLS.len()];
+    for rep in 0..ctx.reps {
+        ctx.progress(format!("page touch, run {}", rep + 1));
+        for (ni, &n) in NS.iter().enumerate() {
+            for (ci, cell) in CELLS.iter().enumerate() {
+                let mut v = region.view()?;
+                vals[ci][ni].push(touch_once(&mut v, cell, n, 0)?.us_per_page);
+            }
+        }
+    }
+    drop(region);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = writeln!(
+        r.md,
+        "## Page touch (txmap only)\n\nFirst read or write of each of n pages inside a transaction on a fresh view, \
+         with and without the advisory call for the whole range, µs per page (begin and commit not included; \
+         `txmap-bench touch` has the full table). The peers have no page-level mechanism to set beside it.\n"
+    );
+    let mut head = vec!["".to_string()];
+    head.extend(NS.iter().map(|n| format!("n = {n}")));
+    let mut t = crate::report::Table::new(&head);
+    for (ci, cell) in CELLS.iter().enumerate() {
+        let mut row = vec![cell.name.to_string()];
+        row.extend(vals[ci].iter().map(|v| Summary::of(v).cell()));
+        t.row(row);
+    }
+    r.md.push_str(&t.render());
     Ok(())
 }

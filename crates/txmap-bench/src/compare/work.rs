@@ -282,6 +282,9 @@ pub fn worker(spec: &str) -> i32 {
 fn worker_inner(spec: &str) -> Res<()> {
     let f: Vec<&str> = spec.split('|').collect();
     let bad = || format!("bad worker spec {spec:?}");
+    if f.first() == Some(&"abc") {
+        return abc_worker(&f).map_err(|e| format!("{e} (spec {spec:?})").into());
+    }
     let [task, id, dir, n, seed] = f[..] else {
         return Err(bad().into());
     };
@@ -536,4 +539,191 @@ pub fn redb_workload(
         txmap_peers::dir_disk_bytes(dir)? as f64 / (1 << 20) as f64,
     ));
     Ok((out, problems))
+}
+
+/// The thesis' concurrency tests on a key-value store: each process (or
+/// thread) owns one 4 KiB value of 1,024 integers and runs transactions that
+/// A: increment its first integer; B: increment all of them; C: B 1,000 times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abc {
+    A,
+    B,
+    C,
+}
+
+impl Abc {
+    pub const ALL: [Abc; 3] = [Abc::A, Abc::B, Abc::C];
+    fn name(self) -> &'static str {
+        match self {
+            Abc::A => "A",
+            Abc::B => "B",
+            Abc::C => "C",
+        }
+    }
+    fn parse(s: &str) -> Option<Abc> {
+        Abc::ALL.into_iter().find(|t| t.name() == s)
+    }
+    fn apply(self, v: &mut [u8]) {
+        let ints = |v: &mut [u8], n: usize| {
+            for c in v.chunks_exact_mut(4).take(n) {
+                let x = u32::from_le_bytes([c[0], c[1], c[2], c[3]]).wrapping_add(1);
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+        };
+        match self {
+            Abc::A => ints(v, 1),
+            Abc::B => ints(v, 1024),
+            Abc::C => {
+                for _ in 0..1000 {
+                    ints(v, 1024);
+                }
+            }
+        }
+    }
+    /// Value of each touched integer after `n` transactions.
+    fn expect(self, n: usize) -> u32 {
+        let per = if self == Abc::C { 1000 } else { 1 };
+        (n as u64 * per) as u32
+    }
+}
+
+fn abc_key(i: usize) -> Vec<u8> {
+    format!("page{i:04}").into_bytes()
+}
+
+/// `txns` transactions of `test` on value `who`.
+fn abc_loop(s: &mut dyn Session, test: Abc, who: usize, txns: usize) -> Res<u64> {
+    let key = abc_key(who);
+    let mut retries = 0u64;
+    for _ in 0..txns {
+        let r = s.update(&key, &mut |v| test.apply(v))?;
+        retries += u64::from(r.ok_or("the test's value vanished")?);
+    }
+    Ok(retries)
+}
+
+fn abc_worker(f: &[&str]) -> Res<()> {
+    let [_, id, dir, test, txns, who, durable] = f[..] else {
+        return Err("bad abc spec".into());
+    };
+    let test = Abc::parse(test).ok_or("bad test")?;
+    let txns: usize = txns.parse()?;
+    let who: usize = who.parse()?;
+    let d = if durable == "durable" {
+        Durability::Durable
+    } else {
+        Durability::Async
+    };
+    let p = stores()
+        .into_iter()
+        .find(|p| p.id == id)
+        .ok_or("no such store")?;
+    let cfg = Config {
+        create: false,
+        ..config(Path::new(dir), d, 64, 4096, true)
+    };
+    let store = (p.open)(&cfg)?;
+    let mut s = store.session()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    let mut go = String::new();
+    std::io::stdin().lock().read_line(&mut go)?;
+    let t = Instant::now();
+    let retries = abc_loop(&mut *s, test, who, txns)?;
+    let ns = t.elapsed().as_nanos();
+    drop(s);
+    drop(store);
+    writeln!(out, "done {ns} 0 {retries}")?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Runs test `test` with `txns` transactions split over `procs` processes
+/// (threads for single-process stores); returns seconds and problems found
+/// in the values afterwards.
+pub fn abc(
+    p: &Peer,
+    dir: &Path,
+    test: Abc,
+    txns: usize,
+    procs: usize,
+    d: Durability,
+) -> Res<(f64, Vec<String>)> {
+    let store = (p.open)(&config(dir, d, 64, 4096, p.processes && procs > 1))?;
+    let zero = vec![0u8; 4096];
+    let keys: Vec<Vec<u8>> = (0..procs).map(abc_key).collect();
+    let ops: Vec<Op> = keys.iter().map(|k| Op::Put(k, &zero)).collect();
+    store.session()?.write(&ops)?;
+    let each = txns / procs;
+    let secs = if procs == 1 {
+        let mut s = store.session()?;
+        let t = Instant::now();
+        abc_loop(&mut *s, test, 0, each)?;
+        t.elapsed().as_secs_f64()
+    } else if p.processes {
+        let dname = if d == Durability::Durable {
+            "durable"
+        } else {
+            "async"
+        };
+        let specs: Vec<String> = (0..procs)
+            .map(|i| {
+                format!(
+                    "abc|{}|{}|{}|{each}|{i}|{dname}",
+                    p.id,
+                    dir.display(),
+                    test.name()
+                )
+            })
+            .collect();
+        run_workers(&specs)?.secs
+    } else {
+        let st = &*store;
+        let start = std::sync::Barrier::new(procs + 1);
+        std::thread::scope(|sc| -> Res<f64> {
+            let hs: Vec<_> = (0..procs)
+                .map(|i| {
+                    let start = &start;
+                    sc.spawn(move || -> Result<(), String> {
+                        let s = st.session();
+                        start.wait();
+                        let mut s = s.map_err(|e| e.to_string())?;
+                        abc_loop(&mut *s, test, i, each)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            start.wait();
+            let t = Instant::now();
+            for h in hs {
+                h.join().map_err(|_| "a test thread panicked")??;
+            }
+            Ok(t.elapsed().as_secs_f64())
+        })?
+    };
+    let mut problems = Vec::new();
+    let mut s = store.session()?;
+    let want = test.expect(each);
+    for (i, k) in keys.iter().enumerate() {
+        let mut v = Vec::new();
+        s.get(k, &mut |x| v = x.to_vec())?;
+        let n = if test == Abc::A { 1 } else { 1024 };
+        let bad = v
+            .chunks_exact(4)
+            .take(n)
+            .filter(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) != want)
+            .count();
+        if v.len() != 4096 || bad > 0 {
+            problems.push(format!(
+                "{}: test {} with {procs}: value {i} has {bad} wrong integers (want {want}) or length {}",
+                p.name,
+                test.name(),
+                v.len()
+            ));
+        }
+    }
+    Ok((secs, problems))
 }

@@ -221,6 +221,10 @@ impl View {
         if size <= old {
             return Ok(());
         }
+        // Another process may have grown the region: the fault handler copies
+        // pages without a version from this process's image of the file, so
+        // the image must cover the view before the view does.
+        v.region.map_image(size as u64)?;
         crate::os::mem::set_len(&v.memfd, size as u64)
             .map_err(|e| Error::os("size view memory", e))?;
         let fd = v.memfd.as_fd();
