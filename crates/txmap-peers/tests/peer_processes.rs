@@ -1,0 +1,213 @@
+//! The multi-process and many-thread peers (Berkeley DB, LMDB, SQLite):
+//! two real processes (this test binary re-executed in a child role) write
+//! disjoint keys into one store at once, with `Config::shared`; and 64
+//! threads commit overlapping transactions (deadlocks and busy waits are
+//! retried inside `write`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use txmap_peers::{Config, Durability, Op, Peer, stores};
+
+/// Set in a child: the peer id it writes to.
+const ROLE: &str = "PEERS_TEST_CHILD";
+/// The child's number (its keys' prefix) and the store directory.
+const CHILD_NO: &str = "PEERS_TEST_CHILD_NO";
+const CHILD_DIR: &str = "PEERS_TEST_DIR";
+/// Keys each child writes, in transactions of `PER_TXN`.
+const KEYS: u64 = 300;
+const PER_TXN: u64 = 3;
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("peerproc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn peer(id: &str) -> Option<Peer> {
+    let p = stores().into_iter().find(|p| p.id == id).unwrap();
+    match p.available {
+        Ok(()) => Some(p),
+        Err(cmd) => {
+            eprintln!("skipping {} (not installed: {cmd})", p.name);
+            None
+        }
+    }
+}
+
+fn key(child: u64, i: u64) -> Vec<u8> {
+    format!("child{child}-key{i:06}").into_bytes()
+}
+
+fn shared(dir: &Path, create: bool) -> Config {
+    Config {
+        create,
+        shared: true,
+        ..Config::new(dir, Durability::Durable)
+    }
+}
+
+/// The child's part: join the store and write its keys, once the parent
+/// says go (so both children write at the same time).
+fn child(id: &str) {
+    let no: u64 = std::env::var(CHILD_NO).unwrap().parse().unwrap();
+    let dir = PathBuf::from(std::env::var(CHILD_DIR).unwrap());
+    let p = peer(id).unwrap();
+    let store = (p.open)(&shared(&dir, false)).unwrap();
+    let mut s = store.session().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("go").exists() {
+        assert!(Instant::now() < deadline, "no go from the parent");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for t in 0..KEYS / PER_TXN {
+        let keys: Vec<Vec<u8>> = (0..PER_TXN).map(|j| key(no, t * PER_TXN + j)).collect();
+        let ops: Vec<Op> = keys.iter().map(|k| Op::Put(k, k)).collect();
+        s.write(&ops).unwrap();
+    }
+}
+
+fn check_all(p: &Peer, s: &mut dyn txmap_peers::Session) {
+    for no in 0..2 {
+        for i in 0..KEYS {
+            let k = key(no, i);
+            let mut got = None;
+            let found = s.get(&k, &mut |v| got = Some(v.to_vec())).unwrap();
+            assert!(found, "{}: child {no}'s key {i} missing", p.id);
+            assert_eq!(got.unwrap(), k, "{}: child {no}'s key {i}", p.id);
+        }
+    }
+    let mut n = 0;
+    s.range(b"child", usize::MAX, &mut |k, v| {
+        if k.starts_with(b"child") {
+            assert_eq!(k, v);
+            n += 1;
+        }
+    })
+    .unwrap();
+    assert_eq!(n, 2 * KEYS, "{}: range over both children's keys", p.id);
+}
+
+fn two_processes(id: &str) {
+    let test = format!("two_processes_write_one_{}", id.replace('-', "_"));
+    if let Ok(role) = std::env::var(ROLE) {
+        if role == id {
+            child(id);
+        }
+        return;
+    }
+    let Some(p) = peer(id) else { return };
+    assert!(p.processes);
+    let dir = fresh_dir(id);
+    // The parent creates the store and keeps it open while the children
+    // write, then reads their keys through its own open handle.
+    let store = (p.open)(&shared(&dir, true)).unwrap();
+    let mut s = store.session().unwrap();
+    s.write(&[Op::Put(b"parent", b"here")]).unwrap();
+    let children: Vec<_> = (0..2u64)
+        .map(|no| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([&test, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE, id)
+                .env(CHILD_NO, no.to_string())
+                .env(CHILD_DIR, &dir)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(dir.join("go"), b"").unwrap();
+    for mut c in children {
+        let st = c.wait().unwrap();
+        assert!(st.success(), "{id}: child failed: {st}");
+    }
+    check_all(&p, &mut *s);
+    drop(s);
+    drop(store);
+    // And after a reopen.
+    let store = (p.open)(&shared(&dir, false)).unwrap();
+    let mut s = store.session().unwrap();
+    check_all(&p, &mut *s);
+    assert!(s.get(b"parent", &mut |v| assert_eq!(v, b"here")).unwrap());
+    drop(s);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn two_processes_write_one_bdb_btree() {
+    two_processes("bdb-btree");
+}
+
+#[test]
+fn two_processes_write_one_lmdb() {
+    two_processes("lmdb");
+}
+
+#[test]
+fn two_processes_write_one_sqlite() {
+    two_processes("sqlite");
+}
+
+/// 64 threads, each committing transactions that write its own key and
+/// two of 16 shared keys in random order (so Berkeley DB deadlocks and
+/// SQLite waits); afterwards every thread's keys are there.
+#[test]
+fn sixty_four_threads_commit() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    const THREADS: u64 = 64;
+    const TXNS: u64 = 20;
+    for id in ["bdb-btree", "bdb-hash", "lmdb", "sqlite"] {
+        let Some(p) = peer(id) else { continue };
+        let dir = fresh_dir(&format!("{id}-64"));
+        let store = (p.open)(&Config::new(&dir, Durability::Async)).unwrap();
+        let started = Instant::now();
+        let retries: u32 = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let store = &store;
+                    sc.spawn(move || {
+                        let mut s = store.session().unwrap();
+                        let mut x = 0x9e3779b97f4a7c15u64 ^ (t + 1);
+                        let mut retries = 0;
+                        for i in 0..TXNS {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let own = format!("t{t:02}-{i:03}").into_bytes();
+                            let a = format!("shared{:02}", x % 16).into_bytes();
+                            let b = format!("shared{:02}", (x >> 8) % 16).into_bytes();
+                            retries += s
+                                .write(&[Op::Put(&a, &own), Op::Put(&own, &own), Op::Put(&b, &own)])
+                                .unwrap();
+                        }
+                        retries
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        eprintln!(
+            "{id}: {} commits on {THREADS} threads in {:?}, {retries} retries",
+            THREADS * TXNS,
+            started.elapsed()
+        );
+        let mut s = store.session().unwrap();
+        for t in 0..THREADS {
+            for i in 0..TXNS {
+                let own = format!("t{t:02}-{i:03}").into_bytes();
+                assert!(
+                    s.get(&own, &mut |v| assert_eq!(v, own)).unwrap(),
+                    "{id}: t{t} txn {i} lost"
+                );
+            }
+        }
+        drop(s);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
