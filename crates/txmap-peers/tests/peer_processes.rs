@@ -153,7 +153,7 @@ fn two_processes_write_one_sqlite() {
 
 /// 64 threads, each committing transactions that write its own key and
 /// two of 16 shared keys in random order (so Berkeley DB deadlocks and
-/// SQLite waits); afterwards every thread's keys are there.
+/// SQLite waits), durably; afterwards every thread's keys are there.
 #[test]
 fn sixty_four_threads_commit() {
     if std::env::var(ROLE).is_ok() {
@@ -164,7 +164,7 @@ fn sixty_four_threads_commit() {
     for id in ["bdb-btree", "bdb-hash", "lmdb", "sqlite"] {
         let Some(p) = peer(id) else { continue };
         let dir = fresh_dir(&format!("{id}-64"));
-        let store = (p.open)(&Config::new(&dir, Durability::Async)).unwrap();
+        let store = (p.open)(&Config::new(&dir, Durability::Durable)).unwrap();
         let started = Instant::now();
         let retries: u32 = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..THREADS)
@@ -209,5 +209,51 @@ fn sixty_four_threads_commit() {
         drop(s);
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// Each peer's description is one line, for the report.
+#[test]
+fn descriptions_are_one_line() {
+    for p in stores() {
+        for d in [Durability::Durable, Durability::Async] {
+            let s = (p.describe)(d);
+            assert!(!s.is_empty() && !s.contains('\n'), "{}: {s:?}", p.id);
+        }
+    }
+}
+
+/// Not a check: single-thread commit rates at both durabilities, to see
+/// that Durable commits sync (run with `--ignored --nocapture`;
+/// `PEERS_ONLY=<id>` for one peer, e.g. under `strace -f -c`).
+#[test]
+#[ignore]
+fn commit_rates() {
+    const N: u64 = 200;
+    let only = std::env::var("PEERS_ONLY").ok();
+    for id in ["bdb-btree", "bdb-hash", "lmdb", "sqlite"] {
+        if only.as_deref().is_some_and(|o| o != id) {
+            continue;
+        }
+        let Some(p) = peer(id) else { continue };
+        for d in [Durability::Durable, Durability::Async] {
+            let dir = fresh_dir(&format!("{id}-rate"));
+            let store = (p.open)(&Config::new(&dir, d)).unwrap();
+            let mut s = store.session().unwrap();
+            let started = Instant::now();
+            for i in 0..N {
+                let k = key(0, i);
+                s.write(&[Op::Put(&k, &[7; 100])]).unwrap();
+            }
+            let t = started.elapsed();
+            eprintln!(
+                "{id} {d:?}: {N} commits in {t:?} ({:.0}/s); {}",
+                N as f64 / t.as_secs_f64(),
+                (p.describe)(d)
+            );
+            drop(s);
+            drop(store);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }

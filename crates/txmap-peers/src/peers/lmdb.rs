@@ -52,9 +52,10 @@ fn describe(d: Durability) -> String {
         }
     };
     format!(
-        "unnamed DB in one environment, map size max({MAP_HEADROOM} x expected_bytes, 1 GiB) \
+        "unnamed DB in one environment, map size max({MAP_HEADROOM} x expected_bytes, {} GiB) \
          (fixed; MDB_MAP_FULL past it), MDB_NOTLS, maxreaders {MAX_READERS}, {sync}; writers \
-         serialize on LMDB's mutex; reads reuse a per-session read txn (mdb_txn_reset/renew)"
+         serialize on LMDB's mutex; reads reuse a per-session read txn (mdb_txn_reset/renew)",
+        MIN_MAP >> 30
     )
 }
 

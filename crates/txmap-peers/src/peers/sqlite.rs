@@ -204,11 +204,14 @@ mod imp {
             }
         }
 
-        /// Prepares `sql`, kept until the connection closes; its index in
-        /// `stmts` is returned.
+        /// Prepares `sql`; the statement is finalized when the connection
+        /// closes.
         fn prepare(&mut self, sql: &str) -> Result<*mut Stmt> {
             let mut s = null_mut();
-            let n = c_int::try_from(sql.len()).expect("short SQL");
+            let n = c_int::try_from(sql.len()).map_err(|_| Error::Failed {
+                store: ID,
+                what: format!("{} bytes of SQL", sql.len()),
+            })?;
             // SAFETY: db is open; `sql` is read for `n` bytes.
             let r =
                 unsafe { sqlite3_prepare_v2(self.db, sql.as_ptr().cast(), n, &mut s, null_mut()) };
