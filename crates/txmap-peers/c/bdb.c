@@ -48,8 +48,8 @@ struct txb_opts {
  * threads (in one or several processes) each with a transaction touching a
  * few dozen pages. */
 #define MAX_LOCKERS 4096
-#define MAX_LOCKS 200000
-#define MAX_OBJECTS 200000
+#define MAX_LOCKS 100000
+#define MAX_OBJECTS 100000
 #define MAX_TXNS 1024
 
 int txb_open(const char *dir, const struct txb_opts *o, DB_ENV **envp, DB **dbp) {
@@ -85,11 +85,13 @@ int txb_open(const char *dir, const struct txb_opts *o, DB_ENV **envp, DB **dbp)
     {
         uint32_t flags = DB_CREATE | DB_INIT_TXN | DB_INIT_LOCK | DB_INIT_LOG | DB_INIT_MPOOL |
                          DB_THREAD | DB_RECOVER;
-        /* With DB_REGISTER, recovery runs only if no other live process has
-         * the environment open (or one died in it); without it DB_RECOVER
-         * would rebuild the regions under a running process. */
-        if (o->shared)
-            flags |= DB_REGISTER;
+        /* Shared: the regions (cache, locks, log buffer) are files in the
+         * environment directory, mapped by every process; DB_REGISTER makes
+         * DB_RECOVER run only if no other live process has the environment
+         * open (or one died in it), instead of rebuilding the regions under
+         * a running process. One process: DB_PRIVATE regions on the heap,
+         * so no region files take disk space or get written back. */
+        flags |= o->shared ? DB_REGISTER : DB_PRIVATE;
         if ((r = env->open(env, dir, flags, 0644)) != 0)
             goto fail;
     }

@@ -251,6 +251,21 @@ fn commit_rates() {
                 N as f64 / t.as_secs_f64(),
                 (p.describe)(d)
             );
+            let mut files = Vec::new();
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let e = e.unwrap();
+                files.push(format!(
+                    "{} {}",
+                    e.file_name().to_string_lossy(),
+                    e.metadata().unwrap().len()
+                ));
+            }
+            files.sort();
+            eprintln!(
+                "  disk_bytes {}; files: {}",
+                store.disk_bytes().unwrap(),
+                files.join(", ")
+            );
             drop(s);
             drop(store);
             std::fs::remove_dir_all(&dir).unwrap();

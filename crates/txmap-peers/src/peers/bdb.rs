@@ -3,6 +3,12 @@
 //! and recovery, through the C shim `c/bdb.c` (the library's handles are
 //! structs of function pointers).
 //!
+//! One process: `DB_PRIVATE`, the regions (cache, locks, log buffer) on the
+//! heap. Shared (`Config::shared`): the regions are files in the store's
+//! directory (counted by `disk_bytes`: the cache's file grows up to
+//! 1.25 × `cache_bytes`), and `DB_REGISTER` keeps `DB_RECOVER` from
+//! rebuilding them under another live process.
+//!
 //! Writes run in a transaction retried on `DB_LOCK_DEADLOCK` (the deadlock
 //! detector runs whenever a lock request blocks); reads run in a read
 //! transaction of their own, also retried, and call back only after it
@@ -54,8 +60,9 @@ fn describe(access: &str, d: Durability) -> String {
     };
     format!(
         "{access}, default page size, in an environment DB_CREATE|DB_INIT_TXN|DB_INIT_LOCK|\
-         DB_INIT_LOG|DB_INIT_MPOOL|DB_THREAD|DB_RECOVER (+DB_REGISTER when shared), \
-         cache Config::cache_bytes, {commit}; lk_detect DB_LOCK_DEFAULT with retry on \
+         DB_INIT_LOG|DB_INIT_MPOOL|DB_THREAD|DB_RECOVER, +DB_PRIVATE (heap regions) in one \
+         process, +DB_REGISTER (file-backed regions) when shared, \
+         cache Config::cache_bytes (BDB adds 25%), {commit}; lk_detect DB_LOCK_DEFAULT with retry on \
          DB_LOCK_DEADLOCK; one degree-3 read txn per get/range; checkpoint every 16 MiB of log, \
          DB_LOG_AUTO_REMOVE"
     )
