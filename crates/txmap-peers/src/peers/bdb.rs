@@ -54,17 +54,18 @@ fn describe(access: &str, d: Durability) -> String {
     let commit = match d {
         Durability::Durable => "commits with DB_TXN_SYNC (log fdatasync per commit)",
         Durability::Async => {
-            "commits with DB_TXN_WRITE_NOSYNC (log write(2) at commit, no sync: \
-             a process crash loses nothing, power loss may lose recent commits)"
+            "commits with DB_TXN_WRITE_NOSYNC (log write(2) at commit, synced at checkpoints: \
+             a process crash loses nothing, power loss may lose recent commits; not \
+             DB_TXN_NOSYNC, which leaves commits in the log buffer for a process crash to lose)"
         }
     };
     format!(
-        "{access}, default page size, in an environment DB_CREATE|DB_INIT_TXN|DB_INIT_LOCK|\
-         DB_INIT_LOG|DB_INIT_MPOOL|DB_THREAD|DB_RECOVER, +DB_PRIVATE (heap regions) in one \
-         process, +DB_REGISTER (file-backed regions) when shared, \
-         cache Config::cache_bytes (BDB adds 25%), {commit}; lk_detect DB_LOCK_DEFAULT with retry on \
-         DB_LOCK_DEADLOCK; one degree-3 read txn per get/range; checkpoint every 16 MiB of log, \
-         DB_LOG_AUTO_REMOVE"
+        "{access}, default page size (the file system's block size), in an environment \
+         DB_CREATE|DB_INIT_TXN|DB_INIT_LOCK|DB_INIT_LOG|DB_INIT_MPOOL|DB_THREAD|DB_RECOVER, \
+         +DB_PRIVATE (heap regions) in one process, +DB_REGISTER (file-backed regions) when \
+         shared; cache Config::cache_bytes (BDB adds 25%); {commit}; lk_detect DB_LOCK_DEFAULT, \
+         retry on DB_LOCK_DEADLOCK; limits 100k locks/objects, 4096 lockers, 1024 txns; one \
+         degree-3 read txn per get/range; checkpoint every 16 MiB of log, DB_LOG_AUTO_REMOVE"
     )
 }
 
