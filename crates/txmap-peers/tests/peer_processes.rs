@@ -364,3 +364,24 @@ fn async_commits_survive_sigkill() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A peer whose library is missing says so, with the install command, and
+/// its `open` fails with `Error::NotInstalled` (not a panic or link error).
+#[test]
+fn missing_peers_say_not_installed() {
+    for p in stores() {
+        if !["bdb-btree", "bdb-hash", "lmdb", "sqlite"].contains(&p.id) {
+            continue;
+        }
+        if let Err(cmd) = p.available {
+            assert!(cmd.starts_with("sudo apt-get install "), "{}", p.id);
+            let dir = fresh_dir(&format!("{}-missing", p.id));
+            match (p.open)(&Config::new(&dir, Durability::Durable)) {
+                Err(txmap_peers::Error::NotInstalled { install, .. }) => assert_eq!(install, cmd),
+                Err(e) => panic!("{}: {e}", p.id),
+                Ok(_) => panic!("{}: opened without its library", p.id),
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+}
