@@ -143,6 +143,7 @@ mod imp {
         fn mdb_env_set_maxreaders(env: *mut MdbEnv, readers: c_uint) -> c_int;
         fn mdb_env_open(env: *mut MdbEnv, path: *const c_char, flags: c_uint, mode: u32) -> c_int;
         fn mdb_env_close(env: *mut MdbEnv);
+        fn mdb_env_sync(env: *mut MdbEnv, force: c_int) -> c_int;
         fn mdb_reader_check(env: *mut MdbEnv, dead: *mut c_int) -> c_int;
         fn mdb_txn_begin(
             env: *mut MdbEnv,
@@ -200,6 +201,8 @@ mod imp {
     struct LmdbStore {
         dir: PathBuf,
         env: *mut MdbEnv,
+        /// mdb_env_open succeeded.
+        opened: bool,
         dbi: c_uint,
     }
 
@@ -212,6 +215,15 @@ mod imp {
 
     impl Drop for LmdbStore {
         fn drop(&mut self) {
+            if self.opened {
+                // A clean close leaves the store durable even under
+                // MDB_NOSYNC (as the other peers' closes do).
+                // SAFETY: env is open.
+                let r = unsafe { mdb_env_sync(self.env, 1) };
+                if r != 0 {
+                    eprintln!("{}", fail("mdb_env_sync", r));
+                }
+            }
             // SAFETY: no transaction is live (sessions borrow the store and
             // abort theirs when dropped); the handle is not used again.
             unsafe { mdb_env_close(self.env) }
@@ -243,6 +255,7 @@ mod imp {
         let mut store = LmdbStore {
             dir: c.dir.clone(),
             env,
+            opened: false,
             dbi: 0,
         };
         // From here on, dropping `store` closes the environment.
@@ -258,6 +271,7 @@ mod imp {
         check("mdb_env_open", unsafe {
             mdb_env_open(env, path.as_ptr(), flags, 0o644)
         })?;
+        store.opened = true;
         let mut dead = 0;
         // SAFETY: env is open; frees reader slots of dead processes.
         check("mdb_reader_check", unsafe {
