@@ -26,7 +26,7 @@ const MAX_READERS: u32 = 1024;
 pub fn peer() -> Peer {
     Peer {
         id: "lmdb",
-        name: "LMDB",
+        name: "LMDB 0.9",
         kind: Kind::Ordered,
         processes: true,
         #[cfg(have_lmdb)]
@@ -45,10 +45,10 @@ fn describe(d: Durability) -> String {
              O_DSYNC (two syncs per commit)"
         }
         Durability::Async => {
-            "MDB_NOSYNC: commits write(2) pages and meta page without syncing (a process crash \
-             loses nothing; power loss may lose recent commits, and LMDB warns it may corrupt \
-             the database if the file system reorders writes; MDB_NOMETASYNC was not chosen: \
-             it still fdatasyncs every commit)"
+            "MDB_NOSYNC: commits write(2) pages and meta page without syncing, synced on close \
+             (a process crash loses nothing; power loss may lose recent commits, and LMDB warns \
+             it may corrupt the database if the file system reorders writes; MDB_NOMETASYNC was \
+             not chosen: it still fdatasyncs every commit)"
         }
     };
     format!(
