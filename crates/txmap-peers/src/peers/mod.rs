@@ -4,7 +4,15 @@
 
 use crate::Peer;
 
+pub mod bdb;
+pub mod lmdb;
+pub mod sqlite;
+
 /// The peers, in report order.
 pub fn stores() -> Vec<Peer> {
-    Vec::new()
+    let mut v = Vec::new();
+    v.extend(bdb::stores()); // bdb-btree, bdb-hash
+    v.push(lmdb::peer());
+    v.push(sqlite::peer());
+    v
 }
