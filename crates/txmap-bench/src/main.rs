@@ -43,6 +43,9 @@ struct Args {
     /// Default: <workspace>/target/bench-report.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Repetitions per measurement (default 7, or 3 with --quick).
+    #[arg(long)]
+    reps: Option<usize>,
     /// `compare` only these stores (comma-separated ids, e.g. txmap-btree,lmdb).
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
@@ -126,7 +129,10 @@ fn main() {
         std::process::exit(2);
     }
     let dir = dir.canonicalize().unwrap_or(dir);
-    let reps = if args.quick { 3 } else { report::REPS };
+    let reps = args
+        .reps
+        .unwrap_or(if args.quick { 3 } else { report::REPS })
+        .max(1);
     let total = if args.only == Section::Compare {
         compare::steps(reps, args.quick, &args.stores)
     } else {
