@@ -227,7 +227,7 @@ fn process_crash_loses_no_acknowledged_commit() {
         let t = Instant::now();
         // Let it commit a while (at least 300 commits or 3 s), then kill
         // it between or inside commits.
-        while let Some(line) = lines.next() {
+        for line in lines.by_ref() {
             if let Some(n) = line.unwrap().strip_prefix("acked ") {
                 acked = Some(n.parse::<u64>().unwrap());
             }
