@@ -12,12 +12,12 @@
 //! Durable.
 //!
 //! A pool does not grow: it is sized once at create from
-//! `Config::expected_bytes` and `expected_keys` (see [`pool_bytes`]); a
+//! `Config::expected_bytes` and `expected_keys` (see `imp::pool_bytes`); a
 //! write that does not fit aborts its transaction with an out-of-memory
 //! error. libpmemobj does not isolate transactions from other threads, so
 //! the shim orders them with one rwlock (writes exclusive, reads shared).
 
-use crate::{Config, Durability, Kind, Peer};
+use crate::{Durability, Kind, Peer};
 
 const ID: &str = "pmemobj";
 const INSTALL: &str = "sudo apt-get install libpmemobj-dev";
@@ -52,17 +52,6 @@ fn describe(d: Durability) -> String {
     )
 }
 
-/// The pool's size: pools do not grow, so leave room for the allocator's
-/// rounding, the tree's nodes, separators and the undo logs.
-pub fn pool_bytes(c: &Config) -> u64 {
-    let want = c
-        .expected_bytes
-        .saturating_mul(2)
-        .saturating_add(c.expected_keys.saturating_mul(256))
-        .saturating_add(32 << 20);
-    want.max(64 << 20)
-}
-
 #[cfg(not(have_pmemobj))]
 fn open(_: &crate::Config) -> crate::Result<Box<dyn crate::Store>> {
     Err(crate::Error::NotInstalled {
@@ -82,7 +71,7 @@ mod imp {
     use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
     use std::path::PathBuf;
 
-    use super::{ID, pool_bytes};
+    use super::ID;
     use crate::{Config, Error, Op, Result, Session, Store};
 
     #[repr(C)]
@@ -137,6 +126,17 @@ mod imp {
     }
 
     const ERRLEN: usize = 512;
+
+    /// The pool's size: pools do not grow, so leave room for the allocator's
+    /// rounding, the tree's nodes, separators and the undo logs.
+    fn pool_bytes(c: &Config) -> u64 {
+        let want = c
+            .expected_bytes
+            .saturating_mul(2)
+            .saturating_add(c.expected_keys.saturating_mul(256))
+            .saturating_add(32 << 20);
+        want.max(64 << 20)
+    }
 
     fn message(buf: &[u8]) -> String {
         CStr::from_bytes_until_nul(buf)
