@@ -103,3 +103,14 @@ fn single_process_stores_refuse_a_second_open() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn describe_names_the_configuration() {
+    for p in stores() {
+        for d in [Durability::Durable, Durability::Async] {
+            let line = (p.describe)(d);
+            eprintln!("{} {d:?}: {line}", p.id);
+            assert!(!line.is_empty() && !line.contains('\n'), "{}: {line}", p.id);
+        }
+    }
+}

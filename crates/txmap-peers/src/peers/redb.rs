@@ -7,15 +7,15 @@
 //! commit stays in the process's memory until a later `Immediate` commit or
 //! the close, so a *process* crash loses it). Neither is the benchmark's
 //! `Async` ("a process crash loses nothing, power loss may lose recent
-//! commits"), and redb 1–2's `Eventual` (write at commit, no fsync) is gone.
-//! So `Async` commits with `Immediate` over a [`FileBackend`] whose
-//! `sync_data` does nothing: every commit's pages and header reach the file
-//! (the OS page cache) before `commit` returns, and nothing is fsynced. That
-//! is what `Eventual` was. Power loss may lose recent commits, and since
-//! redb's one-phase commit relies on the fsync to order its page writes
-//! before the header, it may also leave the newest commits torn (redb's
-//! checksums detect that on open and fall back), as with LMDB's
-//! `MDB_NOSYNC`. `Durable` uses redb's own file backend untouched.
+//! commits"), and redb 4 has no level between them. So `Async` commits with
+//! `Immediate` over a [`FileBackend`] whose `sync_data` does nothing: every
+//! commit's pages and header reach the file (the OS page cache) before
+//! `commit` returns, and nothing is fsynced. Power loss may lose recent
+//! commits, and since redb's one-phase commit relies on the fsync to order
+//! its page writes before the header, a power loss may also tear the newest
+//! commit (redb verifies checksums on open and falls back to the previous
+//! one, but without the fsyncs that one is not guaranteed whole either), as
+//! with LMDB's `MDB_NOSYNC`. `Durable` uses redb's own file backend untouched.
 
 use std::fmt;
 use std::fs::OpenOptions;
@@ -54,7 +54,7 @@ fn describe(d: Durability) -> String {
             .into(),
         Durability::Async => "redb 4.5, one table of &[u8]->&[u8], ExclusiveWriter mode, \
              Durability::Immediate over a file backend whose sync_data is a no-op \
-             (every commit written to the file, never fsynced: redb 2's Eventual; \
+             (every commit written to the file, never fsynced; \
              Durability::None would lose commits on a process crash), \
              cache = Config::cache_bytes"
             .into(),

@@ -37,8 +37,21 @@ fn describe(d: Durability) -> String {
         "RocksDB 7.8 C API, one WriteBatch per commit, write options {sync}; \
          LRU block cache = Config::cache_bytes, 10-bit bloom filters, \
          level compaction with dynamic level bytes, 4 background jobs, \
-         bytes_per_sync 1 MiB, default compression"
+         bytes_per_sync 1 MiB, default compression ({})",
+        compression()
     )
+}
+
+/// The library's default compression (RocksDB picks Snappy when it was
+/// built with it).
+#[cfg(have_rocksdb)]
+fn compression() -> &'static str {
+    imp::default_compression()
+}
+
+#[cfg(not(have_rocksdb))]
+fn compression() -> &'static str {
+    "not installed"
 }
 
 #[cfg(not(have_rocksdb))]
@@ -80,6 +93,7 @@ mod imp {
     unsafe extern "C" {
         fn rocksdb_options_create() -> *mut Options;
         fn rocksdb_options_destroy(o: *mut Options);
+        fn rocksdb_options_get_compression(o: *mut Options) -> c_int;
         fn rocksdb_options_set_create_if_missing(o: *mut Options, v: c_uchar);
         fn rocksdb_options_set_error_if_exists(o: *mut Options, v: c_uchar);
         fn rocksdb_options_set_max_background_jobs(o: *mut Options, n: c_int);
@@ -138,6 +152,28 @@ mod imp {
         fn rocksdb_iter_key(i: *const Iter, len: *mut usize) -> *const c_char;
         fn rocksdb_iter_value(i: *const Iter, len: *mut usize) -> *const c_char;
         fn rocksdb_iter_get_error(i: *const Iter, err: *mut *mut c_char);
+    }
+
+    pub fn default_compression() -> &'static str {
+        // SAFETY: a fresh options object, read and freed here.
+        let c = unsafe {
+            let o = rocksdb_options_create();
+            let c = rocksdb_options_get_compression(o);
+            rocksdb_options_destroy(o);
+            c
+        };
+        // The values of c.h's compression enum.
+        match c {
+            0 => "none",
+            1 => "Snappy",
+            2 => "zlib",
+            3 => "bzip2",
+            4 => "LZ4",
+            5 => "LZ4HC",
+            6 => "Xpress",
+            7 => "ZSTD",
+            _ => "unknown",
+        }
     }
 
     /// Turns RocksDB's `errptr` into a typed error, freeing its string.
