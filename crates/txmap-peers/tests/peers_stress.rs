@@ -353,3 +353,59 @@ fn pmemobj_pool_full_is_an_error() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Readers and writers at once: each write puts the same value under two
+/// keys, and a range read (one read transaction) must always see both
+/// with the same value: never half a write.
+#[test]
+fn readers_never_see_half_a_write() {
+    for p in mine() {
+        let dir = fresh_dir(&format!("{}-isolation", p.id));
+        let store = (p.open)(&Config::new(&dir, Durability::Async)).unwrap();
+        store
+            .session()
+            .unwrap()
+            .write(&[Op::Put(b"pair-a", b"0"), Op::Put(b"pair-b", b"0")])
+            .unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            for t in 0..2u64 {
+                let (store, done) = (&store, &done);
+                sc.spawn(move || {
+                    let mut s = store.session().unwrap();
+                    for i in 0..150u64 {
+                        let v = format!("{t}-{i}").into_bytes();
+                        let filler = format!("f{t}-{i:04}").into_bytes();
+                        s.write(&[
+                            Op::Put(b"pair-a", &v),
+                            Op::Put(&filler, &v),
+                            Op::Put(b"pair-b", &v),
+                        ])
+                        .unwrap();
+                    }
+                    done.store(true, std::sync::atomic::Ordering::Relaxed);
+                });
+            }
+            for _ in 0..2 {
+                let (store, done) = (&store, &done);
+                sc.spawn(move || {
+                    let mut s = store.session().unwrap();
+                    let mut reads = 0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 10 {
+                        let mut seen = Vec::new();
+                        let n = s
+                            .range(b"pair-", 2, &mut |k, v| seen.push((k.to_vec(), v.to_vec())))
+                            .unwrap();
+                        assert_eq!(n, 2, "{}", p.id);
+                        assert_eq!(seen[0].0, b"pair-a");
+                        assert_eq!(seen[1].0, b"pair-b");
+                        assert_eq!(seen[0].1, seen[1].1, "{}: half a write seen", p.id);
+                        reads += 1;
+                    }
+                });
+            }
+        });
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -175,6 +175,12 @@ mod imp {
     }
 
     pub fn open(c: &Config) -> Result<Box<dyn Store>> {
+        if c.shared {
+            return Err(Error::Unsupported {
+                store: ID,
+                what: "several processes at once (a pmemobj pool is opened by one process: it takes a lock on the pool file)".into(),
+            });
+        }
         let path = c.dir.join("data.pmemobj");
         let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|e| Error::Failed {
             store: ID,

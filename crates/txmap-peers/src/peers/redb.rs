@@ -142,6 +142,12 @@ struct RedbStore {
 }
 
 fn open(c: &Config) -> Result<Box<dyn Store>> {
+    if c.shared {
+        return Err(Error::Unsupported {
+            store: ID,
+            what: "several processes at once (this peer opens redb in ExclusiveWriter mode, which locks the file to one process)".into(),
+        });
+    }
     let path = c.dir.join(FILE);
     let mut b = Builder::new();
     b.set_cache_size(usize::try_from(c.cache_bytes).unwrap_or(usize::MAX));

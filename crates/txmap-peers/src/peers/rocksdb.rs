@@ -242,6 +242,13 @@ mod imp {
     }
 
     pub fn open(c: &Config) -> Result<Box<dyn Store>> {
+        if c.shared {
+            return Err(Error::Unsupported {
+                store: ID,
+                what: "several processes at once (RocksDB locks its directory to one process)"
+                    .into(),
+            });
+        }
         let name = CString::new(c.dir.as_os_str().as_bytes()).map_err(|e| Error::Failed {
             store: ID,
             what: format!("{}: {e}", c.dir.display()),
