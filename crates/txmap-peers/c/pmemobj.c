@@ -12,9 +12,9 @@
  * objects (a copy of a key, no value): child[i] holds the keys below
  * key[i], child[i + 1] those at or above it. Inserts split full nodes on
  * the way down (so a split never climbs back up). Deletes remove the entry
- * from its leaf and never merge nodes: a leaf may become empty and stays
- * in the chain (the benchmark's workloads delete little; the space is
- * reused by later inserts into the same key range).
+ * from its leaf and do not merge or rebalance nodes, except that a leaf
+ * left empty is freed (with its separator, and any parent it leaves
+ * childless), so deleted key ranges cost nothing to scan or store.
  *
  * Isolation. libpmemobj transactions make a change atomic and durable but
  * do not isolate it from other threads, so one process-local rwlock
@@ -35,6 +35,9 @@
 
 #define LAYOUT "txmap-peers-btree-1"
 #define ORDER 32
+/* The tree grows a level only when a full root splits: 64 levels is far
+ * beyond any pool. */
+#define MAX_HEIGHT 64
 #define TYPE_NODE 1
 #define TYPE_KV 2
 
@@ -251,10 +254,81 @@ tx_put(struct pmkv *h, const unsigned char *k, size_t klen,
 	lf->n++;
 }
 
+/*
+ * Removes the empty, non-root leaf at the end of `path` from the tree:
+ * unlinks it from the leaf chain and from its parent, which goes too if
+ * this was its only child (and so on up); then a root left with a single
+ * child is replaced by that child.
+ */
+static void
+tx_remove_leaf(struct pmkv *h, const PMEMoid *path, const uint64_t *idx,
+	       int depth, PMEMoid leaf)
+{
+	/* Its left neighbour is the rightmost leaf of the nearest subtree to
+	 * its left; the leftmost leaf has none (nothing points at it but its
+	 * parent). */
+	int d = depth - 1;
+	while (d >= 0 && idx[d] == 0)
+		d--;
+	if (d >= 0) {
+		PMEMoid prev = N(path[d])->child[idx[d] - 1];
+		while (!N(prev)->leaf)
+			prev = N(prev)->child[N(prev)->n];
+		tx_add_node(prev);
+		N(prev)->next = N(leaf)->next;
+	}
+	PMEMoid dead = leaf;
+	for (d = depth - 1; d >= 0; d--) {
+		struct node *p = N(path[d]);
+		uint64_t i = idx[d];
+		pmemobj_tx_free(dead);
+		dead = OID_NULL;
+		tx_add_node(path[d]);
+		if (p->n == 0) { /* that was its only child */
+			dead = path[d];
+			continue;
+		}
+		/* drop child i and the separator on one side of it */
+		uint64_t ki = i > 0 ? i - 1 : 0;
+		pmemobj_tx_free(p->key[ki]);
+		memmove(p->key + ki, p->key + ki + 1,
+			(p->n - ki - 1) * sizeof(PMEMoid));
+		memmove(p->child + i, p->child + i + 1,
+			(p->n - i) * sizeof(PMEMoid));
+		p->n--;
+		break;
+	}
+	struct root *rt = pmemobj_direct(h->root);
+	pmemobj_tx_add_range(h->root, 0, sizeof(struct root));
+	if (!OID_IS_NULL(dead)) { /* every ancestor went: the tree is empty */
+		pmemobj_tx_free(dead);
+		PMEMoid lf = pmemobj_tx_zalloc(sizeof(struct node), TYPE_NODE);
+		N(lf)->leaf = 1;
+		rt->tree = lf;
+		return;
+	}
+	while (!N(rt->tree)->leaf && N(rt->tree)->n == 0) {
+		PMEMoid old = rt->tree;
+		rt->tree = N(old)->child[0];
+		pmemobj_tx_free(old);
+	}
+}
+
 static void
 tx_delete(struct pmkv *h, const unsigned char *k, size_t klen)
 {
-	PMEMoid o = find_leaf(h, k, klen);
+	PMEMoid path[MAX_HEIGHT];
+	uint64_t idx[MAX_HEIGHT];
+	int depth = 0;
+	PMEMoid o = ((struct root *)pmemobj_direct(h->root))->tree;
+	while (!N(o)->leaf) {
+		if (depth == MAX_HEIGHT)
+			pmemobj_tx_abort(ELOOP);
+		path[depth] = o;
+		idx[depth] = child_index(N(o), k, klen);
+		o = N(o)->child[idx[depth]];
+		depth++;
+	}
 	struct node *lf = N(o);
 	uint64_t i = lower_bound(lf, k, klen);
 	if (i == lf->n || cmp_kv(lf->key[i], k, klen) != 0)
@@ -263,6 +337,8 @@ tx_delete(struct pmkv *h, const unsigned char *k, size_t klen)
 	pmemobj_tx_free(lf->key[i]);
 	memmove(lf->key + i, lf->key + i + 1, (lf->n - i - 1) * sizeof(PMEMoid));
 	lf->n--;
+	if (lf->n == 0 && depth > 0)
+		tx_remove_leaf(h, path, idx, depth, o);
 }
 
 /* --- the interface ---------------------------------------------------- */

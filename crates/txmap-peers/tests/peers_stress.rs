@@ -409,3 +409,95 @@ fn readers_never_see_half_a_write() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// A queue: keys inserted in increasing order and deleted from the front,
+/// then everything deleted and the store used again. Emptied parts of a
+/// tree must not break (or slow) later reads and writes.
+#[test]
+fn queue_then_empty_then_reuse() {
+    for p in mine() {
+        let dir = fresh_dir(&format!("{}-queue", p.id));
+        let store = (p.open)(&Config::new(&dir, Durability::Async)).unwrap();
+        let mut s = store.session().unwrap();
+        let mut model = BTreeMap::<Vec<u8>, Vec<u8>>::new();
+        let key = |i: u64| format!("q{i:07}").into_bytes();
+        let (mut head, mut tail) = (0u64, 0u64);
+        for round in 0..60 {
+            let puts: Vec<Vec<u8>> = (tail..tail + 60).map(key).collect();
+            let dels: Vec<Vec<u8>> = (head..head + if round < 5 { 0 } else { 60 })
+                .map(key)
+                .collect();
+            let mut ops: Vec<Op> = puts.iter().map(|k| Op::Put(k, k)).collect();
+            ops.extend(dels.iter().map(|k| Op::Delete(k)));
+            s.write(&ops).unwrap();
+            for k in puts {
+                model.insert(k.clone(), k);
+            }
+            for k in dels {
+                model.remove(&k);
+            }
+            tail += 60;
+            head += if round < 5 { 0 } else { 60 };
+        }
+        check_queue(p.id, &mut *s, &model);
+        // Delete everything, in a shuffled order, in batches.
+        let mut all: Vec<Vec<u8>> = model.keys().cloned().collect();
+        let mut rng = Rng(7);
+        for i in (1..all.len()).rev() {
+            all.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        for chunk in all.chunks(37) {
+            let ops: Vec<Op> = chunk.iter().map(|k| Op::Delete(k)).collect();
+            s.write(&ops).unwrap();
+        }
+        model.clear();
+        check_queue(p.id, &mut *s, &model);
+        // And fill it again.
+        for chunk in (0..2000u64).collect::<Vec<_>>().chunks(100) {
+            let keys: Vec<Vec<u8>> = chunk.iter().map(|&i| key(i * 7 % 2000)).collect();
+            let ops: Vec<Op> = keys.iter().map(|k| Op::Put(k, b"again")).collect();
+            s.write(&ops).unwrap();
+            for k in keys {
+                model.insert(k, b"again".to_vec());
+            }
+        }
+        check_queue(p.id, &mut *s, &model);
+        drop(s);
+        drop(store);
+        let store = (p.open)(&Config {
+            create: false,
+            ..Config::new(&dir, Durability::Async)
+        })
+        .unwrap();
+        check_queue(p.id, &mut *store.session().unwrap(), &model);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+fn check_queue(id: &str, s: &mut dyn Session, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let mut all = Vec::new();
+    s.range(b"", usize::MAX, &mut |k, v| {
+        all.push((k.to_vec(), v.to_vec()))
+    })
+    .unwrap();
+    assert!(
+        all.iter().map(|(k, v)| (k, v)).eq(model.iter()),
+        "{id}: scan has {} pairs, model {}",
+        all.len(),
+        model.len()
+    );
+    for i in (0..4000u64).step_by(13) {
+        let k = format!("q{i:07}").into_bytes();
+        assert_eq!(get(s, &k).as_ref(), model.get(&k), "{id}: key {i}");
+    }
+    let mut first = Vec::new();
+    s.range(b"q0001000", 5, &mut |k, _| first.push(k.to_vec()))
+        .unwrap();
+    let want: Vec<Vec<u8>> = model
+        .range(b"q0001000".to_vec()..)
+        .take(5)
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(first, want, "{id}: range into emptied keys");
+}

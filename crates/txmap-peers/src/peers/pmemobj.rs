@@ -46,7 +46,7 @@ fn describe(d: Durability) -> String {
     format!(
         "libpmemobj 1.12 pool on an ordinary ext4 file (not persistent memory: \
          persisted by msync, PMEM_IS_PMEM_FORCE unset), our C B+-tree (32 keys \
-         a node, no merging on delete), one pmemobj transaction per write, \
+         a node; a leaf emptied by deletes is freed, nodes are not merged), one pmemobj transaction per write, \
          {mode}; writers serialized and readers excluded by one rwlock; \
          fixed pool of 2 x expected_bytes + 256 B x expected_keys + 32 MiB"
     )
