@@ -11,7 +11,8 @@
 //! store. libpmemobj has no cheaper commit, so Async is the same as
 //! Durable.
 //!
-//! A pool does not grow: it is sized once at create from
+//! A pool does not grow: it is allocated whole on disk (so `disk_bytes` is
+//! the pool's size from the start) and sized once at create from
 //! `Config::expected_bytes` and `expected_keys` (see `imp::pool_bytes`); a
 //! write that does not fit aborts its transaction with an out-of-memory
 //! error. libpmemobj does not isolate transactions from other threads, so
@@ -48,7 +49,8 @@ fn describe(d: Durability) -> String {
          persisted by msync, PMEM_IS_PMEM_FORCE unset), our C B+-tree (32 keys \
          a node; a leaf emptied by deletes is freed, nodes are not merged), one pmemobj transaction per write, \
          {mode}; writers serialized and readers excluded by one rwlock; \
-         fixed pool of 2 x expected_bytes + 256 B x expected_keys + 32 MiB"
+         fixed pool of 2 x expected_bytes + 256 B x expected_keys + 32 MiB, \
+         all allocated on disk at create"
     )
 }
 
