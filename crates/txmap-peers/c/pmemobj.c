@@ -21,7 +21,9 @@
  * orders everything: a write holds it exclusively (which also serializes
  * writers), a get or range holds it shared and hands the caller pointers
  * straight into the pool. The lock prefers writers so readers cannot
- * starve them.
+ * starve them; so a get or range callback must not call back into the
+ * same store (with a writer waiting, that second read lock would wait
+ * for the writer, which waits for the first).
  */
 
 #define _GNU_SOURCE
