@@ -6,6 +6,9 @@ use crate::Peer;
 
 pub mod bdb;
 pub mod lmdb;
+mod pmemobj;
+mod redb;
+mod rocksdb;
 pub mod sqlite;
 
 /// The peers, in report order.
@@ -14,5 +17,8 @@ pub fn stores() -> Vec<Peer> {
     v.extend(bdb::stores()); // bdb-btree, bdb-hash
     v.push(lmdb::peer());
     v.push(sqlite::peer());
+    v.push(rocksdb::peer());
+    v.push(pmemobj::peer());
+    v.push(self::redb::peer());
     v
 }
