@@ -18,6 +18,9 @@ use work::{Abc, RedbSizes, TOP};
 
 /// Sizes of one comparison run.
 struct Plan {
+    /// Longest one run's loop may take (s); slower stores report the rate
+    /// of what they did.
+    cap_secs: u64,
     abc_txns: usize,
     abc_durabilities: Vec<Durability>,
     inserts: usize,
@@ -31,6 +34,7 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
+                cap_secs: 10,
                 abc_txns: 500,
                 abc_durabilities: vec![Durability::Durable],
                 inserts: 5_000,
@@ -48,6 +52,7 @@ impl Plan {
             }
         } else {
             Plan {
+                cap_secs: 120,
                 abc_txns: 10_000,
                 abc_durabilities: vec![Durability::Durable, Durability::Async],
                 inserts: 250_000,
@@ -119,6 +124,8 @@ struct Report {
     md: String,
     out: PathBuf,
     problems: Vec<String>,
+    /// Runs the time cap stopped early.
+    capped: Vec<String>,
     targets: Vec<[String; 3]>,
 }
 
@@ -144,10 +151,12 @@ impl Report {
     fn ratio(&self, row: &Row, i: usize) -> Option<f64> {
         let b = row.median(self.best_peer(row)?)?;
         let m = row.median(i)?;
-        Some(match row.better {
+        let x = match row.better {
             Better::Higher => m / b,
             Better::Lower => b / m,
-        })
+        };
+        // A zero (no retries) makes no ratio.
+        x.is_finite().then_some(x).filter(|_| b > 0.0 && m > 0.0)
     }
 
     /// A table of rows (columns) by store (rows of the table).
@@ -279,8 +288,10 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String]) -> Res<()> {
         md: String::new(),
         out: out.to_path_buf(),
         problems: Vec::new(),
+        capped: Vec::new(),
         targets: Vec::new(),
     };
+    work::set_cap(plan.cap_secs);
     let mut skip_reason = vec![None; n];
     for (i, p) in r.peers.iter().enumerate() {
         if let Err(cmd) = p.available {
@@ -320,15 +331,19 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String]) -> Res<()> {
                 let dir = work::fresh(&base, p.id)?;
                 match work::inserts(p, &dir, plan.inserts, procs, 1 + rep as u64) {
                     Ok(x) => {
-                        ins[pi].push(i, plan.inserts as f64 / x.secs);
+                        if x.done < plan.inserts / procs * procs {
+                            r.capped
+                                .push(format!("inserts, {} × {procs}: {} inserts", p.name, x.done));
+                        }
+                        ins[pi].push(i, x.done as f64 / x.secs);
                         if procs == 1 {
-                            bytes.push(i, x.write_bytes as f64 / plan.inserts as f64);
+                            bytes.push(i, x.write_bytes as f64 / x.done.max(1) as f64);
                             if let Some(d) = x.device_bytes {
-                                device.push(i, d as f64 / plan.inserts as f64);
+                                device.push(i, d as f64 / x.done.max(1) as f64);
                             }
                             tops[i].push(x.top);
                         } else {
-                            retried.push(i, x.retries as f64 * 1000.0 / plan.inserts as f64);
+                            retried.push(i, x.retries as f64 * 1000.0 / x.done.max(1) as f64);
                         }
                     }
                     Err(e) => {
@@ -631,6 +646,17 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
     }
     md.push_str(&t.render());
     md.push_str(&r.md);
+    if !r.capped.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Runs stopped by the time cap\n\nEach run's loop stops after {} s; these report the rate of what they did:\n",
+            plan.cap_secs
+        );
+        for c in &r.capped {
+            let _ = writeln!(md, "- {c}");
+        }
+        md.push('\n');
+    }
     let _ = writeln!(md, "## Problems\n");
     if r.problems.is_empty() {
         let _ = writeln!(
@@ -644,7 +670,6 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
         }
         md.push('\n');
     }
-    let _ = plan;
     std::fs::write(r.out.join("README.md"), &md)?;
     print!("{md}");
     eprintln!("report written to {}", r.out.join("README.md").display());
@@ -698,9 +723,15 @@ fn abc(
                         }
                         let dir = work::fresh(base, p.id)?;
                         match work::abc(p, &dir, t, plan.abc_txns, procs, d) {
-                            Ok((secs, problems)) => {
+                            Ok((secs, done, problems)) => {
                                 r.problems.extend(problems);
-                                rows[ti][pi].push(i, secs * 1e6 / plan.abc_txns as f64);
+                                if done < plan.abc_txns / procs * procs {
+                                    r.capped.push(format!(
+                                        "test {t:?} {d:?}, {} × {procs}: {done} transactions",
+                                        p.name
+                                    ));
+                                }
+                                rows[ti][pi].push(i, secs * 1e6 / done.max(1) as f64);
                             }
                             Err(e) => {
                                 r.problems

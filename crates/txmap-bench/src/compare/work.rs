@@ -15,6 +15,23 @@ use crate::report::Res;
 /// How many of a run's most expensive operations are kept.
 pub const TOP: usize = 1000;
 
+/// Longest a single run's loop may take, s: slow stores (PMDK on a plain
+/// file takes milliseconds per commit) stop early and report the rate of
+/// what they did. Passed to worker processes in `TXMAP_BENCH_CAP`.
+static CAP_SECS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+pub fn set_cap(secs: u64) {
+    CAP_SECS.store(secs, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn cap() -> std::time::Duration {
+    let s = std::env::var("TXMAP_BENCH_CAP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| CAP_SECS.load(std::sync::atomic::Ordering::Relaxed));
+    std::time::Duration::from_secs(s)
+}
+
 /// xorshift64*: keys without a dependency, the same in every run.
 pub struct Rng(u64);
 impl Rng {
@@ -90,6 +107,8 @@ pub fn fresh(base: &Path, name: &str) -> Res<PathBuf> {
 /// Result of an insert run.
 pub struct Inserts {
     pub secs: f64,
+    /// Inserts done (fewer than asked if the time cap stopped the run).
+    pub done: usize,
     /// Bytes passed to write calls by the inserting processes.
     pub write_bytes: u64,
     /// Bytes the device wrote meanwhile (the whole machine's writes).
@@ -106,11 +125,16 @@ fn keep_top(lat: &mut Vec<u64>) {
 
 /// `n` durable inserts of random 8-byte keys with 8-byte values, each its
 /// own transaction, on an open session.
+/// Stops early at the time cap; the latencies say how many were done.
 pub fn insert_loop(s: &mut dyn Session, n: usize, seed: u64) -> Res<(Vec<u64>, u64)> {
     let mut rng = Rng::new(seed);
     let mut lat = Vec::with_capacity(n);
     let mut retries = 0u64;
+    let (start, cap) = (Instant::now(), cap());
     for i in 0..n {
+        if start.elapsed() > cap {
+            break;
+        }
         let k = rng.next().to_be_bytes();
         let v = (i as u64).to_le_bytes();
         let t = Instant::now();
@@ -134,9 +158,11 @@ pub fn inserts(p: &Peer, dir: &Path, n: usize, procs: usize, seed: u64) -> Res<I
         let secs = t.elapsed().as_secs_f64();
         drop(s);
         drop(store);
+        let done = lat.len();
         keep_top(&mut lat);
         return Ok(Inserts {
             secs,
+            done,
             write_bytes: write_bytes() - before,
             device_bytes: dev(),
             top: lat,
@@ -166,6 +192,7 @@ pub fn inserts(p: &Peer, dir: &Path, n: usize, procs: usize, seed: u64) -> Res<I
     keep_top(&mut top);
     Ok(Inserts {
         secs,
+        done: done.reports.iter().map(|r| r.done as usize).sum(),
         write_bytes: done.reports.iter().map(|r| r.write_bytes).sum(),
         device_bytes: dev(),
         top,
@@ -174,6 +201,7 @@ pub fn inserts(p: &Peer, dir: &Path, n: usize, procs: usize, seed: u64) -> Res<I
 }
 
 struct WorkerReport {
+    done: u64,
     write_bytes: u64,
     retries: u64,
     top: Vec<u64>,
@@ -209,6 +237,7 @@ fn run_workers(specs: &[String]) -> Res<Done> {
     let mut ws = Vec::new();
     for spec in specs {
         let mut child = Command::new(&exe)
+            .env("TXMAP_BENCH_CAP", cap().as_secs().to_string())
             .arg("--peer-worker")
             .arg(spec)
             .stdin(Stdio::piped())
@@ -249,6 +278,7 @@ fn run_workers(specs: &[String]) -> Res<Done> {
                 .map(|x| x.parse().unwrap_or(0))
                 .collect();
             reports.push(WorkerReport {
+                done: f.get(3).copied().unwrap_or(0),
                 write_bytes: f.get(1).copied().unwrap_or(0),
                 retries: f.get(2).copied().unwrap_or(0),
                 top,
@@ -314,8 +344,9 @@ fn worker_inner(spec: &str) -> Res<()> {
     let ns = t.elapsed().as_nanos();
     drop(s);
     drop(store);
+    let done = lat.len();
     keep_top(&mut lat);
-    writeln!(out, "done {ns} {} {retries}", write_bytes() - before)?;
+    writeln!(out, "done {ns} {} {retries} {done}", write_bytes() - before)?;
     let top: Vec<String> = lat.iter().map(|x| x.to_string()).collect();
     writeln!(out, "{}", top.join(" "))?;
     out.flush()?;
@@ -592,14 +623,19 @@ fn abc_key(i: usize) -> Vec<u8> {
 }
 
 /// `txns` transactions of `test` on value `who`.
-fn abc_loop(s: &mut dyn Session, test: Abc, who: usize, txns: usize) -> Res<u64> {
+/// Stops early at the time cap; returns (retries, transactions done).
+fn abc_loop(s: &mut dyn Session, test: Abc, who: usize, txns: usize) -> Res<(u64, usize)> {
     let key = abc_key(who);
     let mut retries = 0u64;
-    for _ in 0..txns {
+    let (start, cap) = (Instant::now(), cap());
+    for done in 0..txns {
+        if start.elapsed() > cap {
+            return Ok((retries, done));
+        }
         let r = s.update(&key, &mut |v| test.apply(v))?;
         retries += u64::from(r.ok_or("the test's value vanished")?);
     }
-    Ok(retries)
+    Ok((retries, txns))
 }
 
 fn abc_worker(f: &[&str]) -> Res<()> {
@@ -630,11 +666,11 @@ fn abc_worker(f: &[&str]) -> Res<()> {
     let mut go = String::new();
     std::io::stdin().lock().read_line(&mut go)?;
     let t = Instant::now();
-    let retries = abc_loop(&mut *s, test, who, txns)?;
+    let (retries, done) = abc_loop(&mut *s, test, who, txns)?;
     let ns = t.elapsed().as_nanos();
     drop(s);
     drop(store);
-    writeln!(out, "done {ns} 0 {retries}")?;
+    writeln!(out, "done {ns} 0 {retries} {done}")?;
     writeln!(out)?;
     out.flush()?;
     Ok(())
@@ -650,18 +686,19 @@ pub fn abc(
     txns: usize,
     procs: usize,
     d: Durability,
-) -> Res<(f64, Vec<String>)> {
+) -> Res<(f64, usize, Vec<String>)> {
     let store = (p.open)(&config(dir, d, 64, 4096, p.processes && procs > 1))?;
     let zero = vec![0u8; 4096];
     let keys: Vec<Vec<u8>> = (0..procs).map(abc_key).collect();
     let ops: Vec<Op> = keys.iter().map(|k| Op::Put(k, &zero)).collect();
     store.session()?.write(&ops)?;
     let each = txns / procs;
-    let secs = if procs == 1 {
+    // Transactions done on each value (fewer than `each` if capped).
+    let (secs, done): (f64, Vec<usize>) = if procs == 1 {
         let mut s = store.session()?;
         let t = Instant::now();
-        abc_loop(&mut *s, test, 0, each)?;
-        t.elapsed().as_secs_f64()
+        let (_, n) = abc_loop(&mut *s, test, 0, each)?;
+        (t.elapsed().as_secs_f64(), vec![n])
     } else if p.processes {
         let dname = if d == Durability::Durable {
             "durable"
@@ -678,36 +715,38 @@ pub fn abc(
                 )
             })
             .collect();
-        run_workers(&specs)?.secs
+        let d = run_workers(&specs)?;
+        (d.secs, d.reports.iter().map(|r| r.done as usize).collect())
     } else {
         let st = &*store;
         let start = std::sync::Barrier::new(procs + 1);
-        std::thread::scope(|sc| -> Res<f64> {
+        std::thread::scope(|sc| -> Res<(f64, Vec<usize>)> {
             let hs: Vec<_> = (0..procs)
                 .map(|i| {
                     let start = &start;
-                    sc.spawn(move || -> Result<(), String> {
+                    sc.spawn(move || -> Result<usize, String> {
                         let s = st.session();
                         start.wait();
                         let mut s = s.map_err(|e| e.to_string())?;
                         abc_loop(&mut *s, test, i, each)
-                            .map(|_| ())
+                            .map(|(_, n)| n)
                             .map_err(|e| e.to_string())
                     })
                 })
                 .collect();
             start.wait();
             let t = Instant::now();
+            let mut done = Vec::new();
             for h in hs {
-                h.join().map_err(|_| "a test thread panicked")??;
+                done.push(h.join().map_err(|_| "a test thread panicked")??);
             }
-            Ok(t.elapsed().as_secs_f64())
+            Ok((t.elapsed().as_secs_f64(), done))
         })?
     };
     let mut problems = Vec::new();
     let mut s = store.session()?;
-    let want = test.expect(each);
     for (i, k) in keys.iter().enumerate() {
+        let want = test.expect(done.get(i).copied().unwrap_or(0));
         let mut v = Vec::new();
         s.get(k, &mut |x| v = x.to_vec())?;
         let n = if test == Abc::A { 1 } else { 1024 };
@@ -725,5 +764,5 @@ pub fn abc(
             ));
         }
     }
-    Ok((secs, problems))
+    Ok((secs, done.iter().sum(), problems))
 }
