@@ -43,9 +43,12 @@ struct Args {
     /// Default: <workspace>/target/bench-report.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Repetitions per measurement (default 7, or 3 with --quick).
+    /// Repetitions per measurement (default 7; 3 with --quick and for compare).
     #[arg(long)]
     reps: Option<usize>,
+    /// `compare` only these workloads (comma-separated: inserts, hash, redb, abc, touch).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
     /// `compare` only these stores (comma-separated ids, e.g. txmap-btree,lmdb).
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
@@ -131,10 +134,14 @@ fn main() {
     let dir = dir.canonicalize().unwrap_or(dir);
     let reps = args
         .reps
-        .unwrap_or(if args.quick { 3 } else { report::REPS })
+        .unwrap_or(if args.quick || args.only == Section::Compare {
+            3
+        } else {
+            report::REPS
+        })
         .max(1);
     let total = if args.only == Section::Compare {
-        compare::steps(reps, args.quick, &args.stores)
+        compare::steps(reps, args.quick, &args.stores, &args.workloads)
     } else {
         steps(args.only, reps)
     };
@@ -146,7 +153,7 @@ fn main() {
                 "/../../target/bench-report"
             ))
         });
-        let r = compare::run(&mut ctx, &out, &args.stores);
+        let r = compare::run(&mut ctx, &out, &args.stores, &args.workloads);
         ctx.finish();
         let _ = std::fs::remove_dir_all(&dir);
         if let Err(e) = r {

@@ -268,14 +268,28 @@ fn order(n: usize, rep: usize) -> impl Iterator<Item = usize> {
 }
 
 /// Number of progress steps of a run.
-pub fn steps(reps: usize, quick: bool, only: &[String]) -> usize {
+pub fn steps(reps: usize, quick: bool, only: &[String], workloads: &[String]) -> usize {
     let plan = Plan::new(quick);
     let n = selected(only).len();
-    reps * (n * (2 + 1 + plan.committers.len() + 1 + plan.abc_durabilities.len() * 9) + 1)
+    let want = |w: &str| usize::from(workloads.is_empty() || workloads.iter().any(|x| x == w));
+    reps * (n
+        * (2 * want("inserts")
+            + (1 + plan.committers.len()) * want("hash")
+            + want("redb")
+            + plan.abc_durabilities.len() * 9 * want("abc"))
+        + want("touch"))
 }
 
-/// Runs the comparison; `out` receives `README.md` and the plots.
-pub fn run(ctx: &mut Ctx, out: &Path, only: &[String]) -> Res<()> {
+/// The workloads, in report order.
+pub const WORKLOADS: [&str; 5] = ["inserts", "hash", "redb", "abc", "touch"];
+
+/// Runs the comparison; `out` receives `README.md` and the plots. `only`
+/// selects stores and `workloads` workloads (empty: all).
+pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> Res<()> {
+    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+        return Err(format!("no workload {w:?} (there are: {})", WORKLOADS.join(", ")).into());
+    }
+    let want = |w: &str| workloads.is_empty() || workloads.iter().any(|x| x == w);
     std::fs::create_dir_all(out)?;
     let plan = Plan::new(ctx.quick);
     let peers = selected(only);
@@ -301,301 +315,310 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String]) -> Res<()> {
     let base = ctx.dir.join("compare");
     std::fs::create_dir_all(&base)?;
 
-    // 1. Durable random inserts, 1 and 2 processes.
-    let mut ins = [
-        Row::new("1 process", "inserts/s", Better::Higher, n),
-        Row::new("2 processes", "inserts/s", Better::Higher, n),
-    ];
-    let mut bytes = Row::new("written per insert", "bytes", Better::Lower, n);
-    let mut device = Row::new("device writes per insert", "bytes", Better::Lower, n);
-    let mut retried = Row::new("retried, 2 processes", "per 1000 inserts", Better::Lower, n);
-    let mut tops: Vec<Vec<Vec<u64>>> = vec![Vec::new(); n];
-    for rep in 0..ctx.reps {
-        for i in order(n, rep) {
-            let p = &r.peers[i];
-            for (pi, procs) in [1usize, 2].into_iter().enumerate() {
-                ctx.progress(format!(
-                    "inserts: {} × {procs} process(es), run {}",
-                    p.name,
-                    rep + 1
-                ));
-                if let Some(w) = &skip_reason[i] {
-                    ins[pi].skip(i, w.clone());
-                    continue;
+    if want("inserts") {
+        // 1. Durable random inserts, 1 and 2 processes.
+        let mut ins = [
+            Row::new("1 process", "inserts/s", Better::Higher, n),
+            Row::new("2 processes", "inserts/s", Better::Higher, n),
+        ];
+        let mut bytes = Row::new("written per insert", "bytes", Better::Lower, n);
+        let mut device = Row::new("device writes per insert", "bytes", Better::Lower, n);
+        let mut retried = Row::new("retried, 2 processes", "per 1000 inserts", Better::Lower, n);
+        let mut tops: Vec<Vec<Vec<u64>>> = vec![Vec::new(); n];
+        for rep in 0..ctx.reps {
+            for i in order(n, rep) {
+                let p = &r.peers[i];
+                for (pi, procs) in [1usize, 2].into_iter().enumerate() {
+                    ctx.progress(format!(
+                        "inserts: {} × {procs} process(es), run {}",
+                        p.name,
+                        rep + 1
+                    ));
+                    if let Some(w) = &skip_reason[i] {
+                        ins[pi].skip(i, w.clone());
+                        continue;
+                    }
+                    if procs > 1 && !p.processes {
+                        ins[pi].skip(i, "one process only");
+                        retried.skip(i, "one process only");
+                        continue;
+                    }
+                    let dir = work::fresh(&base, p.id)?;
+                    match work::inserts(p, &dir, plan.inserts, procs, 1 + rep as u64) {
+                        Ok(x) => {
+                            if x.done < plan.inserts / procs * procs {
+                                r.capped.push(format!(
+                                    "inserts, {} × {procs}: {} inserts",
+                                    p.name, x.done
+                                ));
+                            }
+                            ins[pi].push(i, x.done as f64 / x.secs);
+                            if procs == 1 {
+                                bytes.push(i, x.write_bytes as f64 / x.done.max(1) as f64);
+                                if let Some(d) = x.device_bytes {
+                                    device.push(i, d as f64 / x.done.max(1) as f64);
+                                }
+                                tops[i].push(x.top);
+                            } else {
+                                retried.push(i, x.retries as f64 * 1000.0 / x.done.max(1) as f64);
+                            }
+                        }
+                        Err(e) => {
+                            r.problems
+                                .push(format!("inserts, {} × {procs}: {e}", p.name));
+                            ins[pi].skip(i, "failed (see problems)");
+                        }
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
                 }
-                if procs > 1 && !p.processes {
-                    ins[pi].skip(i, "one process only");
-                    retried.skip(i, "one process only");
+            }
+        }
+        let _ = writeln!(
+            r.md,
+            "## Durable random inserts\n\n{} random 8-byte keys with 8-byte values, each insert its own durable \
+         transaction, into an empty store; with 2 processes each inserts half. Written per insert: bytes passed to \
+         write calls (`wchar` of /proc/self/io, including closing the store; PMDK writes through a mapping and \
+         shows only its log); device writes: sectors the file system's device wrote meanwhile (whole machine). \
+         Both with 1 process.\n",
+            plan.inserts
+        );
+        r.table(&[&ins[0], &ins[1], &retried]);
+        r.table(&[&bytes, &device]);
+        r.bars(
+            "inserts.svg",
+            "Durable random inserts per second",
+            &[&ins[0], &ins[1]],
+        )?;
+        // The k-th most expensive insert (thesis figure 5-3): median over runs of each rank.
+        let mut kth = crate::report::Table::new(&[
+            "store",
+            "1st",
+            "10th",
+            "100th",
+            "1000th",
+            "median insert (µs)",
+        ]);
+        let mut curves = Vec::new();
+        for (i, p) in r.peers.iter().enumerate() {
+            if tops[i].is_empty() {
+                continue;
+            }
+            let rank = |k: usize| {
+                let v: Vec<f64> = tops[i]
+                    .iter()
+                    .filter_map(|t| t.get(k).map(|&x| x as f64 / 1e3))
+                    .collect();
+                (!v.is_empty()).then(|| Summary::of(&v).median)
+            };
+            let cell = |k: usize| rank(k).map_or("–".into(), num);
+            let med = ins[0].median(i).map_or("–".into(), |ips| num(1e6 / ips));
+            kth.row(vec![
+                p.name.into(),
+                cell(0),
+                cell(9),
+                cell(99),
+                cell(TOP - 1),
+                med,
+            ]);
+            let pts: Vec<(f64, f64)> = (0..TOP)
+                .filter_map(|k| rank(k).map(|y| ((k + 1) as f64, y)))
+                .collect();
+            curves.push((p.name.to_string(), pts));
+        }
+        let _ = writeln!(
+            r.md,
+            "The k-th most expensive insert, 1 process (µs; median over runs of each rank; the last column is the mean time per insert):\n"
+        );
+        r.md.push_str(&kth.render());
+        r.plot(
+            "inserts-kth.svg",
+            svg::loglog("k-th most expensive durable insert", "k", "µs", &curves),
+            "k-th most expensive insert",
+        )?;
+        let v = r.versus(&ins[0], "txmap-btree", "bdb-btree");
+        r.target(
+            "durable random inserts into the B+-tree ≥ 2× Berkeley DB",
+            v,
+            2.0,
+            "txmap B+-tree / Berkeley DB B-tree, 1 process".into(),
+        );
+    }
+    if want("hash") {
+        // 2. Hash: bulk load in one transaction; committers.
+        let mut bulk = Row::new("bulk load, one transaction", "entries/s", Better::Higher, n);
+        let mut tps: Vec<Row> = plan
+            .committers
+            .iter()
+            .map(|t| Row::new(format!("{t} committers"), "commits/s", Better::Higher, n))
+            .collect();
+        for rep in 0..ctx.reps {
+            for i in order(n, rep) {
+                let p = &r.peers[i];
+                ctx.progress(format!("bulk load: {}, run {}", p.name, rep + 1));
+                if let Some(w) = &skip_reason[i] {
+                    bulk.skip(i, w.clone());
+                    for t in &mut tps {
+                        t.skip(i, w.clone());
+                    }
                     continue;
                 }
                 let dir = work::fresh(&base, p.id)?;
-                match work::inserts(p, &dir, plan.inserts, procs, 1 + rep as u64) {
-                    Ok(x) => {
-                        if x.done < plan.inserts / procs * procs {
-                            r.capped
-                                .push(format!("inserts, {} × {procs}: {} inserts", p.name, x.done));
-                        }
-                        ins[pi].push(i, x.done as f64 / x.secs);
-                        if procs == 1 {
-                            bytes.push(i, x.write_bytes as f64 / x.done.max(1) as f64);
-                            if let Some(d) = x.device_bytes {
-                                device.push(i, d as f64 / x.done.max(1) as f64);
-                            }
-                            tops[i].push(x.top);
-                        } else {
-                            retried.push(i, x.retries as f64 * 1000.0 / x.done.max(1) as f64);
-                        }
-                    }
+                match work::bulk_load(p, &dir, plan.bulk, 100 + rep as u64) {
+                    Ok(s) => bulk.push(i, plan.bulk as f64 / s),
                     Err(e) => {
-                        r.problems
-                            .push(format!("inserts, {} × {procs}: {e}", p.name));
-                        ins[pi].skip(i, "failed (see problems)");
+                        r.problems.push(format!("bulk load, {}: {e}", p.name));
+                        bulk.skip(i, "failed (see problems)");
+                    }
+                }
+                for (ti, &t) in plan.committers.iter().enumerate() {
+                    ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
+                    let dir = work::fresh(&base, p.id)?;
+                    match work::committers(p, &dir, t, plan.commit_secs) {
+                        Ok((x, _)) => tps[ti].push(i, x),
+                        Err(e) => {
+                            r.problems.push(format!("{t} committers, {}: {e}", p.name));
+                            tps[ti].skip(i, "failed (see problems)");
+                        }
                     }
                 }
                 let _ = std::fs::remove_dir_all(&dir);
             }
         }
-    }
-    let _ = writeln!(
-        r.md,
-        "## Durable random inserts\n\n{} random 8-byte keys with 8-byte values, each insert its own durable \
-         transaction, into an empty store; with 2 processes each inserts half. Written per insert: bytes passed to \
-         write calls (`wchar` of /proc/self/io, including closing the store; PMDK writes through a mapping and \
-         shows only its log); device writes: sectors the file system's device wrote meanwhile (whole machine). \
-         Both with 1 process.\n",
-        plan.inserts
-    );
-    r.table(&[&ins[0], &ins[1], &retried]);
-    r.table(&[&bytes, &device]);
-    r.bars(
-        "inserts.svg",
-        "Durable random inserts per second",
-        &[&ins[0], &ins[1]],
-    )?;
-    // The k-th most expensive insert (thesis figure 5-3): median over runs of each rank.
-    let mut kth = crate::report::Table::new(&[
-        "store",
-        "1st",
-        "10th",
-        "100th",
-        "1000th",
-        "median insert (µs)",
-    ]);
-    let mut curves = Vec::new();
-    for (i, p) in r.peers.iter().enumerate() {
-        if tops[i].is_empty() {
-            continue;
-        }
-        let rank = |k: usize| {
-            let v: Vec<f64> = tops[i]
-                .iter()
-                .filter_map(|t| t.get(k).map(|&x| x as f64 / 1e3))
-                .collect();
-            (!v.is_empty()).then(|| Summary::of(&v).median)
-        };
-        let cell = |k: usize| rank(k).map_or("–".into(), num);
-        let med = ins[0].median(i).map_or("–".into(), |ips| num(1e6 / ips));
-        kth.row(vec![
-            p.name.into(),
-            cell(0),
-            cell(9),
-            cell(99),
-            cell(TOP - 1),
-            med,
-        ]);
-        let pts: Vec<(f64, f64)> = (0..TOP)
-            .filter_map(|k| rank(k).map(|y| ((k + 1) as f64, y)))
-            .collect();
-        curves.push((p.name.to_string(), pts));
-    }
-    let _ = writeln!(
-        r.md,
-        "The k-th most expensive insert, 1 process (µs; median over runs of each rank; the last column is the mean time per insert):\n"
-    );
-    r.md.push_str(&kth.render());
-    r.plot(
-        "inserts-kth.svg",
-        svg::loglog("k-th most expensive durable insert", "k", "µs", &curves),
-        "k-th most expensive insert",
-    )?;
-    let v = r.versus(&ins[0], "txmap-btree", "bdb-btree");
-    r.target(
-        "durable random inserts into the B+-tree ≥ 2× Berkeley DB",
-        v,
-        2.0,
-        "txmap B+-tree / Berkeley DB B-tree, 1 process".into(),
-    );
-
-    // 2. Hash: bulk load in one transaction; committers.
-    let mut bulk = Row::new("bulk load, one transaction", "entries/s", Better::Higher, n);
-    let mut tps: Vec<Row> = plan
-        .committers
-        .iter()
-        .map(|t| Row::new(format!("{t} committers"), "commits/s", Better::Higher, n))
-        .collect();
-    for rep in 0..ctx.reps {
-        for i in order(n, rep) {
-            let p = &r.peers[i];
-            ctx.progress(format!("bulk load: {}, run {}", p.name, rep + 1));
-            if let Some(w) = &skip_reason[i] {
-                bulk.skip(i, w.clone());
-                for t in &mut tps {
-                    t.skip(i, w.clone());
-                }
-                continue;
-            }
-            let dir = work::fresh(&base, p.id)?;
-            match work::bulk_load(p, &dir, plan.bulk, 100 + rep as u64) {
-                Ok(s) => bulk.push(i, plan.bulk as f64 / s),
-                Err(e) => {
-                    r.problems.push(format!("bulk load, {}: {e}", p.name));
-                    bulk.skip(i, "failed (see problems)");
-                }
-            }
-            for (ti, &t) in plan.committers.iter().enumerate() {
-                ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
-                let dir = work::fresh(&base, p.id)?;
-                match work::committers(p, &dir, t, plan.commit_secs) {
-                    Ok((x, _)) => tps[ti].push(i, x),
-                    Err(e) => {
-                        r.problems.push(format!("{t} committers, {}: {e}", p.name));
-                        tps[ti].skip(i, "failed (see problems)");
-                    }
-                }
-            }
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-    }
-    let _ = writeln!(
-        r.md,
-        "## Hash table (Lemon): bulk load and concurrent committers\n\n\
+        let _ = writeln!(
+            r.md,
+            "## Hash table (Lemon): bulk load and concurrent committers\n\n\
          Bulk load: {} random 8-byte keys and values in one durable transaction. Committers: threads, each \
          committing one random 8-byte put per durable transaction for {} s, on an empty store.\n",
-        plan.bulk, plan.commit_secs
-    );
-    r.table(&[&bulk]);
-    let trefs: Vec<&Row> = tps.iter().collect();
-    r.table(&trefs);
-    let curves: Vec<(String, Vec<(f64, f64)>)> = r
-        .peers
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| tps.iter().any(|t| t.median(*i).is_some()))
-        .map(|(i, p)| {
-            let pts = plan
-                .committers
-                .iter()
-                .zip(&tps)
-                .filter_map(|(&c, t)| t.median(i).map(|m| (c as f64, m)))
-                .collect();
-            (p.name.to_string(), pts)
-        })
-        .collect();
-    r.plot(
-        "committers.svg",
-        svg::loglog(
-            "Durable commits/s against concurrent committers",
-            "committers (threads)",
-            "commits/s",
-            &curves,
-        ),
-        "commits per second against committers",
-    )?;
-    if let Some(last) = tps.last() {
-        let v = r.versus(last, "txmap-hash", "bdb-hash");
-        let c = plan.committers.last().copied().unwrap_or(0);
-        r.target(
-            &format!("commits/s with {c} committers ≥ 3× Berkeley DB"),
-            v,
-            3.0,
-            "txmap linear hash / Berkeley DB hash".into(),
+            plan.bulk, plan.commit_secs
         );
+        r.table(&[&bulk]);
+        let trefs: Vec<&Row> = tps.iter().collect();
+        r.table(&trefs);
+        let curves: Vec<(String, Vec<(f64, f64)>)> = r
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| tps.iter().any(|t| t.median(*i).is_some()))
+            .map(|(i, p)| {
+                let pts = plan
+                    .committers
+                    .iter()
+                    .zip(&tps)
+                    .filter_map(|(&c, t)| t.median(i).map(|m| (c as f64, m)))
+                    .collect();
+                (p.name.to_string(), pts)
+            })
+            .collect();
+        r.plot(
+            "committers.svg",
+            svg::loglog(
+                "Durable commits/s against concurrent committers",
+                "committers (threads)",
+                "commits/s",
+                &curves,
+            ),
+            "commits per second against committers",
+        )?;
+        if let Some(last) = tps.last() {
+            let v = r.versus(last, "txmap-hash", "bdb-hash");
+            let c = plan.committers.last().copied().unwrap_or(0);
+            r.target(
+                &format!("commits/s with {c} committers ≥ 3× Berkeley DB"),
+                v,
+                3.0,
+                "txmap linear hash / Berkeley DB hash".into(),
+            );
+        }
     }
-
-    // 3. The redb workload.
-    let mut redb: Vec<Row> = work::REDB_STEPS
-        .iter()
-        .map(|s| {
-            if *s == "file size" {
-                Row::new(*s, "MiB", Better::Lower, n)
-            } else {
-                Row::new(*s, "s", Better::Lower, n)
-            }
-        })
-        .collect();
-    for rep in 0..ctx.reps {
-        for i in order(n, rep) {
-            let p = &r.peers[i];
-            ctx.progress(format!("redb workload: {}, run {}", p.name, rep + 1));
-            if let Some(w) = &skip_reason[i] {
-                for row in &mut redb {
-                    row.skip(i, w.clone());
+    if want("redb") {
+        // 3. The redb workload.
+        let mut redb: Vec<Row> = work::REDB_STEPS
+            .iter()
+            .map(|s| {
+                if *s == "file size" {
+                    Row::new(*s, "MiB", Better::Lower, n)
+                } else {
+                    Row::new(*s, "s", Better::Lower, n)
                 }
-                continue;
-            }
-            let dir = work::fresh(&base, p.id)?;
-            match work::redb_workload(p, &dir, plan.redb, 200 + rep as u64) {
-                Ok((vals, problems)) => {
-                    r.problems.extend(problems);
-                    for (row, v) in redb.iter_mut().zip(vals) {
-                        match v {
-                            Some(v) => row.push(i, v),
-                            None => row.skip(i, "hash: no ranges"),
+            })
+            .collect();
+        for rep in 0..ctx.reps {
+            for i in order(n, rep) {
+                let p = &r.peers[i];
+                ctx.progress(format!("redb workload: {}, run {}", p.name, rep + 1));
+                if let Some(w) = &skip_reason[i] {
+                    for row in &mut redb {
+                        row.skip(i, w.clone());
+                    }
+                    continue;
+                }
+                let dir = work::fresh(&base, p.id)?;
+                match work::redb_workload(p, &dir, plan.redb, 200 + rep as u64) {
+                    Ok((vals, problems)) => {
+                        r.problems.extend(problems);
+                        for (row, v) in redb.iter_mut().zip(vals) {
+                            match v {
+                                Some(v) => row.push(i, v),
+                                None => row.skip(i, "hash: no ranges"),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        r.problems.push(format!("redb workload, {}: {e}", p.name));
+                        for row in &mut redb {
+                            row.skip(i, "failed (see problems)");
                         }
                     }
                 }
-                Err(e) => {
-                    r.problems.push(format!("redb workload, {}: {e}", p.name));
-                    for row in &mut redb {
-                        row.skip(i, "failed (see problems)");
-                    }
-                }
+                let _ = std::fs::remove_dir_all(&dir);
             }
-            let _ = std::fs::remove_dir_all(&dir);
         }
-    }
-    let z = plan.redb;
-    let _ = writeln!(
-        r.md,
-        "## The redb workload\n\n24-byte random keys, 150-byte random values, every commit durable. Bulk load: {} \
+        let z = plan.redb;
+        let _ = writeln!(
+            r.md,
+            "## The redb workload\n\n24-byte random keys, 150-byte random values, every commit durable. Bulk load: {} \
          entries in one transaction; individual writes: {} transactions of one put; batch writes: {} transactions \
          of {} puts; random reads: every loaded key once in random order (2 threads: each thread reads every key); \
          range reads: {} reads of {} entries from a random loaded key; removals: half the loaded keys in one \
          transaction; file size: the store's directory after closing.\n",
-        z.entries, z.individual, z.batches, z.batch, z.ranges, z.range_len
-    );
-    let (a, b) = redb.split_at(4);
-    r.table(&a.iter().collect::<Vec<_>>());
-    r.table(&b.iter().collect::<Vec<_>>());
-    r.bars(
-        "redb.svg",
-        "redb workload (seconds, lower is better)",
-        &redb[..7].iter().collect::<Vec<_>>(),
-    )?;
-    let v = r.versus(&redb[1], "txmap-btree", "lmdb");
-    r.target(
-        "durable individual commits ≥ 1.5× LMDB",
-        v,
-        1.5,
-        "txmap B+-tree / LMDB, redb individual writes".into(),
-    );
-    let v = r.versus(&redb[1], "txmap-btree", "bdb-btree");
-    r.target(
-        "durable individual commits ≥ Berkeley DB",
-        v,
-        1.0,
-        "txmap B+-tree / Berkeley DB B-tree".into(),
-    );
-    let v = r.versus(&redb[3], "txmap-btree", "lmdb");
-    r.target(
-        "random reads within 1.25× of LMDB's time",
-        v,
-        0.8,
-        "LMDB time / txmap B+-tree time; 0.8 is 1.25× slower".into(),
-    );
-
-    abc(ctx, &mut r, &plan, &skip_reason, &base)?;
-    page_touch(ctx, &mut r, &base)?;
+            z.entries, z.individual, z.batches, z.batch, z.ranges, z.range_len
+        );
+        let (a, b) = redb.split_at(4);
+        r.table(&a.iter().collect::<Vec<_>>());
+        r.table(&b.iter().collect::<Vec<_>>());
+        r.bars(
+            "redb.svg",
+            "redb workload (seconds, lower is better)",
+            &redb[..7].iter().collect::<Vec<_>>(),
+        )?;
+        let v = r.versus(&redb[1], "txmap-btree", "lmdb");
+        r.target(
+            "durable individual commits ≥ 1.5× LMDB",
+            v,
+            1.5,
+            "txmap B+-tree / LMDB, redb individual writes".into(),
+        );
+        let v = r.versus(&redb[1], "txmap-btree", "bdb-btree");
+        r.target(
+            "durable individual commits ≥ Berkeley DB",
+            v,
+            1.0,
+            "txmap B+-tree / Berkeley DB B-tree".into(),
+        );
+        let v = r.versus(&redb[3], "txmap-btree", "lmdb");
+        r.target(
+            "random reads within 1.25× of LMDB's time",
+            v,
+            0.8,
+            "LMDB time / txmap B+-tree time; 0.8 is 1.25× slower".into(),
+        );
+    }
+    if want("abc") {
+        abc(ctx, &mut r, &plan, &skip_reason, &base)?;
+    }
+    if want("touch") {
+        page_touch(ctx, &mut r, &base)?;
+    }
     render(ctx, &r, &plan)?;
     Ok(())
 }

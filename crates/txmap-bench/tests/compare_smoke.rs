@@ -1,0 +1,60 @@
+//! The comparison runs end to end on a small selection and writes its report
+//! and plots (a smoke test of the harness, not a measurement: no timings are
+//! checked). Stores that are not installed are skipped by the program itself.
+
+use std::process::Command;
+
+#[test]
+fn compare_writes_a_report_with_plots_and_no_problems() {
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("compare-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_txmap-bench"))
+        .args([
+            "compare",
+            "--quick",
+            "--reps",
+            "1",
+            "--stores",
+            "txmap-btree,txmap-hash,lmdb",
+        ])
+        .args(["--workloads", "inserts,redb,abc"])
+        .arg("--out")
+        .arg(&out)
+        .env("TXMAP_BENCH_CAP", "2")
+        .output()
+        .expect("run txmap-bench");
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "txmap-bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let report = std::fs::read_to_string(out.join("README.md")).expect("report written");
+    for section in [
+        "## Durable random inserts",
+        "## The redb workload",
+        "## Concurrency tests A, B, C",
+        "## Against the targets",
+    ] {
+        assert!(report.contains(section), "report lacks {section:?}");
+    }
+    assert!(
+        report.contains("None: every store completed every run, and every read found its value."),
+        "the run found problems:\n{report}"
+    );
+    for plot in [
+        "inserts.svg",
+        "inserts-kth.svg",
+        "redb.svg",
+        "abc-durable.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join(plot)).unwrap_or_else(|e| panic!("{plot}: {e}"));
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{plot} is not an SVG document"
+        );
+        assert!(svg.contains("txmap B+-tree"), "{plot} has no txmap series");
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}
