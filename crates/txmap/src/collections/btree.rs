@@ -744,7 +744,6 @@ impl BTree {
         Ok(rep)
     }
 
-    #[allow(clippy::too_many_arguments)]
     /// A leaf's cells lie between its slot array and its end without
     /// overlapping (in-place inserts put them anywhere in that space).
     fn check_cells(&self, v: &View, node: u64) -> Result<()> {
@@ -772,6 +771,7 @@ impl BTree {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn check_node(
         &self,
         v: &View,
