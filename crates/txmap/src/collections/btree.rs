@@ -174,6 +174,15 @@ impl<'a> Raw<'a> {
             Some(Val::Inline(self.b.get(vo..vo + vlen)?.to_vec()))
         }
     }
+    /// Leaf entry `i`'s value if it is stored inline.
+    fn inline(&self, i: usize) -> Option<&'a [u8]> {
+        let c = self.cell(i)?;
+        if *self.b.get(c + 2)? != 0 {
+            return None;
+        }
+        let vo = c + 8 + u16_at(self.b, c)? as usize;
+        self.b.get(vo..vo + u32_at(self.b, c + 4)? as usize)
+    }
     /// Ok(i): key i equals `key`; Err(i): `key` belongs before key i.
     fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
         let (mut lo, mut hi) = (0, self.n);
@@ -319,30 +328,39 @@ impl BTree {
     /// Descends to the leaf for `key`; the path holds (node, child index) of
     /// each internal node passed.
     fn descend(&self, v: &View, key: &[u8]) -> Result<(u64, Vec<(u64, usize)>)> {
+        let mut path = Vec::with_capacity(4);
+        let leaf = self.walk(v, key, |node, i| path.push((node, i)))?;
+        Ok((leaf, path))
+    }
+
+    /// Descends to the leaf for `key`, calling `step(node, child index)` at
+    /// each internal node.
+    fn walk(&self, v: &View, key: &[u8], mut step: impl FnMut(u64, usize)) -> Result<u64> {
         let (mut node, h) = self.header(v)?;
-        let mut path = Vec::with_capacity(h as usize);
         for _ in 1..h {
             let r = self.raw(v, node, INTERNAL)?;
             let i = r.route(key).ok_or_else(|| corrupt(v, node, "bad key"))?;
             let c = r.child(i).ok_or_else(|| corrupt(v, node, "bad child"))?;
-            path.push((node, i));
+            step(node, i);
             node = c;
         }
-        Ok((node, path))
+        Ok(node)
     }
 
     /// The value stored under `key`.
     pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
         check_key(key, MAX_KEY)?;
-        let (leaf, _) = self.descend(v, key)?;
+        let leaf = self.walk(v, key, |_, _| {})?;
         let r = self.raw(v, leaf, LEAF)?;
-        match r.search(key).ok_or_else(|| corrupt(v, leaf, "bad key"))? {
-            Ok(i) => {
-                let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
-                Ok(Some(val.load(v)?))
-            }
-            Err(_) => Ok(None),
+        let Ok(i) = r.search(key).ok_or_else(|| corrupt(v, leaf, "bad key"))? else {
+            return Ok(None);
+        };
+        // An inline value is copied once, straight from the node.
+        if let Some(bytes) = r.inline(i) {
+            return Ok(Some(bytes.to_vec()));
         }
+        let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
+        Ok(Some(val.load(v)?))
     }
 
     /// Inserts or replaces; returns true if `key` was present.
