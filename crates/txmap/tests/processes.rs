@@ -385,6 +385,16 @@ fn opener() {
     }
 }
 
+/// Grows the region to TXMAP_PAGES pages and commits `7` at the start of
+/// its last page.
+fn grower() {
+    let r = Region::open(env("TXMAP_PATH").as_ref(), Options::default()).unwrap();
+    let pages = env_u64("TXMAP_PAGES");
+    let mut v = r.view().unwrap();
+    v.grow(pages * PAGE).unwrap();
+    v.run(|v| v.write((pages - 1) * PAGE, &7u64)).unwrap();
+}
+
 /// Runs this process's role if it is a child; true if it was.
 fn as_child() -> bool {
     let Some(role) = role() else { return false };
@@ -393,6 +403,7 @@ fn as_child() -> bool {
         "reader" => long_reader(),
         "skew" => skew(),
         "opener" => opener(),
+        "grower" => grower(),
         r => panic!("unknown role {r}"),
     }
     true
@@ -1011,4 +1022,41 @@ fn durability_mismatch_between_processes_is_refused() {
     v.begin_read().unwrap();
     assert_eq!(v.read::<u64>(0).unwrap(), 2, "c's commit was lost");
     v.commit().unwrap();
+}
+
+/// A region grown by another process: this process's views see the new
+/// pages, the ones never written (zeros, read from the region file) as well
+/// as the one written there. (Until views mapped the file's new part at
+/// their next `begin`, reading an unwritten new page killed the process with
+/// SIGSEGV; the collections' heap grows the region this way.)
+#[test]
+fn a_region_grown_by_another_process_is_readable_here() {
+    if as_child() {
+        return;
+    }
+    let d = tmpfs_dir("proc-grow");
+    let p = d.join("g.txm");
+    let r = Region::create(&p, PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(0, &1u64)).unwrap();
+    let e = [
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_PAGES", "64".to_string()),
+    ];
+    Proc::spawn(
+        "a_region_grown_by_another_process_is_readable_here",
+        "grower",
+        &e,
+        d.join("err"),
+    )
+    .wait_ok("grower");
+    v.begin_read().unwrap();
+    assert_eq!(v.len() as u64, 64 * PAGE);
+    for page in 1..63 {
+        assert_eq!(v.read::<u64>(page * PAGE).unwrap(), 0);
+    }
+    assert_eq!(v.read::<u64>(63 * PAGE).unwrap(), 7);
+    assert_eq!(v.read::<u64>(0).unwrap(), 1);
+    v.commit().unwrap();
+    v.run(|v| v.write(40 * PAGE, &9u64)).unwrap();
 }

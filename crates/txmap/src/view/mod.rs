@@ -221,6 +221,10 @@ impl View {
         if size <= old {
             return Ok(());
         }
+        // Another process may have grown the region: the fault routine
+        // copies pages from this process's image of the file, so that must
+        // cover the new size before any page of it can be touched.
+        v.region.map_image(size as u64)?;
         crate::os::mem::set_len(&v.memfd, size as u64)
             .map_err(|e| Error::os("size view memory", e))?;
         let fd = v.memfd.as_fd();
