@@ -1,5 +1,6 @@
 //! The linear hash table: model-based test with aborts, splits across
-//! levels, threads, SIGKILL.
+//! levels and merges back, threads, SIGKILL, splits and merges against
+//! stale inserts under snapshot isolation.
 mod collections_common;
 mod common;
 
@@ -34,6 +35,13 @@ fn buckets_split_in_order_across_levels() {
         .parse()
         .unwrap();
     assert!(level >= 6, "{}", d[0]);
+    // Deleting every key merged the buckets back: the last delete empties
+    // its bucket, and empty buckets always fit together in half a page.
+    assert!(
+        d[1].starts_with("2 buckets (level 0, split pointer 0), 0 overflow pages"),
+        "{}",
+        d[1]
+    );
 }
 
 #[test]
@@ -141,4 +149,122 @@ fn a_split_conflicts_with_a_stale_insert_even_under_snapshot_isolation() {
         assert_eq!(t.get(&v2, &k).unwrap().as_deref(), Some(&b"retried"[..]));
         v2.commit().unwrap();
     }
+}
+
+/// A merge frees the last bucket's page and changes its buddy's first page
+/// (its depth drops), so an insert routed by a snapshot taken before the
+/// merge into either bucket conflicts with it, under snapshot isolation too;
+/// retried, it lands in the merged bucket.
+#[test]
+fn a_merge_conflicts_with_a_stale_insert_even_under_snapshot_isolation() {
+    use txmap::{Error, TxnOptions};
+    let d = tmpfs_dir("lh-si-merge");
+    let r = Region::create(&d.join("h.txm"), 1 << 20, coll::opts()).unwrap();
+    let (mut v1, mut v2) = (r.view().unwrap(), r.view().unwrap());
+    let t = v1.run(|v| LinearHash::create(v, 1)).unwrap();
+    let keys = |parity: u64| {
+        (0u32..)
+            .map(coll::key)
+            .filter(move |k| hash(k) % 2 == parity)
+    };
+    let mut n = 0;
+    for opts in [TxnOptions::SNAPSHOT, TxnOptions::default()] {
+        for bucket in [0, 1] {
+            // Two buckets (level 1), a few keys in each.
+            v1.run(|v| t.split_step(v)).unwrap();
+            v1.begin_read().unwrap();
+            assert_eq!(t.check(&v1).unwrap().buckets, 2);
+            v1.commit().unwrap();
+            v2.begin_with(opts).unwrap();
+            assert_eq!(v1.run(|v| t.merge_step(v)).unwrap(), 1);
+            let k = keys(bucket).nth(n).unwrap();
+            n += 1;
+            t.put_deferred(&mut v2, &k, b"late").unwrap(); // stale
+            assert!(
+                matches!(v2.commit(), Err(Error::Conflict)),
+                "{opts:?}, bucket {bucket}"
+            );
+            v2.run_with(opts, |v| t.put_deferred(v, &k, b"retried"))
+                .unwrap();
+            v2.begin_read().unwrap();
+            let rep = t.check(&v2).unwrap();
+            assert_eq!((rep.buckets, rep.entries), (1, n as u64));
+            assert_eq!(t.get(&v2, &k).unwrap().as_deref(), Some(&b"retried"[..]));
+            v2.commit().unwrap();
+        }
+    }
+}
+
+/// The thresholds: a delete asks for a merge only when it leaves its
+/// bucket one page under a quarter full and the table has more than `n0`
+/// buckets; `merge_step` merges only while the last bucket and its buddy
+/// fit in half a page. Entries here take 8 + key (5..195) + 500 bytes, so
+/// 4 of them exceed half a page (2040 bytes), 2 exceed a quarter (1020)
+/// and 1 does not.
+#[test]
+fn merges_follow_the_fill_thresholds() {
+    let d = tmpfs_dir("lh-merge-fill");
+    let r = Region::create(&d.join("h.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(|v| LinearHash::create(v, 1)).unwrap();
+    v.run(|v| t.split_step(v)).unwrap(); // buckets 0 and 1
+    let ks: Vec<Vec<u8>> = (0u32..)
+        .map(coll::key)
+        .filter(|k| hash(k) % 2 == 1)
+        .take(4)
+        .collect();
+    let val = vec![7u8; 500];
+    for k in &ks {
+        assert_eq!(
+            v.run(|v| t.put_deferred(v, k, &val)).unwrap(),
+            (false, false)
+        );
+    }
+    let state = |v: &mut txmap::View| {
+        v.begin_read().unwrap();
+        let rep = t.check(v).unwrap();
+        v.commit().unwrap();
+        (rep.buckets, rep.entries)
+    };
+    assert_eq!(
+        v.run(|v| t.merge_step(v)).unwrap(),
+        0,
+        "4 entries: over half a page"
+    );
+    assert_eq!(state(&mut v), (2, 4));
+    for k in &ks[..2] {
+        // 3, then 2 entries left: over a quarter of a page.
+        assert_eq!(v.run(|v| t.delete_deferred(v, k)).unwrap(), (true, false));
+    }
+    assert_eq!(state(&mut v), (2, 2));
+    assert_eq!(
+        v.run(|v| t.merge_step(v)).unwrap(),
+        1,
+        "2 entries fit in half a page"
+    );
+    assert_eq!(state(&mut v), (1, 2));
+    // At n0 buckets a sparse bucket asks for nothing, and nothing merges.
+    assert_eq!(
+        v.run(|v| t.delete_deferred(v, &ks[2])).unwrap(),
+        (true, false)
+    );
+    assert_eq!(v.run(|v| t.merge_step(v)).unwrap(), 0);
+    v.begin_read().unwrap();
+    assert_eq!(t.get(&v, &ks[3]).unwrap(), Some(val.clone()));
+    assert_eq!(t.check(&v).unwrap().entries, 1);
+    v.commit().unwrap();
+    // Two buckets again, one entry each side: a delete that leaves one
+    // small entry asks for the merge, and `delete` runs it.
+    v.run(|v| t.split_step(v)).unwrap();
+    let other: Vec<u8> = (0u32..).map(coll::key).find(|k| hash(k) % 2 == 0).unwrap();
+    v.run(|v| t.put(v, &other, b"x")).unwrap();
+    v.run(|v| t.put(v, &ks[0], b"y")).unwrap();
+    assert_eq!(state(&mut v), (2, 3));
+    assert_eq!(
+        v.run(|v| t.delete_deferred(v, &ks[0])).unwrap(),
+        (true, true)
+    );
+    v.run(|v| t.put(v, &ks[0], b"y")).unwrap();
+    assert!(v.run(|v| t.delete(v, &ks[0])).unwrap());
+    assert_eq!(state(&mut v), (1, 2));
 }

@@ -6,7 +6,10 @@
 //! `n0·2^l + p` buckets; key hash `h` lives in bucket `h mod n0·2^l`, or
 //! `h mod n0·2^(l+1)` if that is below `p`. When an insert makes a bucket
 //! overflow its page, bucket `p` splits (uncontrolled splitting), `p`
-//! advances and wraps to 0 with `l + 1`. The table does not shrink.
+//! advances and wraps to 0 with `l + 1`. When a delete leaves its bucket one
+//! page under a quarter full, the last bucket merges back into the bucket it
+//! was split from while the two fit in half a page (Litwin's merge), down to
+//! `n0` buckets.
 //!
 //! Header (a heap block alone on its page):
 //! ```text
@@ -58,6 +61,11 @@ pub fn hash(key: &[u8]) -> u64 {
 
 fn entry_bytes(e: &Entry) -> usize {
     8 + e.0.len() + e.1.node_bytes()
+}
+
+/// Bytes of a one-page chain holding `ents`.
+fn chain_bytes(ents: &[Entry]) -> usize {
+    PAGE_HDR + ents.iter().map(entry_bytes).sum::<usize>()
 }
 
 /// A bucket page: its entries, the next overflow page, and the bucket's depth.
@@ -367,18 +375,74 @@ impl LinearHash {
         Ok(())
     }
 
+    /// Removes `key`; true if it was present. Merges buckets back when the
+    /// delete left its bucket sparse ([`LinearHash::merge_step`]).
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        let (had, wants_merge) = self.delete_deferred(v, key)?;
+        if wants_merge {
+            self.merge_step(v)?;
+        }
+        Ok(had)
+    }
+
+    /// Removes `key` without merging; the second result says the delete
+    /// left its bucket one page under a quarter full while the table has
+    /// more than `n0` buckets, so [`LinearHash::merge_step`] may shrink it
+    /// (in the caller's transaction or one of its own, as for splits).
+    pub fn delete_deferred(&self, v: &mut View, key: &[u8]) -> Result<(bool, bool)> {
         check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
         let (mut ents, pages, depth) = self.read_chain(v, first)?;
         let Some(i) = ents.iter().position(|(k, _)| k == key) else {
-            return Ok(false);
+            return Ok((false, false));
         };
         let (_, val) = ents.remove(i);
         val.release(v)?;
-        self.write_chain(v, &ents, &pages, depth)?;
-        Ok(true)
+        let n = self.write_chain(v, &ents, &pages, depth)?;
+        let sparse = n == 1 && chain_bytes(&ents) < BUCKET / 4;
+        Ok((true, sparse && m.buckets() > m.n0))
+    }
+
+    /// Undoes splits, newest first (Litwin's merge): while the table has
+    /// more than `n0` buckets and its last bucket and the bucket it was
+    /// split from (its buddy) fit together in half a page, moves the last
+    /// bucket's entries into the buddy, frees its pages and moves the split
+    /// pointer back. Returns the number of merges. Half a page, not a page,
+    /// so that an insert right after a merge cannot split again at once.
+    /// A merge writes the header and changes the buddy's first page (its
+    /// depth drops) and frees the last bucket's pages, so, like a split, it
+    /// conflicts with any concurrent insert or delete in either bucket,
+    /// under snapshot isolation too.
+    pub fn merge_step(&self, v: &mut View) -> Result<u64> {
+        let mut merged = 0;
+        loop {
+            let m = self.meta(v)?;
+            if m.buckets() <= m.n0 {
+                return Ok(merged);
+            }
+            let (level, buddy) = if m.split == 0 {
+                (m.level - 1, (m.n0 << (m.level - 1)) - 1)
+            } else {
+                (m.level, m.split - 1)
+            };
+            let last = m.buckets() - 1; // = buddy + n0·2^level
+            let (lents, lpages, _) = self.read_chain(v, self.bucket_page(v, &m, last)?)?;
+            let (mut ents, pages, _) = self.read_chain(v, self.bucket_page(v, &m, buddy)?)?;
+            ents.extend(lents);
+            if chain_bytes(&ents) > BUCKET / 2 {
+                return Ok(merged);
+            }
+            let depth = u16::try_from(level).map_err(|_| corrupt(v, self.at, "level"))?;
+            self.write_chain(v, &ents, &pages, depth)?;
+            for p in lpages {
+                alloc::free(v, p)?;
+            }
+            m.dir.pop(v)?;
+            v.write(self.at + H_LEVEL, &level)?;
+            v.write(self.at + H_SPLIT, &buddy)?;
+            merged += 1;
+        }
     }
 
     /// Calls `f` for every entry, bucket by bucket (no order), until it returns false.
