@@ -256,7 +256,10 @@ fn merges_follow_the_fill_thresholds() {
     // Two buckets again, one entry each side: a delete that leaves one
     // small entry asks for the merge, and `delete` runs it.
     v.run(|v| t.split_step(v)).unwrap();
-    let other: Vec<u8> = (0u32..).map(coll::key).find(|k| hash(k) % 2 == 0).unwrap();
+    let other: Vec<u8> = (0u32..)
+        .map(coll::key)
+        .find(|k| hash(k).is_multiple_of(2))
+        .unwrap();
     v.run(|v| t.put(v, &other, b"x")).unwrap();
     v.run(|v| t.put(v, &ks[0], b"y")).unwrap();
     assert_eq!(state(&mut v), (2, 3));
