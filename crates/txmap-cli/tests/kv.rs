@@ -135,6 +135,18 @@ fn load_and_dump_round_trip_in_both_formats() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 1"));
 }
 
+/// Damages the B+-tree `name` the way a buggy program could: points its
+/// root at its own header block.
+fn damage_tree(p: &Path, name: &str) {
+    let r = Region::open(p, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        let e = alloc::lookup(v, name)?.unwrap();
+        v.write(e.at + 8, &e.at)
+    })
+    .unwrap();
+}
+
 #[test]
 fn check_structures_finds_a_damaged_tree() {
     let d = tmpfs_dir("kv-damage");
@@ -149,17 +161,7 @@ fn check_structures_finds_a_damaged_tree() {
     ok(&["kv", s(&p), "load", s(&d.join("in.txt"))]);
     let out = ok(&["check", "--structures", s(&p)]);
     assert!(out.contains("btree \"kv\": sound: 500 entries"), "{out}");
-    // Damage the tree the way a buggy program could: point its root at its
-    // own header block.
-    {
-        let r = Region::open(&p, Options::default()).unwrap();
-        let mut v = r.view().unwrap();
-        v.run(|v| {
-            let e = alloc::lookup(v, "kv")?.unwrap();
-            v.write(e.at + 8, &e.at)
-        })
-        .unwrap();
-    }
+    damage_tree(&p, "kv");
     let o = txmap(&["check", "--structures", s(&p)]);
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -240,16 +242,7 @@ fn check_structures_as_json() {
     // Every block in use belongs to one of them (no root object here).
     assert_eq!(st["heap"]["used_blocks"], blocks);
     assert_eq!(st["heap"]["sound"], true);
-    // Damage the B+-tree (its root pointing at its own header block).
-    {
-        let r = Region::open(&p, Options::default()).unwrap();
-        let mut v = r.view().unwrap();
-        v.run(|v| {
-            let e = alloc::lookup(v, "t")?.unwrap();
-            v.write(e.at + 8, &e.at)
-        })
-        .unwrap();
-    }
+    damage_tree(&p, "t");
     let o = txmap(&["check", "--structures", "--json", s(&p)]);
     assert_eq!(o.status.code(), Some(1));
     let j = parse(&o);

@@ -6,10 +6,9 @@ mod common;
 
 use collections_common as coll;
 use common::*;
-use txmap::Region;
-use txmap::TxnOptions;
 use txmap::collections::LinearHash;
-use txmap::collections::lhash::hash;
+use txmap::collections::lhash::{HashReport, hash};
+use txmap::{Error, Region, TxnOptions, View};
 
 #[test]
 fn model_random_operations_with_aborts() {
@@ -111,43 +110,62 @@ fn deferred_split_runs_in_its_own_transaction() {
     assert!(splits >= 8);
 }
 
+/// Keys whose hash has this parity: bucket 0 or 1 of a two-bucket table.
+fn keys_with_parity(parity: u64) -> impl Iterator<Item = Vec<u8>> {
+    (0u32..)
+        .map(coll::key)
+        .filter(move |k| hash(k) % 2 == parity)
+}
+
+/// `v2` inserted `k` in a transaction begun before a split or merge that
+/// routes `k` elsewhere: its commit must conflict; retried, the insert
+/// commits, the table checks and holds it. Returns the table's report.
+fn stale_insert_conflicts(
+    v2: &mut View,
+    t: LinearHash,
+    k: &[u8],
+    opts: TxnOptions,
+    what: &str,
+) -> HashReport {
+    t.put_deferred(v2, k, b"late").unwrap();
+    assert!(
+        matches!(v2.commit(), Err(Error::Conflict)),
+        "{what}, {opts:?}: a stale insert committed"
+    );
+    v2.run_with(opts, |v| t.put_deferred(v, k, b"retried"))
+        .unwrap();
+    v2.begin_read().unwrap();
+    let rep = t.check(v2).unwrap();
+    assert_eq!(t.get(v2, k).unwrap().as_deref(), Some(&b"retried"[..]));
+    v2.commit().unwrap();
+    rep
+}
+
 /// A split that moves no entry still changes the split bucket's page (its
 /// depth), so an insert into that bucket from a snapshot taken before the
 /// split conflicts with it, under snapshot isolation too. (Found by
 /// `txmap-bench --only aborts`: the insert landed in the old bucket.)
 #[test]
 fn a_split_conflicts_with_a_stale_insert_even_under_snapshot_isolation() {
-    use txmap::{Error, TxnOptions};
     let d = tmpfs_dir("lh-si-split");
     let r = Region::create(&d.join("h.txm"), 1 << 20, coll::opts()).unwrap();
     let (mut v1, mut v2) = (r.view().unwrap(), r.view().unwrap());
     let t = v1.run(|v| LinearHash::create(v, 1)).unwrap();
-    let keys = |parity: u64| {
-        (0u32..)
-            .map(coll::key)
-            .filter(move |k| hash(k) % 2 == parity)
-    };
     // Bucket 0 holds only keys that stay in it when it splits.
     v1.run(|v| {
-        keys(0)
+        keys_with_parity(0)
             .take(5)
             .try_for_each(|k| t.put_deferred(v, &k, b"x").map(drop))
     })
     .unwrap();
     for opts in [TxnOptions::SNAPSHOT, TxnOptions::default()] {
         v2.begin_with(opts).unwrap();
-        let k = keys(1)
+        let k = keys_with_parity(1)
             .nth(if opts == TxnOptions::SNAPSHOT { 0 } else { 1 })
             .unwrap();
         v1.run(|v| t.split_step(v)).unwrap(); // moves nothing out of the bucket it splits
-        t.put_deferred(&mut v2, &k, b"late").unwrap(); // stale: into the split bucket
-        assert!(matches!(v2.commit(), Err(Error::Conflict)), "{opts:?}");
-        v2.run_with(opts, |v| t.put_deferred(v, &k, b"retried"))
-            .unwrap();
-        v2.begin_read().unwrap();
-        t.check(&v2).unwrap();
-        assert_eq!(t.get(&v2, &k).unwrap().as_deref(), Some(&b"retried"[..]));
-        v2.commit().unwrap();
+        // Stale: into the split bucket.
+        stale_insert_conflicts(&mut v2, t, &k, opts, "split");
     }
 }
 
@@ -157,16 +175,10 @@ fn a_split_conflicts_with_a_stale_insert_even_under_snapshot_isolation() {
 /// retried, it lands in the merged bucket.
 #[test]
 fn a_merge_conflicts_with_a_stale_insert_even_under_snapshot_isolation() {
-    use txmap::{Error, TxnOptions};
     let d = tmpfs_dir("lh-si-merge");
     let r = Region::create(&d.join("h.txm"), 1 << 20, coll::opts()).unwrap();
     let (mut v1, mut v2) = (r.view().unwrap(), r.view().unwrap());
     let t = v1.run(|v| LinearHash::create(v, 1)).unwrap();
-    let keys = |parity: u64| {
-        (0u32..)
-            .map(coll::key)
-            .filter(move |k| hash(k) % 2 == parity)
-    };
     let mut n = 0;
     for opts in [TxnOptions::SNAPSHOT, TxnOptions::default()] {
         for bucket in [0, 1] {
@@ -177,20 +189,10 @@ fn a_merge_conflicts_with_a_stale_insert_even_under_snapshot_isolation() {
             v1.commit().unwrap();
             v2.begin_with(opts).unwrap();
             assert_eq!(v1.run(|v| t.merge_step(v)).unwrap(), 1);
-            let k = keys(bucket).nth(n).unwrap();
+            let k = keys_with_parity(bucket).nth(n).unwrap();
             n += 1;
-            t.put_deferred(&mut v2, &k, b"late").unwrap(); // stale
-            assert!(
-                matches!(v2.commit(), Err(Error::Conflict)),
-                "{opts:?}, bucket {bucket}"
-            );
-            v2.run_with(opts, |v| t.put_deferred(v, &k, b"retried"))
-                .unwrap();
-            v2.begin_read().unwrap();
-            let rep = t.check(&v2).unwrap();
+            let rep = stale_insert_conflicts(&mut v2, t, &k, opts, "merge");
             assert_eq!((rep.buckets, rep.entries), (1, n as u64));
-            assert_eq!(t.get(&v2, &k).unwrap().as_deref(), Some(&b"retried"[..]));
-            v2.commit().unwrap();
         }
     }
 }
@@ -208,11 +210,7 @@ fn merges_follow_the_fill_thresholds() {
     let mut v = r.view().unwrap();
     let t = v.run(|v| LinearHash::create(v, 1)).unwrap();
     v.run(|v| t.split_step(v)).unwrap(); // buckets 0 and 1
-    let ks: Vec<Vec<u8>> = (0u32..)
-        .map(coll::key)
-        .filter(|k| hash(k) % 2 == 1)
-        .take(4)
-        .collect();
+    let ks: Vec<Vec<u8>> = keys_with_parity(1).take(4).collect();
     let val = vec![7u8; 500];
     for k in &ks {
         assert_eq!(
@@ -256,10 +254,7 @@ fn merges_follow_the_fill_thresholds() {
     // Two buckets again, one entry each side: a delete that leaves one
     // small entry asks for the merge, and `delete` runs it.
     v.run(|v| t.split_step(v)).unwrap();
-    let other: Vec<u8> = (0u32..)
-        .map(coll::key)
-        .find(|k| hash(k).is_multiple_of(2))
-        .unwrap();
+    let other = keys_with_parity(0).next().unwrap();
     v.run(|v| t.put(v, &other, b"x")).unwrap();
     v.run(|v| t.put(v, &ks[0], b"y")).unwrap();
     assert_eq!(state(&mut v), (2, 3));

@@ -544,15 +544,6 @@ fn wait_acks(run: &Run, q: u64, at_least: usize, procs: &mut [Proc]) {
     }
 }
 
-fn seed(test: &str) -> u64 {
-    let s = std::env::var("TXMAP_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| test.bytes().fold(7u64, |a, b| a * 31 + u64::from(b)));
-    eprintln!("{test}: TXMAP_SEED={s}");
-    s
-}
-
 /// Four processes insert, delete and search each structure at once, two of
 /// them under snapshot isolation; the parent, a fifth process, runs the
 /// full check in snapshots while they commit. At the end every structure

@@ -71,15 +71,6 @@ fn soak() -> u64 {
         .unwrap_or(1)
 }
 
-fn seed(test: &str) -> u64 {
-    let s = std::env::var("TXMAP_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| test.bytes().fold(7u64, |a, b| a * 31 + u64::from(b)));
-    eprintln!("{test}: TXMAP_SEED={s}");
-    s
-}
-
 fn sum(v: &View) -> txmap::Result<i64> {
     (0..ACCOUNTS).try_fold(0, |s, i| Ok(s + v.read::<i64>(account(i))?))
 }

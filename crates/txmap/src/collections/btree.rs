@@ -18,7 +18,7 @@
 use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
-use super::node::{Val, check_key, put16, put32, put64, u16_at, u32_at, u64_at};
+use super::node::{Val, cell_at, cell_bytes, check_key, put_cell, put16, put64, u16_at, u64_at};
 use crate::{Result, View};
 
 /// Bytes of a node.
@@ -59,7 +59,7 @@ impl Internal {
 }
 
 fn leaf_cell(e: &Entry) -> usize {
-    8 + e.0.len() + e.1.node_bytes() + 2
+    cell_bytes(&e.0, &e.1) + 2
 }
 fn internal_cell(e: &(Vec<u8>, u64)) -> usize {
     16 + e.0.len() + 2
@@ -81,23 +81,9 @@ fn encode_leaf(l: &Leaf) -> Option<Vec<u8>> {
     put64(&mut b, 8, l.next);
     let mut end = NODE;
     for (i, (k, val)) in l.ents.iter().enumerate() {
-        let len = 8 + k.len() + val.node_bytes();
-        end -= len;
+        end -= cell_bytes(k, val);
         put16(&mut b, HDR + 2 * i, end as u16);
-        put16(&mut b, end, k.len() as u16);
-        b[end + 8..end + 8 + k.len()].copy_from_slice(k);
-        let vo = end + 8 + k.len();
-        match val {
-            Val::Inline(x) => {
-                put32(&mut b, end + 4, x.len() as u32);
-                b[vo..vo + x.len()].copy_from_slice(x);
-            }
-            Val::Block { at, len } => {
-                b[end + 2] = 1;
-                put64(&mut b, vo, *at);
-                put64(&mut b, vo + 8, *len);
-            }
-        }
+        put_cell(&mut b, end, k, val);
     }
     Some(b)
 }
@@ -161,18 +147,7 @@ impl<'a> Raw<'a> {
         u64_at(self.b, self.cell(i - 1)? + 8)
     }
     fn val(&self, i: usize) -> Option<Val> {
-        let c = self.cell(i)?;
-        let klen = u16_at(self.b, c)? as usize;
-        let vo = c + 8 + klen;
-        if *self.b.get(c + 2)? == 1 {
-            Some(Val::Block {
-                at: u64_at(self.b, vo)?,
-                len: u64_at(self.b, vo + 8)?,
-            })
-        } else {
-            let vlen = u32_at(self.b, c + 4)? as usize;
-            Some(Val::Inline(self.b.get(vo..vo + vlen)?.to_vec()))
-        }
+        cell_at(self.b, self.cell(i)?).map(|(_, val, _)| val)
     }
     /// Ok(i): key i equals `key`; Err(i): `key` belongs before key i.
     fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {

@@ -27,7 +27,7 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::array::ArrayList;
-use super::node::{Val, check_key, put16, put32, put64, u16_at, u32_at, u64_at};
+use super::node::{Val, cell_at, cell_bytes, check_key, put_cell, put16, put64, u16_at, u64_at};
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");
@@ -60,7 +60,7 @@ pub fn hash(key: &[u8]) -> u64 {
 }
 
 fn entry_bytes(e: &Entry) -> usize {
-    8 + e.0.len() + e.1.node_bytes()
+    cell_bytes(&e.0, &e.1)
 }
 
 /// Bytes of a one-page chain holding `ents`.
@@ -76,24 +76,9 @@ fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64, u16)> {
     let mut at = PAGE_HDR;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let klen = u16_at(b, at)? as usize;
-        let flags = *b.get(at + 2)?;
-        let vlen = u32_at(b, at + 4)? as usize;
-        let key = b.get(at + 8..at + 8 + klen)?.to_vec();
-        let vo = at + 8 + klen;
-        let (val, len) = if flags == 1 {
-            (
-                Val::Block {
-                    at: u64_at(b, vo)?,
-                    len: u64_at(b, vo + 8)?,
-                },
-                16,
-            )
-        } else {
-            (Val::Inline(b.get(vo..vo + vlen)?.to_vec()), vlen)
-        };
-        out.push((key, val));
-        at = vo + len;
+        let (key, val, end) = cell_at(b, at)?;
+        out.push((key.to_vec(), val));
+        at = end;
     }
     Some((out, next, depth))
 }
@@ -105,21 +90,7 @@ fn encode_page(ents: &[Entry], next: u64, depth: u16) -> Vec<u8> {
     put64(&mut b, 8, next);
     let mut at = PAGE_HDR;
     for (k, val) in ents {
-        put16(&mut b, at, k.len() as u16);
-        b[at + 8..at + 8 + k.len()].copy_from_slice(k);
-        let vo = at + 8 + k.len();
-        match val {
-            Val::Inline(x) => {
-                put32(&mut b, at + 4, x.len() as u32);
-                b[vo..vo + x.len()].copy_from_slice(x);
-            }
-            Val::Block { at: o, len } => {
-                b[at + 2] = 1;
-                put64(&mut b, vo, *o);
-                put64(&mut b, vo + 8, *len);
-            }
-        }
-        at = vo + val.node_bytes();
+        at = put_cell(&mut b, at, k, val);
     }
     b
 }

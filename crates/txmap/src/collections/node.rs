@@ -92,6 +92,52 @@ impl Val {
     }
 }
 
+/// Bytes of an entry cell (see [`put_cell`]).
+pub(crate) fn cell_bytes(key: &[u8], val: &Val) -> usize {
+    8 + key.len() + val.node_bytes()
+}
+
+/// Writes an entry cell at `at`, as the B+-tree's leaves and the hash
+/// table's buckets store them: key length u16, flags u8 (1 = value in a
+/// block), 0, inline value length u32, the key, then the value or (block
+/// offset u64, value length u64). Returns the offset after it. The caller
+/// has checked that it fits.
+pub(crate) fn put_cell(b: &mut [u8], at: usize, key: &[u8], val: &Val) -> usize {
+    put16(b, at, key.len() as u16);
+    b[at + 8..at + 8 + key.len()].copy_from_slice(key);
+    let vo = at + 8 + key.len();
+    match val {
+        Val::Inline(x) => {
+            put32(b, at + 4, x.len() as u32);
+            b[vo..vo + x.len()].copy_from_slice(x);
+        }
+        Val::Block { at: o, len } => {
+            b[at + 2] = 1;
+            put64(b, vo, *o);
+            put64(b, vo + 8, *len);
+        }
+    }
+    vo + val.node_bytes()
+}
+
+/// The entry cell at `at`: its key, value and the offset after it; `None`
+/// if it does not fit in `b`.
+pub(crate) fn cell_at(b: &[u8], at: usize) -> Option<(&[u8], Val, usize)> {
+    let klen = u16_at(b, at)? as usize;
+    let key = b.get(at + 8..at + 8 + klen)?;
+    let vo = at + 8 + klen;
+    if *b.get(at + 2)? == 1 {
+        let val = Val::Block {
+            at: u64_at(b, vo)?,
+            len: u64_at(b, vo + 8)?,
+        };
+        Some((key, val, vo + 16))
+    } else {
+        let vlen = u32_at(b, at + 4)? as usize;
+        Some((key, Val::Inline(b.get(vo..vo + vlen)?.to_vec()), vo + vlen))
+    }
+}
+
 /// Fails if `key` is longer than a map's `max` key length.
 pub(crate) fn check_key(key: &[u8], max: usize) -> crate::Result<()> {
     if key.len() > max {
