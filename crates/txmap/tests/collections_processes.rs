@@ -23,7 +23,7 @@
 //! - after a kill, the dead process's counts are its acknowledged commits
 //!   or one more (the one it was committing), never fewer.
 //!
-//! `TXMAP_SEED` changes the random choices of the kill test.
+//! `TXMAP_SEED` changes the random choices of the kill tests.
 mod collections_common;
 mod common;
 
@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use collections_common as coll;
 use common::*;
 use txmap::collections::{AnyMap, ArrayList, Kind, Map, alloc};
+use txmap::debug::CrashPoint;
 use txmap::io::sim::SplitMix;
 use txmap::{Region, Result, TxnOptions, View};
 
@@ -55,6 +56,15 @@ const RING: u64 = 16;
 const C_RING: u64 = 64;
 /// A worker runs the full check every this many rounds.
 const FULL_EVERY: u64 = 25;
+/// Where the crash-point test kills a process (the victim kills itself).
+const CRASH_POINTS: [CrashPoint; 6] = [
+    CrashPoint::CommitLocked,
+    CrashPoint::CommitLogged,
+    CrashPoint::CommitPublishing,
+    CrashPoint::SyncLeader,
+    CrashPoint::CheckpointWriting,
+    CrashPoint::LogReset,
+];
 /// Liveness bound (not a speed assertion): a child that takes longer is stuck.
 const LIVENESS: Duration = Duration::from_secs(120);
 
@@ -332,7 +342,17 @@ fn env(k: &str) -> String {
 /// killed), one transaction each (snapshot isolation if TXMAP_SI is set),
 /// appending "kind count" to TXMAP_ACK after each commit.
 fn worker() {
-    let r = Region::open(env("TXMAP_PATH").as_ref(), coll::opts()).unwrap();
+    let mut opts = coll::opts();
+    if let Ok(c) = std::env::var("TXMAP_CKPT") {
+        opts.checkpoint_bytes = c.parse().unwrap();
+    }
+    if let Ok(c) = std::env::var("TXMAP_CRASH") {
+        let (p, nth) = c.split_once(':').unwrap();
+        let p: u32 = p.parse().unwrap();
+        let point = *CRASH_POINTS.iter().find(|x| **x as u32 == p).unwrap();
+        txmap::debug::crash_at(point, nth.parse().unwrap());
+    }
+    let r = Region::open(env("TXMAP_PATH").as_ref(), opts).unwrap();
     let mut v = r.view().unwrap();
     let q: u64 = env("TXMAP_SLOT").parse().unwrap();
     let quota: u64 = env("TXMAP_QUOTA").parse().unwrap();
@@ -454,6 +474,9 @@ impl Run<'_> {
         self.dir.join(&format!("ack-{q}"))
     }
     fn spawn(&self, q: u64, quota: u64, si: bool) -> Proc {
+        self.spawn_with(q, quota, si, &[])
+    }
+    fn spawn_with(&self, q: u64, quota: u64, si: bool, more: &[(&str, String)]) -> Proc {
         let mut envs = vec![
             ("TXMAP_PATH", self.path().display().to_string()),
             ("TXMAP_SLOT", q.to_string()),
@@ -463,6 +486,7 @@ impl Run<'_> {
         if si {
             envs.push(("TXMAP_SI", "1".into()));
         }
+        envs.extend(more.iter().cloned());
         let err = self.dir.join(&format!("err-{q}-{}", next_tag()));
         let child = child(self.test, "worker", &envs)
             .stdout(Stdio::null())
@@ -637,4 +661,83 @@ fn sigkill_processes_mid_run_then_recover_and_resume() {
     }
     let counts = run.check(&[], true);
     assert!(counts.iter().all(|c| c.iter().all(|&n| n == N)));
+}
+
+/// One process at a time dies at an exact point of the commit, sync or
+/// checkpoint path (holding the lock there) while the other three go on
+/// working on every structure: they must repair what it left and finish;
+/// then the region is recovered and checked, the dead process's counts
+/// against its acknowledgements. A round per crash point, on one region;
+/// at the end all four finish and the content is checked exactly.
+#[test]
+fn processes_die_at_crash_points_while_the_others_continue() {
+    if role().is_some() {
+        return worker();
+    }
+    let test = "processes_die_at_crash_points_while_the_others_continue";
+    let mut rng = SplitMix(seed(test));
+    let d = tmpfs_dir("cp-points");
+    let run = Run { test, dir: &d };
+    create(&run.path());
+    // Small checkpoints, so that checkpoints and log resets happen often.
+    let ckpt = ("TXMAP_CKPT", (64u64 << 10).to_string());
+    let mut reached = Vec::new();
+    for (round, point) in CRASH_POINTS.iter().enumerate() {
+        let victim = round as u64 % P;
+        let quota = 40 * (round as u64 + 1);
+        // Checkpoints and log resets come seldom: die at one of the first.
+        let nth = 1 + rng.next() % if round < 4 { 20 } else { 3 };
+        let crash = ("TXMAP_CRASH", format!("{}:{nth}", *point as u32));
+        let (_, acked_before) = run.acks(victim);
+        let mut victim_proc = run.spawn_with(victim, 0, victim % 2 == 1, &[ckpt.clone(), crash]);
+        let mut others: Vec<Proc> = (0..P)
+            .filter(|&q| q != victim)
+            .map(|q| run.spawn_with(q, quota, q % 2 == 1, std::slice::from_ref(&ckpt)))
+            .collect();
+        // The victim dies by itself, or is killed once the others are done.
+        let start = Instant::now();
+        let hit = loop {
+            if let Some(s) = victim_proc.child.try_wait().unwrap() {
+                assert_eq!(
+                    s.signal(),
+                    Some(9),
+                    "victim at {point:?} ended otherwise: {}",
+                    victim_proc.stderr()
+                );
+                break true;
+            }
+            if others.iter_mut().all(|p| p.exited()) {
+                victim_proc.kill();
+                break false;
+            }
+            assert!(start.elapsed() < LIVENESS, "round {round} never ended");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        for p in &mut others {
+            p.wait_ok();
+        }
+        let counts = run.check(&[victim], true);
+        let commits = run.acks(victim).1 - acked_before;
+        eprintln!(
+            "{point:?} (hit {nth}): reached {hit} after {commits} commits, counts {counts:?}"
+        );
+        // Every commit passes the first three points once: a victim that
+        // made `nth` commits must have died there.
+        assert!(
+            hit || round >= 3 || (commits as u64) < nth,
+            "{point:?}: {commits} commits, no death at the {nth}th"
+        );
+        if hit {
+            reached.push(*point);
+        }
+    }
+    assert!(!reached.is_empty(), "no crash point reached");
+    let counts = run.check(&[], true);
+    let end = counts.iter().flatten().max().unwrap() + 10;
+    let mut procs: Vec<Proc> = (0..P).map(|q| run.spawn(q, end, q % 2 == 1)).collect();
+    for p in &mut procs {
+        p.wait_ok();
+    }
+    let counts = run.check(&[], true);
+    assert!(counts.iter().all(|c| c.iter().all(|&n| n == end)));
 }
