@@ -42,6 +42,10 @@ pub const MAX_KEY: usize = 512;
 /// Longest value kept inside a bucket page.
 pub const INLINE_MAX: usize = 512;
 const PAGE_HDR: usize = 16;
+/// Most merges one `merge_step` makes: each writes about two pages, so the
+/// transaction of a delete stays far below the write-set limit even when a
+/// huge table empties at once.
+pub const MAX_MERGES: u64 = 4096;
 
 type Entry = (Vec<u8>, Val);
 
@@ -379,7 +383,8 @@ impl LinearHash {
     /// more than `n0` buckets and its last bucket and the bucket it was
     /// split from (its buddy) fit together in half a page, moves the last
     /// bucket's entries into the buddy, frees its pages and moves the split
-    /// pointer back. Returns the number of merges. Half a page, not a page,
+    /// pointer back; at most [`MAX_MERGES`] of them. Returns the number of
+    /// merges. Half a page, not a page,
     /// so that an insert right after a merge cannot split again at once.
     /// A merge writes the header and changes the buddy's first page (its
     /// depth drops) and frees the last bucket's pages, so, like a split, it
@@ -389,7 +394,7 @@ impl LinearHash {
         let mut merged = 0;
         loop {
             let m = self.meta(v)?;
-            if m.buckets() <= m.n0 {
+            if m.buckets() <= m.n0 || merged == MAX_MERGES {
                 return Ok(merged);
             }
             let (level, buddy) = if m.split == 0 {
