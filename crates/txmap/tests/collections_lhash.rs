@@ -113,6 +113,43 @@ fn deferred_split_runs_in_its_own_transaction() {
     assert!(splits >= 8);
 }
 
+/// Deletes with the merge committed separately (`delete_deferred`, then
+/// `merge_step` in its own transaction when asked): every step checks, and
+/// deleting everything returns to `n0` buckets.
+#[test]
+fn deferred_merge_runs_in_its_own_transaction() {
+    let d = tmpfs_dir("lh-deferred-merge");
+    let r = Region::create(&d.join("h.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(|v| LinearHash::create(v, 1)).unwrap();
+    for i in 0..400u32 {
+        v.run(|v| t.put(v, &coll::key(i), b"v")).unwrap();
+    }
+    let report = |v: &mut View| {
+        v.begin_read().unwrap();
+        let rep = t.check(v).unwrap();
+        v.commit().unwrap();
+        rep
+    };
+    // ~43 KB of entries need 11 pages or more; each overflow page made a
+    // split, so pages ≤ 2·buckets − 1 and there are 6 buckets or more.
+    let full = report(&mut v).buckets;
+    assert!(full >= 6, "{full} buckets");
+    let mut merges = 0;
+    for i in (0..400u32).rev() {
+        let (had, wants) = v.run(|v| t.delete_deferred(v, &coll::key(i))).unwrap();
+        assert!(had);
+        let before = report(&mut v);
+        assert_eq!(before.entries, i as u64);
+        if wants {
+            merges += v.run(|v| t.merge_step(v)).unwrap();
+            assert_eq!(report(&mut v).entries, i as u64);
+        }
+    }
+    assert_eq!(report(&mut v).buckets, 1);
+    assert_eq!(merges, full - 1);
+}
+
 /// Keys whose hash has this parity: bucket 0 or 1 of a two-bucket table.
 fn keys_with_parity(parity: u64) -> impl Iterator<Item = Vec<u8>> {
     (0u32..)
