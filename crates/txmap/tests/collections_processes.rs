@@ -56,15 +56,6 @@ const RING: u64 = 16;
 const C_RING: u64 = 64;
 /// A worker runs the full check every this many rounds.
 const FULL_EVERY: u64 = 25;
-/// Where the crash-point test kills a process (the victim kills itself).
-const CRASH_POINTS: [CrashPoint; 6] = [
-    CrashPoint::CommitLocked,
-    CrashPoint::CommitLogged,
-    CrashPoint::CommitPublishing,
-    CrashPoint::SyncLeader,
-    CrashPoint::CheckpointWriting,
-    CrashPoint::LogReset,
-];
 /// Liveness bound (not a speed assertion): a child that takes longer is stuck.
 const LIVENESS: Duration = Duration::from_secs(120);
 
@@ -349,7 +340,7 @@ fn worker() {
     if let Ok(c) = std::env::var("TXMAP_CRASH") {
         let (p, nth) = c.split_once(':').unwrap();
         let p: u32 = p.parse().unwrap();
-        let point = *CRASH_POINTS.iter().find(|x| **x as u32 == p).unwrap();
+        let point = CrashPoint::from_u32(p).unwrap();
         txmap::debug::crash_at(point, nth.parse().unwrap());
     }
     let r = Region::open(env("TXMAP_PATH").as_ref(), opts).unwrap();
@@ -682,7 +673,7 @@ fn processes_die_at_crash_points_while_the_others_continue() {
     // Small checkpoints, so that checkpoints and log resets happen often.
     let ckpt = ("TXMAP_CKPT", (64u64 << 10).to_string());
     let mut reached = Vec::new();
-    for (round, point) in CRASH_POINTS.iter().enumerate() {
+    for (round, point) in CrashPoint::ALL.iter().enumerate() {
         let victim = round as u64 % P;
         let quota = 40 * (round as u64 + 1);
         // Checkpoints and log resets come seldom: die at one of the first.

@@ -232,7 +232,10 @@ fn writer() {
         "victim" => {
             if let Ok(c) = std::env::var("TXMAP_CRASH") {
                 let (p, nth) = c.split_once(':').unwrap();
-                txmap::debug::crash_at(point(p.parse().unwrap()), nth.parse().unwrap());
+                txmap::debug::crash_at(
+                    CrashPoint::from_u32(p.parse().unwrap()).unwrap(),
+                    nth.parse().unwrap(),
+                );
             }
             let park = std::env::var("TXMAP_PARK_AFTER").map(|s| s.parse::<u64>().unwrap());
             let mut n = 0;
@@ -255,19 +258,6 @@ fn writer() {
         }
         m => panic!("unknown mode {m}"),
     }
-}
-
-const POINTS: [CrashPoint; 6] = [
-    CrashPoint::CommitLocked,
-    CrashPoint::CommitLogged,
-    CrashPoint::CommitPublishing,
-    CrashPoint::SyncLeader,
-    CrashPoint::CheckpointWriting,
-    CrashPoint::LogReset,
-];
-
-fn point(n: u32) -> CrashPoint {
-    *POINTS.iter().find(|p| **p as u32 == n).unwrap()
 }
 
 /// Reader child: holds a read snapshot until killed.
