@@ -12,10 +12,10 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use clap::{Subcommand, ValueEnum};
-use txmap::collections::{AnyMap, Kind, Map, check_region};
+use txmap::collections::{AnyMap, Kind, Map, RegionCheck, check_region};
 use txmap::{Durability, Error, Options, Region, View};
 
-use crate::{Fail, plural, usage};
+use crate::{Fail, js, plural, usage};
 
 pub const BIN_MAGIC: &[u8; 8] = b"TXMKV01\n";
 
@@ -396,20 +396,78 @@ fn dump(v: &mut View, m: AnyMap, out: Option<&Path>, format: Format) -> Result<u
     Ok(n)
 }
 
-/// `txmap check --structures`: opens the region (replaying its log like any
-/// opener) and checks the heap and every structure. Returns text and whether
-/// everything is sound.
-pub fn check_structures(path: &Path) -> Result<(String, bool), Fail> {
+/// What `check --structures` found: problems (each makes the region
+/// unsound), warnings, and the checks themselves.
+struct Findings {
+    problems: Vec<String>,
+    warnings: Vec<String>,
+    /// None: the region holds no heap, or its heap could not be read at all
+    /// (then `problems` says why).
+    check: Option<RegionCheck>,
+}
+
+/// Opens the region (replaying its log, like any program) and checks its
+/// heap and every structure in its catalog in one snapshot.
+fn findings(path: &Path) -> Result<Findings, Fail> {
     let region = Region::open(path, Options::default())?;
     let mut v = region.view()?;
-    let Some(c) = check_region(&mut v)? else {
-        return Ok((
-            "structures: none (the region holds no txmap heap)\n".into(),
-            true,
-        ));
+    let checked = check_region(&mut v);
+    drop(v);
+    region.close()?;
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    let check = match checked {
+        Ok(c) => c,
+        Err(e @ Error::Corrupt { .. }) => {
+            problems.push(format!("heap: {e}"));
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(c) = &check {
+        if let Err(e) = &c.heap {
+            problems.push(format!("heap: {e}"));
+        }
+        for (e, r) in &c.structures {
+            if let Err(err) = r {
+                problems.push(format!("{} {:?}: {err}", e.kind.name(), e.name));
+            }
+        }
+        if let Some(n) = c.unowned_blocks
+            && n > 0
+        {
+            warnings.push(format!(
+                "{} in use belong to no catalog structure (leaked, or used by the program directly)",
+                plural(n, "block", "blocks")
+            ));
+        }
+    }
+    Ok(Findings {
+        problems,
+        warnings,
+        check,
+    })
+}
+
+/// `txmap check --structures` as text; true if everything is sound.
+pub fn check_structures(path: &Path) -> Result<(String, bool), Fail> {
+    let f = findings(path)?;
+    let sound = f.problems.is_empty();
+    let Some(c) = &f.check else {
+        if sound {
+            return Ok((
+                "structures: none (the region holds no txmap heap)\n".into(),
+                true,
+            ));
+        }
+        let out: String = f
+            .problems
+            .iter()
+            .map(|p| format!("problem: {p}\n"))
+            .collect();
+        return Ok((out, false));
     };
     let mut out = String::new();
-    let mut sound = true;
     match &c.heap {
         Ok(h) => out.push_str(&format!(
             "heap: sound: {} in use ({} bytes), {} free ({} bytes), top {}\n",
@@ -419,10 +477,7 @@ pub fn check_structures(path: &Path) -> Result<(String, bool), Fail> {
             h.free_bytes,
             h.top
         )),
-        Err(e) => {
-            sound = false;
-            out.push_str(&format!("problem: heap: {e}\n"));
-        }
+        Err(e) => out.push_str(&format!("problem: heap: {e}\n")),
     }
     for (e, r) in &c.structures {
         match r {
@@ -433,23 +488,75 @@ pub fn check_structures(path: &Path) -> Result<(String, bool), Fail> {
                 plural(r.entries, "entry", "entries"),
                 r.detail
             )),
-            Err(err) => {
-                sound = false;
-                out.push_str(&format!("problem: {} {:?}: {err}\n", e.kind.name(), e.name));
-            }
+            Err(err) => out.push_str(&format!("problem: {} {:?}: {err}\n", e.kind.name(), e.name)),
         }
     }
-    if let Some(n) = c.unowned_blocks
-        && n > 0
-    {
-        out.push_str(&format!(
-            "warning: {} in use belong to no catalog structure (leaked, or used by the program directly)\n",
-            plural(n, "block", "blocks")
-        ));
+    for w in &f.warnings {
+        out.push_str(&format!("warning: {w}\n"));
     }
-    drop(v);
-    region.close()?;
     Ok((out, sound))
+}
+
+/// `check --structures` as the value of the `"structures"` field of
+/// `check --json`; true if sound.
+pub fn check_structures_json(path: &Path) -> Result<(String, bool), Fail> {
+    let f = findings(path)?;
+    let list = |v: &[String]| {
+        let items: Vec<String> = v.iter().map(|s| js(s)).collect();
+        format!("[{}]", items.join(","))
+    };
+    let (heap, entries) = match &f.check {
+        None => ("null".to_string(), Vec::new()),
+        Some(c) => {
+            let heap = match &c.heap {
+                Ok(h) => format!(
+                    "{{\"sound\":true,\"used_blocks\":{},\"used_bytes\":{},\"free_blocks\":{},\"free_bytes\":{},\"top\":{}}}",
+                    h.used_blocks, h.used_bytes, h.free_blocks, h.free_bytes, h.top
+                ),
+                Err(e) => format!("{{\"sound\":false,\"problem\":{}}}", js(&e.to_string())),
+            };
+            let entries = c
+                .structures
+                .iter()
+                .map(|(e, r)| {
+                    let head = format!(
+                        "\"name\":{},\"kind\":{},\"at\":{}",
+                        js(&e.name),
+                        js(e.kind.name()),
+                        e.at
+                    );
+                    match r {
+                        Ok(r) => format!(
+                            "{{{head},\"sound\":true,\"entries\":{},\"blocks\":{},\"detail\":{}}}",
+                            r.entries,
+                            r.blocks,
+                            js(&r.detail)
+                        ),
+                        Err(err) => format!(
+                            "{{{head},\"sound\":false,\"problem\":{}}}",
+                            js(&err.to_string())
+                        ),
+                    }
+                })
+                .collect();
+            (heap, entries)
+        }
+    };
+    let unowned = f
+        .check
+        .as_ref()
+        .and_then(|c| c.unowned_blocks)
+        .map_or_else(|| "null".to_string(), |n| n.to_string());
+    let sound = f.problems.is_empty();
+    Ok((
+        format!(
+            "{{\"sound\":{sound},\"problems\":{},\"warnings\":{},\"heap\":{heap},\"catalog\":[{}],\"unowned_blocks\":{unowned}}}",
+            list(&f.problems),
+            list(&f.warnings),
+            entries.join(",")
+        ),
+        sound,
+    ))
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ enum Cmd {
         json: bool,
         /// Also open the region (replaying its log, like any program) and verify the heap
         /// and every data structure in it: ordering, fill, PMA density, hash split
-        /// state, allocator free lists (not with --json)
+        /// state, allocator free lists (with --json: a "structures" field)
         #[arg(long)]
         structures: bool,
     },
@@ -309,7 +309,7 @@ fn info_text(r: &Report) -> String {
 }
 
 /// A JSON string literal.
-fn js(s: &str) -> String {
+pub(crate) fn js(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
     for c in s.chars() {
@@ -434,25 +434,49 @@ fn check_text(c: &CheckReport) -> String {
     out
 }
 
-fn check_json(c: &CheckReport) -> String {
+/// `structures`: with `--structures`, the `"structures"` field's value
+/// (`null` when the region itself is unsound and they were not checked) and
+/// whether they are sound.
+fn check_json(c: &CheckReport, structures: Option<(String, bool)>) -> String {
     let list = |v: &[String]| {
         let items: Vec<String> = v.iter().map(|s| js(s)).collect();
         format!("[{}]", items.join(","))
     };
+    let sound = c.is_sound() && structures.as_ref().is_none_or(|(_, ok)| *ok);
+    let structures = structures.map_or_else(String::new, |(s, _)| format!(",\"structures\":{s}"));
     format!(
-        "{{\"sound\":{},\"problems\":{},\"warnings\":{},\"report\":{}}}\n",
-        c.is_sound(),
+        "{{\"sound\":{sound},\"problems\":{},\"warnings\":{},\"report\":{}{structures}}}\n",
         list(&c.problems),
         list(&c.warnings),
         info_json(&c.report)
     )
 }
 
-/// Output and exit status (1 when unsound).
-fn check(path: &Path, json: bool) -> Result<(String, u8), Fail> {
+/// Output and exit status (1 when unsound). With `structures`, a sound
+/// region is also opened and its heap and data structures checked.
+fn check(path: &Path, json: bool, structures: bool) -> Result<(String, u8), Fail> {
     let c = inspect::check(path)?;
-    let text = if json { check_json(&c) } else { check_text(&c) };
-    Ok((text, if c.is_sound() { 0 } else { 1 }))
+    // Damaged files are not opened: the structures are checked only then.
+    let deep = structures && c.is_sound();
+    let (text, sound) = if json {
+        let st = match (structures, deep) {
+            (false, _) => None,
+            (true, false) => Some(("null".to_string(), true)),
+            (true, true) => Some(kv::check_structures_json(path)?),
+        };
+        let sound = c.is_sound() && st.as_ref().is_none_or(|(_, ok)| *ok);
+        (check_json(&c, st), sound)
+    } else {
+        let mut text = check_text(&c);
+        let mut sound = c.is_sound();
+        if deep {
+            let (t, ok) = kv::check_structures(path)?;
+            text.push_str(&t);
+            sound &= ok;
+        }
+        (text, sound)
+    };
+    Ok((text, if sound { 0 } else { 1 }))
 }
 
 static RECOVERY_BAR: std::sync::OnceLock<indicatif::ProgressBar> = std::sync::OnceLock::new();
@@ -507,19 +531,7 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
             path,
             json,
             structures,
-        } => {
-            let (mut out, mut code) = check(&path, json)?;
-            if structures && !json && code == 0 {
-                let (text, sound) = kv::check_structures(&path)?;
-                out.push_str(&text);
-                if !sound {
-                    code = 1;
-                }
-            } else if structures && json {
-                return Err(usage("--structures does not support --json yet"));
-            }
-            Ok((out, code))
-        }
+        } => check(&path, json, structures),
         Cmd::Kv {
             path,
             name,

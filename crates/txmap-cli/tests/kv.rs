@@ -135,6 +135,18 @@ fn load_and_dump_round_trip_in_both_formats() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 1"));
 }
 
+/// Damages the B+-tree `name` the way a buggy program could: points its
+/// root at its own header block.
+fn damage_tree(p: &Path, name: &str) {
+    let r = Region::open(p, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        let e = alloc::lookup(v, name)?.unwrap();
+        v.write(e.at + 8, &e.at)
+    })
+    .unwrap();
+}
+
 #[test]
 fn check_structures_finds_a_damaged_tree() {
     let d = tmpfs_dir("kv-damage");
@@ -149,17 +161,7 @@ fn check_structures_finds_a_damaged_tree() {
     ok(&["kv", s(&p), "load", s(&d.join("in.txt"))]);
     let out = ok(&["check", "--structures", s(&p)]);
     assert!(out.contains("btree \"kv\": sound: 500 entries"), "{out}");
-    // Damage the tree the way a buggy program could: point its root at its
-    // own header block.
-    {
-        let r = Region::open(&p, Options::default()).unwrap();
-        let mut v = r.view().unwrap();
-        v.run(|v| {
-            let e = alloc::lookup(v, "kv")?.unwrap();
-            v.write(e.at + 8, &e.at)
-        })
-        .unwrap();
-    }
+    damage_tree(&p, "kv");
     let o = txmap(&["check", "--structures", s(&p)]);
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -170,6 +172,107 @@ fn check_structures_finds_a_damaged_tree() {
     let o = txmap(&["kv", s(&p), "get", "0001"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+}
+
+/// `check --structures --json`: one JSON document (parsed here) with the
+/// region report of `check --json` and a `structures` object: verdict,
+/// problems, the heap's figures and one entry per catalog structure; a
+/// damaged structure makes both verdicts and the exit status say so.
+#[test]
+fn check_structures_as_json() {
+    use serde_json::Value;
+    let d = tmpfs_dir("kv-json");
+    let p = d.join("kv.txm");
+    let parse = |o: &Output| -> Value {
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+    };
+    // A region without a heap: no structures, sound.
+    ok(&["create", s(&p), "--size", "64K"]);
+    let j = parse(&txmap(&["check", "--structures", "--json", s(&p)]));
+    assert_eq!(j["sound"], true);
+    assert_eq!(j["structures"]["heap"], Value::Null);
+    assert_eq!(j["structures"]["catalog"], serde_json::json!([]));
+    std::fs::remove_file(&p).unwrap();
+    std::fs::remove_file(txmap::log_path(&p)).unwrap();
+    // Three structures with known contents.
+    let entries = [("t", "btree", 300), ("c", "cobtree", 20), ("h", "lhash", 7)];
+    for (name, kind, n) in entries {
+        let input = d.join(&format!("{name}.txt"));
+        std::fs::write(
+            &input,
+            (0..n).map(|i| format!("k{i}\tv{i}\n")).collect::<String>(),
+        )
+        .unwrap();
+        ok(&[
+            "kv",
+            s(&p),
+            "--name",
+            name,
+            "--kind",
+            kind,
+            "load",
+            s(&input),
+        ]);
+    }
+    let o = txmap(&["check", "--structures", "--json", s(&p)]);
+    assert_eq!(o.status.code(), Some(0));
+    let j = parse(&o);
+    assert_eq!(j["sound"], true);
+    // The region part is what `check --json` prints (less the new field).
+    let plain = parse(&txmap(&["check", "--json", s(&p)]));
+    assert!(plain.get("structures").is_none());
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&j["report"]), keys(&plain["report"]));
+    let st = &j["structures"];
+    assert_eq!(st["sound"], true);
+    assert_eq!(st["problems"], serde_json::json!([]));
+    assert_eq!(st["unowned_blocks"], 0);
+    let catalog = st["catalog"].as_array().unwrap();
+    assert_eq!(catalog.len(), 3);
+    let mut blocks = 0;
+    for ((name, kind, n), e) in entries.iter().zip(catalog) {
+        assert_eq!(e["name"], *name);
+        assert_eq!(e["kind"], *kind);
+        assert_eq!(e["sound"], true);
+        assert_eq!(e["entries"], *n);
+        assert!(e["detail"].is_string());
+        blocks += e["blocks"].as_u64().unwrap();
+    }
+    // Every block in use belongs to one of them (no root object here).
+    assert_eq!(st["heap"]["used_blocks"], blocks);
+    assert_eq!(st["heap"]["sound"], true);
+    damage_tree(&p, "t");
+    let o = txmap(&["check", "--structures", "--json", s(&p)]);
+    assert_eq!(o.status.code(), Some(1));
+    let j = parse(&o);
+    assert_eq!(j["sound"], false);
+    let st = &j["structures"];
+    assert_eq!(st["sound"], false);
+    let problems = st["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].as_str().unwrap().starts_with("btree \"t\""),
+        "{problems:?}"
+    );
+    assert_eq!(st["catalog"][0]["sound"], false);
+    assert!(st["catalog"][0]["problem"].is_string());
+    assert_eq!(st["catalog"][1]["sound"], true);
+    assert_eq!(st["heap"]["sound"], true);
+    // A damaged log (a bit flipped in a record that is not the last): the
+    // region is not opened, `structures` is null.
+    let (a, b) = (d.join("a.txm"), d.join("b.txm"));
+    let region = Region::create(&a, 16 * 4096, Options::default()).unwrap();
+    commit_n(&region, 4);
+    copy_region(&a, &b);
+    let offs = record_offsets(&txmap::log_path(&b));
+    flip(&txmap::log_path(&b), offs[1] + 36);
+    let o = txmap(&["check", "--structures", "--json", s(&b)]);
+    assert_eq!(o.status.code(), Some(1));
+    let j = parse(&o);
+    assert_eq!(j["sound"], false);
+    assert!(!j["problems"].as_array().unwrap().is_empty());
+    assert_eq!(j["structures"], Value::Null);
 }
 
 /// `txmap kv load` killed with SIGKILL at random moments: after recovery,

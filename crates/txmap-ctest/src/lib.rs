@@ -29,6 +29,7 @@ unsafe extern "C" {
     pub fn ctest_coll_cobtree(dir: *const c_char) -> c_int;
     pub fn ctest_coll_heap_and_array(dir: *const c_char) -> c_int;
     pub fn ctest_coll_threads(dir: *const c_char) -> c_int;
+    pub fn ctest_coll_processes(dir: *const c_char) -> c_int;
 
     pub fn ctest_xac_before_init(dir: *const c_char) -> c_int;
     pub fn ctest_xac_session(dir: *const c_char) -> c_int;

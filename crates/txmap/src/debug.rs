@@ -26,6 +26,23 @@ pub enum CrashPoint {
     LogReset = 6,
 }
 
+impl CrashPoint {
+    /// Every point, in the order of their numbers.
+    pub const ALL: [CrashPoint; 6] = [
+        CrashPoint::CommitLocked,
+        CrashPoint::CommitLogged,
+        CrashPoint::CommitPublishing,
+        CrashPoint::SyncLeader,
+        CrashPoint::CheckpointWriting,
+        CrashPoint::LogReset,
+    ];
+
+    /// The point whose number (`as u32`) is `n`.
+    pub fn from_u32(n: u32) -> Option<CrashPoint> {
+        Self::ALL.into_iter().find(|p| *p as u32 == n)
+    }
+}
+
 static POINT: AtomicU32 = AtomicU32::new(0);
 static COUNT: AtomicU64 = AtomicU64::new(0);
 

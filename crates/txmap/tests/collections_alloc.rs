@@ -1,6 +1,7 @@
 //! The transactional heap: aborted allocations vanish, frees are durable and
 //! zero the block, a free conflicts with a concurrent reader, the region
-//! grows for the heap, arenas keep threads from conflicting.
+//! grows for the heap, arenas keep threads from conflicting, freed blocks
+//! are reused (the space bound).
 mod common;
 
 use common::*;
@@ -174,4 +175,67 @@ fn a_region_with_foreign_data_is_refused() {
     assert!(matches!(alloc::init(&mut v), Err(Error::Invalid(_))));
     assert!(matches!(alloc::alloc(&mut v, 8), Err(Error::Invalid(_))));
     v.rollback();
+}
+
+/// The space bound of docs/COLLECTIONS.md: an arena takes a new block of a
+/// class only when its own free list of that class is empty, so repeating
+/// an allocation pattern reuses the blocks of the first round and the heap
+/// top stops moving — for one thread, and for a producer thread and a
+/// consumer thread (which frees what the other allocated) pinned to one arena.
+#[test]
+fn freed_blocks_are_reused_and_the_heap_stops_growing() {
+    let d = tmpfs_dir("alloc-reuse");
+    let r = region(&d);
+    let top = |r: &Region| {
+        let mut v = r.view().unwrap();
+        v.begin_read().unwrap();
+        let h = alloc::check(&v).unwrap();
+        v.commit().unwrap();
+        assert_eq!(h.used_blocks, 0);
+        h.top
+    };
+    // Three sizes in turn, 40 blocks at a time, all freed each round.
+    let sizes = [100u64, 3000, 20_000];
+    let mut v = r.view().unwrap();
+    alloc::set_thread_arena(3);
+    let mut tops = Vec::new();
+    for round in 0..12 {
+        let size = sizes[round % 3];
+        let blocks: Vec<u64> = v
+            .run(|v| (0..40).map(|_| alloc::alloc(v, size)).collect())
+            .unwrap();
+        v.run(|v| blocks.iter().try_for_each(|&b| alloc::free(v, b)))
+            .unwrap();
+        tops.push(top(&r));
+    }
+    assert!(tops[3..].iter().all(|&t| t == tops[2]), "{tops:?}");
+    // Producer and consumer on one arena: the consumer's frees feed the
+    // producer's next allocations.
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u64>>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let consumer = {
+        let r = r.clone();
+        std::thread::spawn(move || {
+            alloc::set_thread_arena(5);
+            let mut v = r.view().unwrap();
+            for blocks in rx {
+                v.run(|v| blocks.iter().try_for_each(|&b| alloc::free(v, b)))
+                    .unwrap();
+                done_tx.send(()).unwrap();
+            }
+        })
+    };
+    alloc::set_thread_arena(5);
+    let mut tops = Vec::new();
+    for _ in 0..8 {
+        let blocks: Vec<u64> = v
+            .run(|v| (0..40).map(|_| alloc::alloc(v, 500)).collect())
+            .unwrap();
+        tx.send(blocks).unwrap();
+        done_rx.recv().unwrap();
+        tops.push(top(&r));
+    }
+    drop(tx);
+    consumer.join().unwrap();
+    assert!(tops[1..].iter().all(|&t| t == tops[0]), "{tops:?}");
 }

@@ -71,15 +71,6 @@ fn soak() -> u64 {
         .unwrap_or(1)
 }
 
-fn seed(test: &str) -> u64 {
-    let s = std::env::var("TXMAP_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| test.bytes().fold(7u64, |a, b| a * 31 + u64::from(b)));
-    eprintln!("{test}: TXMAP_SEED={s}");
-    s
-}
-
 fn sum(v: &View) -> txmap::Result<i64> {
     (0..ACCOUNTS).try_fold(0, |s, i| Ok(s + v.read::<i64>(account(i))?))
 }
@@ -241,7 +232,10 @@ fn writer() {
         "victim" => {
             if let Ok(c) = std::env::var("TXMAP_CRASH") {
                 let (p, nth) = c.split_once(':').unwrap();
-                txmap::debug::crash_at(point(p.parse().unwrap()), nth.parse().unwrap());
+                txmap::debug::crash_at(
+                    CrashPoint::from_u32(p.parse().unwrap()).unwrap(),
+                    nth.parse().unwrap(),
+                );
             }
             let park = std::env::var("TXMAP_PARK_AFTER").map(|s| s.parse::<u64>().unwrap());
             let mut n = 0;
@@ -264,19 +258,6 @@ fn writer() {
         }
         m => panic!("unknown mode {m}"),
     }
-}
-
-const POINTS: [CrashPoint; 6] = [
-    CrashPoint::CommitLocked,
-    CrashPoint::CommitLogged,
-    CrashPoint::CommitPublishing,
-    CrashPoint::SyncLeader,
-    CrashPoint::CheckpointWriting,
-    CrashPoint::LogReset,
-];
-
-fn point(n: u32) -> CrashPoint {
-    *POINTS.iter().find(|p| **p as u32 == n).unwrap()
 }
 
 /// Reader child: holds a read snapshot until killed.
@@ -385,6 +366,16 @@ fn opener() {
     }
 }
 
+/// Grows the region to TXMAP_PAGES pages and commits `7` at the start of
+/// its last page.
+fn grower() {
+    let r = Region::open(env("TXMAP_PATH").as_ref(), Options::default()).unwrap();
+    let pages = env_u64("TXMAP_PAGES");
+    let mut v = r.view().unwrap();
+    v.grow(pages * PAGE).unwrap();
+    v.run(|v| v.write((pages - 1) * PAGE, &7u64)).unwrap();
+}
+
 /// Runs this process's role if it is a child; true if it was.
 fn as_child() -> bool {
     let Some(role) = role() else { return false };
@@ -393,6 +384,7 @@ fn as_child() -> bool {
         "reader" => long_reader(),
         "skew" => skew(),
         "opener" => opener(),
+        "grower" => grower(),
         r => panic!("unknown role {r}"),
     }
     true
@@ -1011,4 +1003,41 @@ fn durability_mismatch_between_processes_is_refused() {
     v.begin_read().unwrap();
     assert_eq!(v.read::<u64>(0).unwrap(), 2, "c's commit was lost");
     v.commit().unwrap();
+}
+
+/// A region grown by another process: this process's views see the new
+/// pages, the ones never written (zeros, read from the region file) as well
+/// as the one written there. (Until views mapped the file's new part at
+/// their next `begin`, reading an unwritten new page killed the process with
+/// SIGSEGV; the collections' heap grows the region this way.)
+#[test]
+fn a_region_grown_by_another_process_is_readable_here() {
+    if as_child() {
+        return;
+    }
+    let d = tmpfs_dir("proc-grow");
+    let p = d.join("g.txm");
+    let r = Region::create(&p, PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(0, &1u64)).unwrap();
+    let e = [
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_PAGES", "64".to_string()),
+    ];
+    Proc::spawn(
+        "a_region_grown_by_another_process_is_readable_here",
+        "grower",
+        &e,
+        d.join("err"),
+    )
+    .wait_ok("grower");
+    v.begin_read().unwrap();
+    assert_eq!(v.len() as u64, 64 * PAGE);
+    for page in 1..63 {
+        assert_eq!(v.read::<u64>(page * PAGE).unwrap(), 0);
+    }
+    assert_eq!(v.read::<u64>(63 * PAGE).unwrap(), 7);
+    assert_eq!(v.read::<u64>(0).unwrap(), 1);
+    v.commit().unwrap();
+    v.run(|v| v.write(40 * PAGE, &9u64)).unwrap();
 }

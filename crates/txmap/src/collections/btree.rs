@@ -18,7 +18,10 @@
 use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
-use super::node::{Val, check_key, put16, put32, put64, u16_at, u32_at, u64_at};
+use super::node::{
+    Val, cell_at, cell_bytes, check_key, inline_at, put_cell, put_inline_cell, put16, put64,
+    u16_at, u64_at,
+};
 use crate::{Result, View};
 
 /// Bytes of a node.
@@ -59,7 +62,7 @@ impl Internal {
 }
 
 fn leaf_cell(e: &Entry) -> usize {
-    8 + e.0.len() + e.1.node_bytes() + 2
+    cell_bytes(&e.0, &e.1) + 2
 }
 fn internal_cell(e: &(Vec<u8>, u64)) -> usize {
     16 + e.0.len() + 2
@@ -81,23 +84,9 @@ fn encode_leaf(l: &Leaf) -> Option<Vec<u8>> {
     put64(&mut b, 8, l.next);
     let mut end = NODE;
     for (i, (k, val)) in l.ents.iter().enumerate() {
-        let len = 8 + k.len() + val.node_bytes();
-        end -= len;
+        end -= cell_bytes(k, val);
         put16(&mut b, HDR + 2 * i, end as u16);
-        put16(&mut b, end, k.len() as u16);
-        b[end + 8..end + 8 + k.len()].copy_from_slice(k);
-        let vo = end + 8 + k.len();
-        match val {
-            Val::Inline(x) => {
-                put32(&mut b, end + 4, x.len() as u32);
-                b[vo..vo + x.len()].copy_from_slice(x);
-            }
-            Val::Block { at, len } => {
-                b[end + 2] = 1;
-                put64(&mut b, vo, *at);
-                put64(&mut b, vo + 8, *len);
-            }
-        }
+        put_cell(&mut b, end, k, val);
     }
     Some(b)
 }
@@ -161,27 +150,11 @@ impl<'a> Raw<'a> {
         u64_at(self.b, self.cell(i - 1)? + 8)
     }
     fn val(&self, i: usize) -> Option<Val> {
-        let c = self.cell(i)?;
-        let klen = u16_at(self.b, c)? as usize;
-        let vo = c + 8 + klen;
-        if *self.b.get(c + 2)? == 1 {
-            Some(Val::Block {
-                at: u64_at(self.b, vo)?,
-                len: u64_at(self.b, vo + 8)?,
-            })
-        } else {
-            let vlen = u32_at(self.b, c + 4)? as usize;
-            Some(Val::Inline(self.b.get(vo..vo + vlen)?.to_vec()))
-        }
+        cell_at(self.b, self.cell(i)?).map(|(_, val, _)| val)
     }
     /// Leaf entry `i`'s value if it is stored inline.
     fn inline(&self, i: usize) -> Option<&'a [u8]> {
-        let c = self.cell(i)?;
-        if *self.b.get(c + 2)? != 0 {
-            return None;
-        }
-        let vo = c + 8 + u16_at(self.b, c)? as usize;
-        self.b.get(vo..vo + u32_at(self.b, c + 4)? as usize)
+        inline_at(self.b, self.cell(i)?)
     }
     /// Ok(i): key i equals `key`; Err(i): `key` belongs before key i.
     fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
@@ -445,12 +418,7 @@ impl BTree {
         b.copy_within(HDR + 2 * pos..HDR + 2 * n, HDR + 2 * pos + 2);
         put16(b, HDR + 2 * pos, at as u16);
         put16(b, 2, (n + 1) as u16);
-        put16(b, at, key.len() as u16);
-        b[at + 2] = 0;
-        b[at + 3] = 0;
-        put32(b, at + 4, value.len() as u32);
-        b[at + 8..at + 8 + key.len()].copy_from_slice(key);
-        b[at + 8 + key.len()..at + cell].copy_from_slice(value);
+        put_inline_cell(b, at, key, value);
         Ok(true)
     }
 
@@ -771,15 +739,9 @@ impl BTree {
             let c = r
                 .cell(i)
                 .ok_or_else(|| corrupt(v, node, "bad cell offset"))?;
-            let klen = u16_at(r.b, c).unwrap_or(0) as usize;
-            let vbytes = match r.val(i).ok_or_else(|| corrupt(v, node, "bad value"))? {
-                Val::Inline(x) => x.len(),
-                Val::Block { .. } => 16,
-            };
-            let end = c + 8 + klen + vbytes;
-            if end > NODE {
-                return Err(corrupt(v, node, "leaf cell runs past the node"));
-            }
+            // cell_at fails if the cell runs past the node.
+            let (_, _, end) =
+                cell_at(r.b, c).ok_or_else(|| corrupt(v, node, "leaf cell runs past the node"))?;
             spans.push((c, end));
         }
         spans.sort_unstable();

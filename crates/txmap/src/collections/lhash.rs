@@ -6,7 +6,10 @@
 //! `n0·2^l + p` buckets; key hash `h` lives in bucket `h mod n0·2^l`, or
 //! `h mod n0·2^(l+1)` if that is below `p`. When an insert makes a bucket
 //! overflow its page, bucket `p` splits (uncontrolled splitting), `p`
-//! advances and wraps to 0 with `l + 1`. The table does not shrink.
+//! advances and wraps to 0 with `l + 1`. When a delete leaves its bucket one
+//! page under a quarter full, the last bucket merges back into the bucket it
+//! was split from while the two fit in half a page (Litwin's merge), down to
+//! `n0` buckets.
 //!
 //! Header (a heap block alone on its page):
 //! ```text
@@ -24,7 +27,7 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::array::ArrayList;
-use super::node::{Val, check_key, put16, put32, put64, u16_at, u32_at, u64_at};
+use super::node::{Val, cell_at, cell_bytes, check_key, put_cell, put16, put64, u16_at, u64_at};
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");
@@ -39,6 +42,10 @@ pub const MAX_KEY: usize = 512;
 /// Longest value kept inside a bucket page.
 pub const INLINE_MAX: usize = 512;
 const PAGE_HDR: usize = 16;
+/// Most merges one `merge_step` makes: each writes about two pages, so the
+/// transaction of a delete stays far below the write-set limit even when a
+/// huge table empties at once.
+pub const MAX_MERGES: u64 = 4096;
 
 type Entry = (Vec<u8>, Val);
 
@@ -57,7 +64,12 @@ pub fn hash(key: &[u8]) -> u64 {
 }
 
 fn entry_bytes(e: &Entry) -> usize {
-    8 + e.0.len() + e.1.node_bytes()
+    cell_bytes(&e.0, &e.1)
+}
+
+/// Bytes of a one-page chain holding `ents`.
+fn chain_bytes(ents: &[Entry]) -> usize {
+    PAGE_HDR + ents.iter().map(entry_bytes).sum::<usize>()
 }
 
 /// A bucket page: its entries, the next overflow page, and the bucket's depth.
@@ -68,24 +80,9 @@ fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64, u16)> {
     let mut at = PAGE_HDR;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let klen = u16_at(b, at)? as usize;
-        let flags = *b.get(at + 2)?;
-        let vlen = u32_at(b, at + 4)? as usize;
-        let key = b.get(at + 8..at + 8 + klen)?.to_vec();
-        let vo = at + 8 + klen;
-        let (val, len) = if flags == 1 {
-            (
-                Val::Block {
-                    at: u64_at(b, vo)?,
-                    len: u64_at(b, vo + 8)?,
-                },
-                16,
-            )
-        } else {
-            (Val::Inline(b.get(vo..vo + vlen)?.to_vec()), vlen)
-        };
-        out.push((key, val));
-        at = vo + len;
+        let (key, val, end) = cell_at(b, at)?;
+        out.push((key.to_vec(), val));
+        at = end;
     }
     Some((out, next, depth))
 }
@@ -97,21 +94,7 @@ fn encode_page(ents: &[Entry], next: u64, depth: u16) -> Vec<u8> {
     put64(&mut b, 8, next);
     let mut at = PAGE_HDR;
     for (k, val) in ents {
-        put16(&mut b, at, k.len() as u16);
-        b[at + 8..at + 8 + k.len()].copy_from_slice(k);
-        let vo = at + 8 + k.len();
-        match val {
-            Val::Inline(x) => {
-                put32(&mut b, at + 4, x.len() as u32);
-                b[vo..vo + x.len()].copy_from_slice(x);
-            }
-            Val::Block { at: o, len } => {
-                b[at + 2] = 1;
-                put64(&mut b, vo, *o);
-                put64(&mut b, vo + 8, *len);
-            }
-        }
-        at = vo + val.node_bytes();
+        at = put_cell(&mut b, at, k, val);
     }
     b
 }
@@ -367,18 +350,75 @@ impl LinearHash {
         Ok(())
     }
 
+    /// Removes `key`; true if it was present. Merges buckets back when the
+    /// delete left its bucket sparse ([`LinearHash::merge_step`]).
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
+        let (had, wants_merge) = self.delete_deferred(v, key)?;
+        if wants_merge {
+            self.merge_step(v)?;
+        }
+        Ok(had)
+    }
+
+    /// Removes `key` without merging; the second result says the delete
+    /// left its bucket one page under a quarter full while the table has
+    /// more than `n0` buckets, so [`LinearHash::merge_step`] may shrink it
+    /// (in the caller's transaction or one of its own, as for splits).
+    pub fn delete_deferred(&self, v: &mut View, key: &[u8]) -> Result<(bool, bool)> {
         check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
         let (mut ents, pages, depth) = self.read_chain(v, first)?;
         let Some(i) = ents.iter().position(|(k, _)| k == key) else {
-            return Ok(false);
+            return Ok((false, false));
         };
         let (_, val) = ents.remove(i);
         val.release(v)?;
-        self.write_chain(v, &ents, &pages, depth)?;
-        Ok(true)
+        let n = self.write_chain(v, &ents, &pages, depth)?;
+        let sparse = n == 1 && chain_bytes(&ents) < BUCKET / 4;
+        Ok((true, sparse && m.buckets() > m.n0))
+    }
+
+    /// Undoes splits, newest first (Litwin's merge): while the table has
+    /// more than `n0` buckets and its last bucket and the bucket it was
+    /// split from (its buddy) fit together in half a page, moves the last
+    /// bucket's entries into the buddy, frees its pages and moves the split
+    /// pointer back; at most [`MAX_MERGES`] of them. Returns the number of
+    /// merges. Half a page, not a page,
+    /// so that an insert right after a merge cannot split again at once.
+    /// A merge writes the header and changes the buddy's first page (its
+    /// depth drops) and frees the last bucket's pages, so, like a split, it
+    /// conflicts with any concurrent insert or delete in either bucket,
+    /// under snapshot isolation too.
+    pub fn merge_step(&self, v: &mut View) -> Result<u64> {
+        let mut merged = 0;
+        loop {
+            let m = self.meta(v)?;
+            if m.buckets() <= m.n0 || merged == MAX_MERGES {
+                return Ok(merged);
+            }
+            let (level, buddy) = if m.split == 0 {
+                (m.level - 1, (m.n0 << (m.level - 1)) - 1)
+            } else {
+                (m.level, m.split - 1)
+            };
+            let last = m.buckets() - 1; // = buddy + n0·2^level
+            let (lents, lpages, _) = self.read_chain(v, self.bucket_page(v, &m, last)?)?;
+            let (mut ents, pages, _) = self.read_chain(v, self.bucket_page(v, &m, buddy)?)?;
+            ents.extend(lents);
+            if chain_bytes(&ents) > BUCKET / 2 {
+                return Ok(merged);
+            }
+            let depth = u16::try_from(level).map_err(|_| corrupt(v, self.at, "level"))?;
+            self.write_chain(v, &ents, &pages, depth)?;
+            for p in lpages {
+                alloc::free(v, p)?;
+            }
+            m.dir.pop(v)?;
+            v.write(self.at + H_LEVEL, &level)?;
+            v.write(self.at + H_SPLIT, &buddy)?;
+            merged += 1;
+        }
     }
 
     /// Calls `f` for every entry, bucket by bucket (no order), until it returns false.

@@ -99,6 +99,17 @@ pub fn child(name: &str, role: &str, envs: &[(&str, String)]) -> std::process::C
     c
 }
 
+/// The seed of a test's random choices: `TXMAP_SEED` if set, else one
+/// derived from the test's name; printed, so a failure can be replayed.
+pub fn seed(test: &str) -> u64 {
+    let s = std::env::var("TXMAP_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| test.bytes().fold(7u64, |a, b| a * 31 + u64::from(b)));
+    eprintln!("{test}: TXMAP_SEED={s}");
+    s
+}
+
 /// The role this process plays, if it is a child started by `child`.
 pub fn role() -> Option<String> {
     std::env::var("TXMAP_TEST_ROLE").ok()
