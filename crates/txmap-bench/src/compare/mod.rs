@@ -446,6 +446,13 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> 
     if want("hash") {
         // 2. Hash: bulk load in one transaction; committers.
         let mut bulk = Row::new("bulk load, one transaction", "entries/s", Better::Higher, n);
+        let last = plan.committers.last().copied().unwrap_or(0);
+        let mut tps_retries = Row::new(
+            format!("retried, {last} committers"),
+            "per 1000 commits",
+            Better::Lower,
+            n,
+        );
         let mut tps: Vec<Row> = plan
             .committers
             .iter()
@@ -460,6 +467,7 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> 
                     for t in &mut tps {
                         t.skip(i, w.clone());
                     }
+                    tps_retries.skip(i, w.clone());
                     continue;
                 }
                 let dir = work::fresh(&base, p.id)?;
@@ -474,7 +482,12 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> 
                     ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
                     let dir = work::fresh(&base, p.id)?;
                     match work::committers(p, &dir, t, plan.commit_secs) {
-                        Ok((x, _)) => tps[ti].push(i, x),
+                        Ok((x, retries)) => {
+                            tps[ti].push(i, x);
+                            if ti + 1 == plan.committers.len() {
+                                tps_retries.push(i, retries * 1000.0);
+                            }
+                        }
                         Err(e) => {
                             r.problems.push(format!("{t} committers, {}: {e}", p.name));
                             tps[ti].skip(i, "failed (see problems)");
@@ -494,6 +507,7 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> 
         r.table(&[&bulk]);
         let trefs: Vec<&Row> = tps.iter().collect();
         r.table(&trefs);
+        r.table(&[&tps_retries]);
         let curves: Vec<(String, Vec<(f64, f64)>)> = r
             .peers
             .iter()

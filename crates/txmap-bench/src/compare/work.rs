@@ -367,8 +367,9 @@ pub fn bulk_load(p: &Peer, dir: &Path, n: usize, seed: u64) -> Res<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Durable one-put commits per second from `threads` committers for `secs`.
-pub fn committers(p: &Peer, dir: &Path, threads: usize, secs: f64) -> Res<(f64, u64)> {
+/// Durable one-put commits per second from `threads` committers for `secs`,
+/// and retries (conflicts, deadlocks, busy) per commit.
+pub fn committers(p: &Peer, dir: &Path, threads: usize, secs: f64) -> Res<(f64, f64)> {
     let store = (p.open)(&config(dir, Durability::Durable, 100_000, 64, false))?;
     let store = &*store;
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -414,7 +415,10 @@ pub fn committers(p: &Peer, dir: &Path, threads: usize, secs: f64) -> Res<(f64, 
             None => Ok((n, r, el)),
         }
     })?;
-    Ok((commits as f64 / elapsed, retries))
+    Ok((
+        commits as f64 / elapsed,
+        retries as f64 / commits.max(1) as f64,
+    ))
 }
 
 /// The redb benchmark's steps, in order, for one store.
