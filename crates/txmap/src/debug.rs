@@ -24,6 +24,10 @@ pub enum CrashPoint {
     /// Holding the commit lock, the new log header written, before shared
     /// memory knows of the new log epoch.
     LogReset = 6,
+    /// Holding the checkpoint lock, after copy-on-checkpoint kept the file
+    /// content of pages older snapshots read in shared memory, before the
+    /// checkpoint overwrites them.
+    CheckpointPreserved = 7,
 }
 
 static POINT: AtomicU32 = AtomicU32::new(0);
