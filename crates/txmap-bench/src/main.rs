@@ -5,6 +5,7 @@
 
 mod aborts;
 mod commit;
+mod longreader;
 mod procs;
 mod report;
 mod sys;
@@ -61,6 +62,8 @@ enum Section {
     Aborts,
     /// Thesis concurrency tests A/B/C and durable commits/s with 1–8 processes.
     Procs,
+    /// Log size and version memory with a long-running reader (not part of core).
+    Longreader,
 }
 
 const PARTS: [Section; 6] = [
@@ -82,6 +85,7 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Uffd => vm::UFFD_STEPS,
         Section::Aborts => aborts::steps(reps),
         Section::Procs => procs::steps(reps),
+        Section::Longreader => longreader::steps(reps),
     }
 }
 
@@ -125,7 +129,7 @@ fn main() {
             Section::Commit => commit::run(&mut ctx),
             Section::Uffd => vm::run_uffd(&mut ctx),
             Section::Procs => procs::run(&mut ctx),
-            Section::Core | Section::Aborts => unreachable!(),
+            Section::Core | Section::Aborts | Section::Longreader => unreachable!(),
         };
         if let Err(e) = r {
             failed = true;
@@ -140,6 +144,14 @@ fn main() {
         failed = true;
         println!("\n**Aborts stopped with an error: {e}**\n");
         ctx.anomaly(format!("Aborts stopped with an error: {e}"));
+    }
+
+    if args.only == Section::Longreader
+        && let Err(e) = longreader::run(&mut ctx)
+    {
+        failed = true;
+        println!("\n**Longreader stopped with an error: {e}**\n");
+        ctx.anomaly(format!("Longreader stopped with an error: {e}"));
     }
 
     if !ctx.targets.is_empty() {

@@ -283,7 +283,10 @@ fn info_shows_the_snapshot_limit_and_how_close_the_oldest_reader_is() {
         "{info}"
     );
     assert!(info.contains(" of 64 MiB; 0 snapshots expired"), "{info}");
-    assert!(info.contains("oldest: commit 1 (30 commits behind)"), "{info}");
+    assert!(
+        info.contains("oldest: commit 1 (30 commits behind)"),
+        "{info}"
+    );
     let json = succeeds(&txmap(&["info", "--json", s(&p)]));
     assert!(json.contains("\"max_lag\":1000"), "{json}");
     assert!(json.contains("\"oldest_lag\":30"), "{json}");

@@ -2,7 +2,7 @@
 //! that armed a point kills itself with SIGKILL the n-th time it gets there.
 //! Costs one relaxed load per point when unarmed.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Places in the commit, sync and checkpoint paths where a test may kill
 /// the process (each is reached while holding the lock its name says).
@@ -47,4 +47,17 @@ pub(crate) fn hit(point: CrashPoint) {
         let _ =
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
+}
+
+static NO_COPY_ON_CHECKPOINT: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process's checkpoints stop at the oldest live snapshot, as
+/// before copy-on-checkpoint (the log then grows while a reader lives). For
+/// benchmarks and tests that compare the two; never needed otherwise.
+pub fn set_copy_on_checkpoint(on: bool) {
+    NO_COPY_ON_CHECKPOINT.store(!on, Ordering::Relaxed);
+}
+
+pub(crate) fn copy_on_checkpoint() -> bool {
+    !NO_COPY_ON_CHECKPOINT.load(Ordering::Relaxed)
 }

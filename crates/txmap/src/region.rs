@@ -1064,7 +1064,7 @@ impl RegionInner {
             };
             if let Some(o) = oldest
                 && !preserve.is_empty()
-                && !self.copy_on_checkpoint(&preserve, o)?
+                && !(crate::debug::copy_on_checkpoint() && self.copy_on_checkpoint(&preserve, o)?)
             {
                 // No room for the copies (or a reader is stuck): write only
                 // what every live snapshot is past; the log keeps the rest.
