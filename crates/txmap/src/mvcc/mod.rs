@@ -7,9 +7,13 @@
 //! Invariants:
 //! - A page's version chain is ordered newest first; a reader with snapshot S
 //!   uses the first version with `seq <= S`, else the region file.
-//! - The checkpointer writes version `w` of a page to the region file only if
-//!   `w <= horizon <= every live snapshot`, and unlinks versions `<= w` after
-//!   the write. So whatever a live snapshot reads from the file is its version.
+//! - A live snapshot reads the region file for a page only when it is older
+//!   than every version in the chain, and then the file holds its version.
+//!   Before a checkpoint overwrites such a page it links the file content at
+//!   the chain's tail, labelled with the oldest live snapshot (`preserve`),
+//!   and waits for readers that may still copy from the file
+//!   (`wait_for_readers`); `trim` keeps what live snapshots below the
+//!   checkpoint read. (docs/ARCHITECTURE.md, invariant 2.)
 //! - A version unlinked at epoch `e` is freed only when no slot entered the
 //!   read side at an epoch `<= e` and is still in it (epoch-based reclamation),
 //!   which lets fault handlers in every process walk chains without locks.
