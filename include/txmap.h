@@ -78,6 +78,14 @@
 // A bug in txmap (a caught Rust panic); the handle may be unusable.
 #define TXMAP_EINTERNAL -10
 
+// The region's snapshot limit expired the transaction's snapshot (it fell
+// too far behind); nothing of it is visible. Run it again.
+#define TXMAP_ESNAPSHOT -11
+
+// The shared version store is full (old snapshots hold versions, or
+// /dev/shm is full); the commit did not happen.
+#define TXMAP_ENOSPACE -12
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -510,7 +518,8 @@ int xbegin(void);
 
 // Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the
 // commit is as durable as `xInit` asked, or `XAC_ABORTED` after a conflict
-// with a concurrent commit or after `xabort` (nothing of the transaction is
+// with a concurrent commit, after `xabort`, or when the region's snapshot
+// limit expired the transaction's snapshot (nothing of the transaction is
 // visible; the caller may retry). An inner `xend` returns `XAC_COMMITTED`.
 // -1 with errno on error: `EINVAL` outside a transaction, `EPERM` if the
 // transaction belongs to another thread, `EIO` etc. if the log could not be
