@@ -334,6 +334,24 @@ int txmap_region_create(const char *path, uint64_t size, int flags, txmap_region
 // `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
 int txmap_region_open(const char *path, int flags, txmap_region **out);
 
+// Opens the existing region at `path` like `txmap_region_open`, asking for
+// a snapshot limit: a transaction whose snapshot falls more than `max_lag`
+// commits behind, or the oldest one while old page versions take more than
+// `max_version_bytes` of shared memory, is expired: its next commit fails
+// with `TXMAP_ESNAPSHOT`. 0 means no limit (the default of
+// `txmap_region_open`, under which read-only transactions are never
+// expired unless the version store is full). The first process to open the
+// region sets its limit; a later one asking for another gets
+// `TXMAP_EINVAL`.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+int txmap_region_open_limited(const char *path,
+                              int flags,
+                              uint64_t max_lag,
+                              uint64_t max_version_bytes,
+                              txmap_region **out);
+
 // Closes a region handle. Views opened on it stay usable; the region is
 // checkpointed and closed when its last view is closed too. NULL is
 // accepted and ignored.
