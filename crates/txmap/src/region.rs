@@ -1123,21 +1123,23 @@ impl RegionInner {
     /// not change meanwhile. False if the store has no room or a reader does
     /// not move on; the copies made are harmless then (they equal the file).
     fn copy_on_checkpoint(&self, pages: &[u32], oldest: u64) -> Result<bool> {
-        let mut images = vec![0u8; pages.len() * PAGE];
-        for (k, &p) in pages.iter().enumerate() {
-            self.data
-                .read_at(
-                    &mut images[k * PAGE..(k + 1) * PAGE],
-                    HEADER_BYTES + u64::from(p) * PAGE as u64,
-                )
-                .map_err(|e| Error::io("read for checkpoint", &self.path, e))?;
-        }
-        {
+        // In batches, so the buffer stays small and the lock is held briefly.
+        const BATCH: usize = 256;
+        let mut images = vec![0u8; pages.len().min(BATCH) * PAGE];
+        for batch in pages.chunks(BATCH) {
+            for (k, &p) in batch.iter().enumerate() {
+                self.data
+                    .read_at(
+                        &mut images[k * PAGE..(k + 1) * PAGE],
+                        HEADER_BYTES + u64::from(p) * PAGE as u64,
+                    )
+                    .map_err(|e| Error::io("read for checkpoint", &self.path, e))?;
+            }
             let l = self.lock_commit()?;
-            if self.mvcc.reserve(&l, pages.len()).is_err() {
+            if self.mvcc.reserve(&l, batch.len()).is_err() {
                 return Ok(false);
             }
-            for (k, &p) in pages.iter().enumerate() {
+            for (k, &p) in batch.iter().enumerate() {
                 let image = &images[k * PAGE..(k + 1) * PAGE];
                 if self.mvcc.preserve(&l, p, oldest, image).is_err() {
                     return Ok(false);

@@ -564,3 +564,40 @@ fn sigkill_during_copy_on_checkpoint_loses_nothing() {
     assert_eq!(read_range(&v, 0, PAGES).unwrap(), next - 1);
     v.commit().unwrap();
 }
+
+/// Versions the version store cannot take: a typed error, nothing
+/// published, and the store usable again once versions can be pruned.
+#[test]
+fn a_full_version_store_is_a_typed_error_not_a_panic() {
+    let d = ext4_dir("lr-full");
+    let o = Options {
+        durability: txmap::Durability::Async,
+        async_sync_interval: Duration::from_secs(3600),
+        checkpoint_bytes: u64::MAX,
+        max_size: 16 * PAGE,
+        ..Options::default()
+    };
+    let r = Region::create(&d.join("r.txm"), PAGE, o).unwrap();
+    let mut w = r.view().unwrap();
+    // Unsynced versions must stay (a checkpoint may need them): one per commit.
+    let mut full = None;
+    for i in 1..200_000u64 {
+        match w.run(|v| v.write(0, &i)) {
+            Ok(()) => {}
+            Err(e) => {
+                full = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (i, e) = full.expect("the version store never filled");
+    assert!(matches!(e, Error::VersionStoreFull { .. }), "{e}");
+    assert!(e.to_string().contains("version store"), "{e}");
+    // Nothing of the failed commit is visible; syncing lets pruning free the rest.
+    r.sync().unwrap();
+    w.begin_read().unwrap();
+    assert_eq!(w.read::<u64>(0).unwrap(), i - 1);
+    w.commit().unwrap();
+    w.run(|v| v.write(0, &0u64)).unwrap();
+    assert!(r.stats().version_pages <= 4, "{:?}", r.stats());
+}

@@ -91,6 +91,9 @@ pub struct Header {
     /// Page images a checkpoint copied into the arena before overwriting
     /// them in the region file, for snapshots older than what it wrote.
     pub preserved_count: AtomicU64,
+    /// One past the highest view slot ever claimed: scans of the slots
+    /// (every commit plans pruning with one) stop there.
+    pub slots_high: AtomicU64,
 
     pub poison_msg: [AtomicU8; POISON_MSG],
 

@@ -257,6 +257,14 @@ impl Mvcc {
         self.file.slice(self.layout.slots, MAX_SLOTS + 1)
     }
 
+    /// View slots up to the highest ever claimed (not the checkpoint slot).
+    /// A view claims its slot, and so raises the bound, before its first
+    /// snapshot or read.
+    fn view_slots(&self) -> &[Slot] {
+        let high = self.hdr().slots_high.load(Ordering::SeqCst) as usize;
+        &self.slots()[..high.min(MAX_SLOTS)]
+    }
+
     fn entry(&self, page: usize) -> Option<&PageEntry> {
         if page as u64 >= self.hdr().table_pages.load(Ordering::Acquire) {
             return None;
@@ -348,6 +356,9 @@ impl Mvcc {
                 .compare_exchange(0, self.pid, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
+                self.hdr()
+                    .slots_high
+                    .fetch_max(i as u64 + 1, Ordering::SeqCst);
                 self.mine[i].store(true, Ordering::Relaxed);
                 return Some(i);
             }
@@ -368,7 +379,7 @@ impl Mvcc {
     /// versions those pinned. Returns how many were cleared.
     pub fn reap_dead_slots(&self) -> usize {
         let mut n = 0;
-        for (i, s) in self.slots()[..MAX_SLOTS].iter().enumerate() {
+        for (i, s) in self.view_slots().iter().enumerate() {
             let owner = s.owner.load(Ordering::SeqCst);
             if owner == 0 || self.mine[i].load(Ordering::Relaxed) {
                 continue;
@@ -448,7 +459,7 @@ impl Mvcc {
 
     /// Every live snapshot with its owner and start time.
     pub fn live_snapshots(&self) -> Vec<LiveSnapshot> {
-        self.slots()
+        self.view_slots()
             .iter()
             .filter_map(|s| {
                 let v = s.snapshot.load(Ordering::SeqCst);
@@ -557,7 +568,7 @@ impl Mvcc {
         let start = std::time::Instant::now();
         let mut rounds = 0u32;
         loop {
-            let busy = self.slots()[..MAX_SLOTS].iter().any(|s| {
+            let busy = self.view_slots().iter().any(|s| {
                 let x = s.epoch.load(Ordering::SeqCst);
                 x != 0 && x <= e
             });
@@ -879,7 +890,7 @@ impl Mvcc {
     /// The plan that keeps what live snapshots below `bound` read.
     fn live_below(&self, bound: u64) -> PrunePlan {
         let mut live: Vec<u64> = self
-            .slots()
+            .view_slots()
             .iter()
             .map(|s| s.snapshot.load(Ordering::SeqCst))
             .filter(|&v| v != 0 && v - 1 < bound)
@@ -899,7 +910,7 @@ impl Mvcc {
         let lag = self.hdr().limit_lag.load(Ordering::Relaxed);
         if lag != 0 {
             let now = self.commit_seq();
-            for s in self.slots() {
+            for s in self.view_slots() {
                 let v = s.snapshot.load(Ordering::SeqCst);
                 if v != 0 && now.saturating_sub(v - 1) > lag {
                     self.expire_slot(s, v);
@@ -930,7 +941,7 @@ impl Mvcc {
     /// it), unless an expired one is still live. Returns whether it did.
     pub fn expire_oldest(&self, bound: u64) -> bool {
         let mut oldest = None;
-        for s in self.slots() {
+        for s in self.view_slots() {
             let v = s.snapshot.load(Ordering::SeqCst);
             if v == 0 {
                 continue;
@@ -943,7 +954,7 @@ impl Mvcc {
             }
         }
         let Some(o) = oldest else { return false };
-        for s in self.slots() {
+        for s in self.view_slots() {
             if s.snapshot.load(Ordering::SeqCst) == o {
                 self.expire_slot(s, o);
             }
@@ -1070,8 +1081,9 @@ impl Mvcc {
     }
 
     fn min_active_epoch(&self) -> u64 {
-        self.slots()
+        self.view_slots()
             .iter()
+            .chain(std::iter::once(&self.slots()[CHECKPOINT_SLOT]))
             .map(|s| s.epoch.load(Ordering::SeqCst))
             .filter(|&e| e != 0)
             .min()
