@@ -129,9 +129,38 @@ fn writer() {
     }
 }
 
+/// Expiring reader child: opens with the default options (so takes the
+/// region's limit), reads, says READY; on GO reads again and reports how
+/// the snapshot limit answered, in RESULT.
+fn expiring_reader() {
+    let r = Region::open(env("TXMAP_PATH").as_ref(), Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    let first = read_range(&v, 0, 2).unwrap();
+    std::fs::write(env("TXMAP_READY"), first.to_string()).unwrap();
+    wait_file(env("TXMAP_GO").as_ref());
+    let outcome = match v.read::<u64>(at(3)) {
+        Err(Error::SnapshotTooOld { snapshot, lag }) => {
+            // Raw loads still see the snapshot until the transaction ends.
+            // SAFETY: inside the view's mapping; the fault is txmap's.
+            let raw = unsafe { std::ptr::read_volatile(v.base().add(at(4) as usize) as *const u64) };
+            match v.commit() {
+                Err(Error::SnapshotTooOld { .. }) => format!("EXPIRED {snapshot} {lag} {raw}"),
+                other => format!("COMMIT {other:?}"),
+            }
+        }
+        other => format!("READ {other:?}"),
+    };
+    std::fs::write(env("TXMAP_RESULT"), outcome).unwrap();
+}
+
 fn as_child() -> bool {
     match role().as_deref() {
         None => false,
+        Some("expiring-reader") => {
+            expiring_reader();
+            true
+        }
         Some("reader") => {
             reader();
             true
@@ -600,4 +629,54 @@ fn a_full_version_store_is_a_typed_error_not_a_panic() {
     w.commit().unwrap();
     w.run(|v| v.write(0, &0u64)).unwrap();
     assert!(r.stats().version_pages <= 4, "{:?}", r.stats());
+}
+
+/// The lag limit set by the first process expires a reader in another
+/// process (which opened with the default options): its next checked read
+/// and its commit fail with `SnapshotTooOld`, raw loads still see its
+/// snapshot, and every process sees the expiry in `stats`.
+#[test]
+fn the_snapshot_limit_expires_a_reader_in_another_process() {
+    let test = "the_snapshot_limit_expires_a_reader_in_another_process";
+    if as_child() {
+        return;
+    }
+    let d = ext4_dir("lr-expire");
+    let p = d.join("r.txm");
+    let o = Options {
+        snapshot_limit: SnapshotLimit {
+            max_lag: Some(50),
+            ..SnapshotLimit::default()
+        },
+        ..small_log()
+    };
+    let r = Region::create(&p, PAGES * PAGE, o).unwrap();
+    let mut w = r.view().unwrap();
+    set_all(&mut w, 5);
+    r.checkpoint().unwrap();
+    let (ready, go, result) = (d.join("ready"), d.join("go"), d.join("result"));
+    let envs = [
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_READY", ready.display().to_string()),
+        ("TXMAP_GO", go.display().to_string()),
+        ("TXMAP_RESULT", result.display().to_string()),
+    ];
+    let mut reader = Proc::spawn(test, "expiring-reader", &envs, d.join("err"));
+    reader.wait_for(&ready);
+    let snap = r.stats().oldest_snapshot.expect("the reader's snapshot");
+    for i in 0..60 {
+        set_all(&mut w, 6 + i);
+    }
+    let s = r.stats();
+    assert_eq!(s.expired_snapshots, 1, "{s:?}");
+    assert!(s.snapshots.iter().any(|x| x.snapshot == snap && x.expired), "{s:?}");
+    File::create(&go).unwrap();
+    reader.wait_for(&result);
+    let st = reader.wait();
+    assert!(st.success(), "reader failed ({st}): {}", reader.stderr());
+    assert_eq!(
+        std::fs::read_to_string(&result).unwrap(),
+        format!("EXPIRED {snap} 60 5")
+    );
+    assert_eq!(r.stats().live_snapshots, 0);
 }
