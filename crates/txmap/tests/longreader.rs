@@ -143,7 +143,8 @@ fn expiring_reader() {
         Err(Error::SnapshotTooOld { snapshot, lag }) => {
             // Raw loads still see the snapshot until the transaction ends.
             // SAFETY: inside the view's mapping; the fault is txmap's.
-            let raw = unsafe { std::ptr::read_volatile(v.base().add(at(4) as usize) as *const u64) };
+            let raw =
+                unsafe { std::ptr::read_volatile(v.base().add(at(4) as usize) as *const u64) };
             match v.commit() {
                 Err(Error::SnapshotTooOld { .. }) => format!("EXPIRED {snapshot} {lag} {raw}"),
                 other => format!("COMMIT {other:?}"),
@@ -669,7 +670,10 @@ fn the_snapshot_limit_expires_a_reader_in_another_process() {
     }
     let s = r.stats();
     assert_eq!(s.expired_snapshots, 1, "{s:?}");
-    assert!(s.snapshots.iter().any(|x| x.snapshot == snap && x.expired), "{s:?}");
+    assert!(
+        s.snapshots.iter().any(|x| x.snapshot == snap && x.expired),
+        "{s:?}"
+    );
     File::create(&go).unwrap();
     reader.wait_for(&result);
     let st = reader.wait();
