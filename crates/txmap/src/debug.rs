@@ -61,3 +61,19 @@ pub fn set_copy_on_checkpoint(on: bool) {
 pub(crate) fn copy_on_checkpoint() -> bool {
     !NO_COPY_ON_CHECKPOINT.load(Ordering::Relaxed)
 }
+
+static INSTALL_SPINS: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's page installs spin `spins` times between finding a
+/// page's version and copying it, widening races with checkpoints for tests.
+pub fn slow_installs(spins: u64) {
+    INSTALL_SPINS.store(spins, Ordering::Relaxed);
+}
+
+/// Called by the fault handler (async-signal-safe: no system calls).
+pub(crate) fn install_delay() {
+    let n = INSTALL_SPINS.load(Ordering::Relaxed);
+    for _ in 0..n {
+        std::hint::spin_loop();
+    }
+}

@@ -684,3 +684,57 @@ fn the_snapshot_limit_expires_a_reader_in_another_process() {
     );
     assert_eq!(r.stats().live_snapshots, 0);
 }
+
+/// Readers on other threads fault pages in while the writer's checkpoints
+/// copy and overwrite those pages (copy-on-checkpoint racing lookups from
+/// the file): every reader, old or new, sees all pages equal, on pages it
+/// touches early or late in its transaction.
+#[test]
+fn readers_racing_copy_on_checkpoint_see_whole_snapshots() {
+    let d = ext4_dir("lr-race");
+    let o = Options {
+        checkpoint_bytes: 4 << 10,
+        durability: txmap::Durability::Async,
+        ..Options::default()
+    };
+    let r = Region::create(&d.join("r.txm"), PAGES * PAGE, o).unwrap();
+    let mut w = r.view().unwrap();
+    set_all(&mut w, 1);
+    // Readers pause between finding a page and copying it, so checkpoints
+    // overwrite pages while readers are about to copy them from the file.
+    txmap::debug::slow_installs(20_000);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..3u64)
+        .map(|k| {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                let mut rng = txmap::io::sim::SplitMix(k);
+                let mut txns = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    v.begin_read().unwrap();
+                    let first = v.read::<u64>(at(rng.next() % PAGES)).unwrap();
+                    // Long or short, pages in random order, with pauses.
+                    let hold = rng.next() % 4;
+                    for _ in 0..hold * 40 {
+                        let p = rng.next() % PAGES;
+                        assert_eq!(v.read::<u64>(at(p)).unwrap(), first, "reader {k}, page {p}");
+                        std::thread::yield_now();
+                    }
+                    assert_eq!(read_range(&v, 0, PAGES).unwrap(), first);
+                    v.commit().unwrap();
+                    txns += 1;
+                }
+                txns
+            })
+        })
+        .collect();
+    for i in 2..3000 {
+        set_all(&mut w, i);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let txns: u64 = readers.into_iter().map(|h| h.join().unwrap()).sum();
+    txmap::debug::slow_installs(0);
+    let s = r.stats();
+    assert!(txns > 0 && s.preserved_pages > 0, "{txns} reads, {s:?}");
+}
