@@ -67,6 +67,13 @@ fn read_range(v: &View, from: u64, to: u64) -> txmap::Result<u64> {
     Ok(first)
 }
 
+/// Writes a file the parent waits for: complete once it appears.
+fn publish(path: String, content: String) {
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
 fn wait_file(p: &Path) {
     let start = Instant::now();
     while !p.exists() {
@@ -86,7 +93,7 @@ fn reader() {
     let mut v = r.view().unwrap();
     v.begin_read().unwrap();
     let first = read_range(&v, 0, PAGES / 2).unwrap();
-    std::fs::write(env("TXMAP_READY"), first.to_string()).unwrap();
+    publish(env("TXMAP_READY"), first.to_string());
     wait_file(env("TXMAP_GO").as_ref());
     let all = read_range(&v, 0, PAGES).unwrap();
     let again = read_range(&v, 0, PAGES).unwrap();
@@ -95,7 +102,7 @@ fn reader() {
     } else {
         format!("CHANGED {first} {all} {again}")
     };
-    std::fs::write(env("TXMAP_RESULT"), outcome).unwrap();
+    publish(env("TXMAP_RESULT"), outcome);
     wait_file(env("TXMAP_END").as_ref());
     v.commit()
         .expect("a read-only transaction failed under the default limit");
@@ -137,7 +144,7 @@ fn expiring_reader() {
     let mut v = r.view().unwrap();
     v.begin_read().unwrap();
     let first = read_range(&v, 0, 2).unwrap();
-    std::fs::write(env("TXMAP_READY"), first.to_string()).unwrap();
+    publish(env("TXMAP_READY"), first.to_string());
     wait_file(env("TXMAP_GO").as_ref());
     let outcome = match v.read::<u64>(at(3)) {
         Err(Error::SnapshotTooOld { snapshot, lag }) => {
@@ -152,7 +159,7 @@ fn expiring_reader() {
         }
         other => format!("READ {other:?}"),
     };
-    std::fs::write(env("TXMAP_RESULT"), outcome).unwrap();
+    publish(env("TXMAP_RESULT"), outcome);
 }
 
 fn as_child() -> bool {
