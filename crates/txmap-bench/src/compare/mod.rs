@@ -649,6 +649,10 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
         if ctx.quick { "--quick" } else { "full" }
     );
     md.push_str(&crate::machine_table(&ctx.dir));
+    let _ = writeln!(
+        md,
+        "In docs/bench/, ANALYSIS.md reads the committed run: where txmap wins, where it loses and why.\n"
+    );
     let _ = writeln!(md, "## Stores and how they are configured (durable rows)\n");
     for p in &r.peers {
         let how = (p.describe)(Durability::Durable);
