@@ -120,6 +120,8 @@ impl Row {
 
 /// The whole report: stores and rows, rendered at the end.
 struct Report {
+    /// The machine table, taken when the run starts (date, load average).
+    machine: String,
     peers: Vec<Peer>,
     md: String,
     out: PathBuf,
@@ -298,6 +300,7 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> 
     }
     let n = peers.len();
     let mut r = Report {
+        machine: crate::machine_table(&ctx.dir),
         peers,
         md: String::new(),
         out: out.to_path_buf(),
@@ -648,7 +651,7 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
         ctx.reps,
         if ctx.quick { "--quick" } else { "full" }
     );
-    md.push_str(&crate::machine_table(&ctx.dir));
+    md.push_str(&r.machine);
     let _ = writeln!(
         md,
         "In docs/bench/, ANALYSIS.md reads the committed run: where txmap wins, where it loses and why.\n"
