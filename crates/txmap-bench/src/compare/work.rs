@@ -298,6 +298,17 @@ fn run_workers(specs: &[String]) -> Res<Done> {
     result
 }
 
+/// Tells the parent this worker is ready, waits for its `go`; returns
+/// stdout for the report.
+fn ready_then_wait_for_go() -> Res<std::io::StdoutLock<'static>> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    let mut go = String::new();
+    std::io::stdin().lock().read_line(&mut go)?;
+    Ok(out)
+}
+
 /// Entry point of a `--peer-worker` process; returns its exit code.
 pub fn worker(spec: &str) -> i32 {
     match worker_inner(spec) {
@@ -334,11 +345,7 @@ fn worker_inner(spec: &str) -> Res<()> {
     };
     let store: Box<dyn Store> = (p.open)(&cfg)?;
     let mut s = store.session()?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready")?;
-    out.flush()?;
-    let mut go = String::new();
-    std::io::stdin().lock().read_line(&mut go)?;
+    let mut out = ready_then_wait_for_go()?;
     let t = Instant::now();
     let (mut lat, retries) = insert_loop(&mut *s, n, seed)?;
     let ns = t.elapsed().as_nanos();
@@ -664,11 +671,7 @@ fn abc_worker(f: &[&str]) -> Res<()> {
     };
     let store = (p.open)(&cfg)?;
     let mut s = store.session()?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready")?;
-    out.flush()?;
-    let mut go = String::new();
-    std::io::stdin().lock().read_line(&mut go)?;
+    let mut out = ready_then_wait_for_go()?;
     let t = Instant::now();
     let (retries, done) = abc_loop(&mut *s, test, who, txns)?;
     let ns = t.elapsed().as_nanos();
