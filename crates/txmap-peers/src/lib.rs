@@ -168,6 +168,14 @@ pub fn stores() -> Vec<Peer> {
     v
 }
 
+/// [`dir_disk_bytes`] for a store's `disk_bytes`, errors named by the store.
+pub(crate) fn store_disk_bytes(store: &'static str, dir: &Path) -> Result<u64> {
+    dir_disk_bytes(dir).map_err(|e| Error::Failed {
+        store,
+        what: format!("{}: {e}", dir.display()),
+    })
+}
+
 /// Sum of allocated bytes of the files under `dir` (what `du` says).
 pub fn dir_disk_bytes(dir: &Path) -> std::io::Result<u64> {
     use std::os::unix::fs::MetadataExt;

@@ -112,10 +112,7 @@ impl Store for TxStore {
         }))
     }
     fn disk_bytes(&self) -> Result<u64> {
-        crate::dir_disk_bytes(&self.dir).map_err(|e| Error::Failed {
-            store: self.id,
-            what: format!("{}: {e}", self.dir.display()),
-        })
+        crate::store_disk_bytes(self.id, &self.dir)
     }
 }
 

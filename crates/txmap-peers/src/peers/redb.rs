@@ -181,7 +181,7 @@ impl Store for RedbStore {
         Ok(Box::new(RedbSession { db: &self.db }))
     }
     fn disk_bytes(&self) -> Result<u64> {
-        crate::dir_disk_bytes(&self.dir).map_err(|e| fail(format!("{}: {e}", self.dir.display())))
+        crate::store_disk_bytes(ID, &self.dir)
     }
 }
 

@@ -360,10 +360,7 @@ mod imp {
             }))
         }
         fn disk_bytes(&self) -> Result<u64> {
-            crate::dir_disk_bytes(&self.dir).map_err(|e| Error::Failed {
-                store: ID,
-                what: format!("{}: {e}", self.dir.display()),
-            })
+            crate::store_disk_bytes(ID, &self.dir)
         }
     }
 
