@@ -78,6 +78,14 @@
 // A bug in txmap (a caught Rust panic); the handle may be unusable.
 #define TXMAP_EINTERNAL -10
 
+// The region's snapshot limit expired the transaction's snapshot (it fell
+// too far behind); nothing of it is visible. Run it again.
+#define TXMAP_ESNAPSHOT -11
+
+// The shared version store is full (old snapshots hold versions, or
+// /dev/shm is full); the commit did not happen.
+#define TXMAP_ENOSPACE -12
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -326,6 +334,24 @@ int txmap_region_create(const char *path, uint64_t size, int flags, txmap_region
 // `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
 int txmap_region_open(const char *path, int flags, txmap_region **out);
 
+// Opens the existing region at `path` like `txmap_region_open`, asking for
+// a snapshot limit: a transaction whose snapshot falls more than `max_lag`
+// commits behind, or the oldest one while old page versions take more than
+// `max_version_bytes` of shared memory, is expired: its next commit fails
+// with `TXMAP_ESNAPSHOT`. 0 means no limit (the default of
+// `txmap_region_open`, under which read-only transactions are never
+// expired unless the version store is full). The first process to open the
+// region sets its limit; a later one asking for another gets
+// `TXMAP_EINVAL`.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+int txmap_region_open_limited(const char *path,
+                              int flags,
+                              uint64_t max_lag,
+                              uint64_t max_version_bytes,
+                              txmap_region **out);
+
 // Closes a region handle. Views opened on it stay usable; the region is
 // checkpointed and closed when its last view is closed too. NULL is
 // accepted and ignored.
@@ -510,7 +536,8 @@ int xbegin(void);
 
 // Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the
 // commit is as durable as `xInit` asked, or `XAC_ABORTED` after a conflict
-// with a concurrent commit or after `xabort` (nothing of the transaction is
+// with a concurrent commit, after `xabort`, or when the region's snapshot
+// limit expired the transaction's snapshot (nothing of the transaction is
 // visible; the caller may retry). An inner `xend` returns `XAC_COMMITTED`.
 // -1 with errno on error: `EINVAL` outside a transaction, `EPERM` if the
 // transaction belongs to another thread, `EIO` etc. if the log could not be

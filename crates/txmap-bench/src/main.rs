@@ -6,6 +6,7 @@
 mod aborts;
 mod commit;
 mod compare;
+mod longreader;
 mod procs;
 mod report;
 mod sys;
@@ -80,6 +81,8 @@ enum Section {
     Procs,
     /// txmap against the peer databases (not part of core): writes a report and plots.
     Compare,
+    /// Log size and version memory with a long-running reader (not part of core).
+    Longreader,
 }
 
 const PARTS: [Section; 6] = [
@@ -102,6 +105,7 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Aborts => aborts::steps(reps),
         Section::Procs => procs::steps(reps),
         Section::Compare => 0,
+        Section::Longreader => longreader::steps(reps),
     }
 }
 
@@ -177,7 +181,9 @@ fn main() {
             Section::Commit => commit::run(&mut ctx),
             Section::Uffd => vm::run_uffd(&mut ctx),
             Section::Procs => procs::run(&mut ctx),
-            Section::Core | Section::Aborts | Section::Compare => unreachable!(),
+            Section::Core | Section::Aborts | Section::Compare | Section::Longreader => {
+                unreachable!()
+            }
         };
         if let Err(e) = r {
             failed = true;
@@ -192,6 +198,14 @@ fn main() {
         failed = true;
         println!("\n**Aborts stopped with an error: {e}**\n");
         ctx.anomaly(format!("Aborts stopped with an error: {e}"));
+    }
+
+    if args.only == Section::Longreader
+        && let Err(e) = longreader::run(&mut ctx)
+    {
+        failed = true;
+        println!("\n**Longreader stopped with an error: {e}**\n");
+        ctx.anomaly(format!("Longreader stopped with an error: {e}"));
     }
 
     ctx.finish();

@@ -288,11 +288,17 @@ fn info_text(r: &Report) -> String {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let expired = l.snapshots.iter().filter(|s| s.expired).count();
         let snaps = match l.snapshots.iter().min_by_key(|s| s.snapshot) {
             None => "none".to_string(),
             Some(o) => format!(
-                "{}; oldest: commit {} ({} behind) held by process {} for {} s",
+                "{}{}; oldest: commit {} ({} behind) held by process {} for {} s",
                 l.snapshots.len(),
+                if expired > 0 {
+                    format!(" ({expired} expired, ending)")
+                } else {
+                    String::new()
+                },
                 o.snapshot,
                 plural(l.commit_seq.saturating_sub(o.snapshot), "commit", "commits"),
                 o.pid,
@@ -300,6 +306,31 @@ fn info_text(r: &Report) -> String {
             ),
         };
         lines.push(("live snapshots", snaps));
+        let lim = &l.snapshot_limit;
+        let oldest_lag = l
+            .snapshots
+            .iter()
+            .map(|s| l.commit_seq.saturating_sub(s.snapshot))
+            .max();
+        let mut parts = Vec::new();
+        match lim.max_lag {
+            None => parts.push("no lag limit".to_string()),
+            Some(m) => parts.push(format!("lag {} of {m} commits", oldest_lag.unwrap_or(0))),
+        }
+        match lim.max_version_bytes {
+            None => parts.push("no memory limit".to_string()),
+            Some(b) => parts.push(format!(
+                "versions {} of {}",
+                human(l.version_pages as u64 * 4096),
+                human(b)
+            )),
+        }
+        parts.push(format!(
+            "{} expired, {} preserved for old snapshots so far",
+            plural(l.expired_snapshots, "snapshot", "snapshots"),
+            plural(l.preserved_pages, "page", "pages")
+        ));
+        lines.push(("snapshot limit", parts.join("; ")));
     }
     let mut out = String::new();
     for (k, v) in lines {
@@ -376,11 +407,33 @@ fn info_json(r: &Report) -> String {
                     l.snapshots
                         .iter()
                         .map(|s| format!(
-                            "{{\"snapshot\":{},\"pid\":{},\"since\":{}}}",
-                            s.snapshot, s.pid, s.since
+                            "{{\"snapshot\":{},\"pid\":{},\"since\":{},\"lag\":{},\"expired\":{}}}",
+                            s.snapshot,
+                            s.pid,
+                            s.since,
+                            l.commit_seq.saturating_sub(s.snapshot),
+                            s.expired
                         ))
                         .collect::<Vec<_>>()
                         .join(",")
+                )
+            }),
+        ),
+        (
+            "snapshot_limit",
+            js_opt(&r.live, |l| {
+                let o = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |x| x.to_string());
+                format!(
+                    "{{\"max_lag\":{},\"max_version_bytes\":{},\"version_bytes\":{},\"oldest_lag\":{},\"expired_snapshots\":{},\"preserved_pages\":{}}}",
+                    o(l.snapshot_limit.max_lag),
+                    o(l.snapshot_limit.max_version_bytes),
+                    l.version_pages as u64 * 4096,
+                    o(l.snapshots
+                        .iter()
+                        .map(|s| l.commit_seq.saturating_sub(s.snapshot))
+                        .max()),
+                    l.expired_snapshots,
+                    l.preserved_pages
                 )
             }),
         ),

@@ -255,3 +255,41 @@ fn bad_arguments_are_one_line_errors() {
     assert!(succeeds(&txmap(&["--help"])).contains("recover"));
     assert!(succeeds(&txmap(&["--version"])).starts_with("txmap "));
 }
+
+#[test]
+fn info_shows_the_snapshot_limit_and_how_close_the_oldest_reader_is() {
+    let d = ext4_dir("cli-limit");
+    let p = d.join("r.txm");
+    let o = Options {
+        snapshot_limit: txmap::SnapshotLimit {
+            max_lag: Some(1000),
+            max_version_bytes: Some(64 << 20),
+        },
+        ..Options::default()
+    };
+    let r = Region::create(&p, 4 * PAGE, o).unwrap();
+    let (mut w, mut old) = (r.view().unwrap(), r.view().unwrap());
+    w.run(|v| v.write(0, &1u64)).unwrap();
+    r.checkpoint().unwrap();
+    old.begin_read().unwrap();
+    assert_eq!(old.read::<u64>(0).unwrap(), 1);
+    for i in 2..=31u64 {
+        w.run(|v| v.write(0, &i)).unwrap();
+    }
+    r.checkpoint().unwrap();
+    let info = succeeds(&txmap(&["info", s(&p)]));
+    assert!(
+        info.contains("snapshot limit:  lag 30 of 1000 commits; versions "),
+        "{info}"
+    );
+    assert!(info.contains(" of 64 MiB; 0 snapshots expired"), "{info}");
+    assert!(
+        info.contains("oldest: commit 1 (30 commits behind)"),
+        "{info}"
+    );
+    let json = succeeds(&txmap(&["info", "--json", s(&p)]));
+    assert!(json.contains("\"max_lag\":1000"), "{json}");
+    assert!(json.contains("\"oldest_lag\":30"), "{json}");
+    assert!(json.contains("\"lag\":30,\"expired\":false"), "{json}");
+    old.commit().unwrap();
+}

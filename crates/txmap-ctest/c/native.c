@@ -531,3 +531,45 @@ int ctest_native_errmsg_thread_local(const char *dir) {
     CHECK(errmsg_has("txmap_begin"));
     return 0;
 }
+
+/* A snapshot limit: a reader more than 5 commits behind fails with
+ * TXMAP_ESNAPSHOT, yet still reads its snapshot until it ends. */
+int ctest_native_snapshot_limit(const char *dir) {
+    char path[4096];
+    join(path, sizeof path, dir, "limit.txm");
+    txmap_region *r = NULL, *r2 = NULL;
+    txmap_view *w = NULL, *old = NULL;
+    CHECK_EQ(txmap_region_create(path, 4 * PAGE_SIZE, 0, &r), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    CHECK_EQ(txmap_region_open_limited(path, 0, 5, 0, &r), TXMAP_OK);
+    /* Another limit while open: refused; the default: accepted. */
+    CHECK_EQ(txmap_region_open_limited(path, 0, 6, 0, &r2), TXMAP_EINVAL);
+    CHECK_EQ(txmap_region_open(path, 0, &r2), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(r, &w), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(r2, &old), TXMAP_OK);
+    volatile uint64_t *x = txmap_view_base(w);
+    volatile uint64_t *y = txmap_view_base(old);
+    CHECK_EQ(txmap_begin(w, 0), TXMAP_OK);
+    x[0] = 1;
+    x[512] = 1; /* second page */
+    CHECK_EQ(txmap_commit(w), TXMAP_OK);
+    CHECK_EQ(txmap_begin(old, TXMAP_READ_ONLY), TXMAP_OK);
+    CHECK_EQ(y[0], 1);
+    for (uint64_t i = 2; i < 10; i++) {
+        CHECK_EQ(txmap_begin(w, 0), TXMAP_OK);
+        x[0] = i;
+        x[512] = i;
+        CHECK_EQ(txmap_commit(w), TXMAP_OK);
+    }
+    CHECK_EQ(y[512], 1); /* first touch after expiry: still the snapshot */
+    CHECK_EQ(txmap_commit(old), TXMAP_ESNAPSHOT);
+    CHECK(errmsg_has("expired"));
+    CHECK_EQ(txmap_begin(old, TXMAP_READ_ONLY), TXMAP_OK);
+    CHECK_EQ(y[512], 9);
+    CHECK_EQ(txmap_commit(old), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(old), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(w), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r2), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    return 0;
+}

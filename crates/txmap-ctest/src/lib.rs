@@ -23,6 +23,7 @@ unsafe extern "C" {
     pub fn ctest_native_page_access(dir: *const c_char) -> c_int;
     pub fn ctest_native_errors(dir: *const c_char) -> c_int;
     pub fn ctest_native_errmsg_thread_local(dir: *const c_char) -> c_int;
+    pub fn ctest_native_snapshot_limit(dir: *const c_char) -> c_int;
 
     pub fn ctest_coll_btree(dir: *const c_char) -> c_int;
     pub fn ctest_coll_lhash(dir: *const c_char) -> c_int;

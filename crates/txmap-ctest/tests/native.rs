@@ -58,3 +58,8 @@ fn errors_have_codes_and_messages() {
 fn error_messages_are_per_thread() {
     check("errmsg", ctest_native_errmsg_thread_local);
 }
+
+#[test]
+fn a_snapshot_limit_expires_an_old_reader() {
+    check("limit", ctest_native_snapshot_limit);
+}

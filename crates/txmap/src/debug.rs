@@ -2,7 +2,7 @@
 //! that armed a point kills itself with SIGKILL the n-th time it gets there.
 //! Costs one relaxed load per point when unarmed.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Places in the commit, sync and checkpoint paths where a test may kill
 /// the process (each is reached while holding the lock its name says).
@@ -24,6 +24,10 @@ pub enum CrashPoint {
     /// Holding the commit lock, the new log header written, before shared
     /// memory knows of the new log epoch.
     LogReset = 6,
+    /// Holding the checkpoint lock, after copy-on-checkpoint kept the file
+    /// content of pages older snapshots read in shared memory, before the
+    /// checkpoint overwrites them.
+    CheckpointPreserved = 7,
 }
 
 impl CrashPoint {
@@ -59,5 +63,34 @@ pub(crate) fn hit(point: CrashPoint) {
     if COUNT.fetch_sub(1, Ordering::SeqCst) == 1 {
         let _ =
             rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    }
+}
+
+static NO_COPY_ON_CHECKPOINT: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process's checkpoints stop at the oldest live snapshot, as
+/// before copy-on-checkpoint (the log then grows while a reader lives). For
+/// benchmarks and tests that compare the two; never needed otherwise.
+pub fn set_copy_on_checkpoint(on: bool) {
+    NO_COPY_ON_CHECKPOINT.store(!on, Ordering::Relaxed);
+}
+
+pub(crate) fn copy_on_checkpoint() -> bool {
+    !NO_COPY_ON_CHECKPOINT.load(Ordering::Relaxed)
+}
+
+static INSTALL_SPINS: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's page installs spin `spins` times between finding a
+/// page's version and copying it, widening races with checkpoints for tests.
+pub fn slow_installs(spins: u64) {
+    INSTALL_SPINS.store(spins, Ordering::Relaxed);
+}
+
+/// Called by the fault handler (async-signal-safe: no system calls).
+pub(crate) fn install_delay() {
+    let n = INSTALL_SPINS.load(Ordering::Relaxed);
+    for _ in 0..n {
+        std::hint::spin_loop();
     }
 }

@@ -36,6 +36,27 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The snapshot limit (`Options::snapshot_limit`) expired this
+    /// transaction's snapshot: it fell `lag` commits behind, or old versions
+    /// held too much memory. Nothing of it is visible; run it again.
+    #[error(
+        "snapshot of commit {snapshot} expired by the region's snapshot limit \
+         ({lag} commits behind; see Options::snapshot_limit and `txmap info`); \
+         the transaction cannot commit: end it and run it again"
+    )]
+    SnapshotTooOld { snapshot: u64, lag: u64 },
+    /// The shared version store has no room for more page versions (its
+    /// blocks, or the memory behind `/dev/shm`, ran out).
+    #[error(
+        "shared version store {} is full ({versions} page versions held): {reason}; \
+         old snapshots hold versions (see `txmap info`), or /dev/shm is full",
+        path.display()
+    )]
+    VersionStoreFull {
+        path: PathBuf,
+        versions: u64,
+        reason: String,
+    },
     /// An earlier write or sync failed; the data on disk may be behind memory.
     /// Close and reopen the region to recover from the log.
     #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]

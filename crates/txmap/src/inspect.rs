@@ -86,6 +86,12 @@ pub struct LiveState {
     pub version_pages: usize,
     /// Log bytes in the current epoch.
     pub log_bytes: u64,
+    /// The region's snapshot limit (set by the first process to open it).
+    pub snapshot_limit: crate::SnapshotLimit,
+    /// Snapshots the limit expired, and pages checkpoints preserved for old
+    /// snapshots, since the shared state was created.
+    pub expired_snapshots: u64,
+    pub preserved_pages: u64,
 }
 
 impl Report {
@@ -299,6 +305,12 @@ fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
         snapshots: m.live_snapshots(),
         version_pages: m.version_pages(),
         log_bytes: crate::wal::log::Log::epoch_bytes(h),
+        snapshot_limit: {
+            let (lag, versions) = m.limit();
+            crate::SnapshotLimit::decode(lag, versions)
+        },
+        expired_snapshots: m.expiry_counts().0,
+        preserved_pages: m.expiry_counts().1,
     })
 }
 

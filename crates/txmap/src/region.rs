@@ -43,6 +43,63 @@ pub struct Options {
     /// Called while recovery on open replays the log, as (commits replayed,
     /// commits to replay), every 1024 commits and at the end; for progress bars.
     pub on_recovery_progress: Option<fn(u64, u64)>,
+    /// When old snapshots are expired. Shared by every process: the first
+    /// to open the region sets it; a later opener asking for another one
+    /// fails, one leaving the default takes the region's.
+    pub snapshot_limit: SnapshotLimit,
+}
+
+/// How far behind long-running transactions may fall.
+///
+/// Checkpoints never wait for old snapshots: before overwriting a region
+/// page that an older snapshot still reads, they keep its content as a
+/// version in shared memory (copy-on-checkpoint), so the log is emptied
+/// however long a reader lives. What an old snapshot holds is therefore
+/// memory: at most one page version per page changed since it began, per
+/// distinct live snapshot (`txmap info` shows it). This limit bounds that.
+///
+/// An expired transaction fails at its next checked access (`View::read`,
+/// `slice`, `write`, `set_page_access`, ...) or commit with
+/// [`crate::Error::SnapshotTooOld`] (`xend` returns `XAC_ABORTED`); until it
+/// ends it still sees its snapshot consistently (raw loads through
+/// `View::base` included), and its versions are freed once it ends.
+///
+/// The default sets no limit: read-only transactions never fail because of
+/// their age. Only when the version store is truly full (its blocks, or the
+/// memory behind `/dev/shm`) does a commit fail with
+/// [`crate::Error::VersionStoreFull`], and the oldest snapshot is expired
+/// so that the memory comes back once it ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotLimit {
+    /// Expire a snapshot once more than this many commits followed it.
+    pub max_lag: Option<u64>,
+    /// While page versions in shared memory take more than this many bytes,
+    /// expire the oldest snapshot (one at a time: the next once it ended).
+    pub max_version_bytes: Option<u64>,
+}
+
+impl SnapshotLimit {
+    /// (lag, page versions) as stored in shared memory, 0 meaning none.
+    pub(crate) fn encode(&self) -> Result<(u64, u64)> {
+        if self.max_lag == Some(0) || self.max_version_bytes == Some(0) {
+            return Err(Error::Invalid(
+                "SnapshotLimit: max_lag and max_version_bytes must be at least 1 (None: no limit)"
+                    .into(),
+            ));
+        }
+        Ok((
+            self.max_lag.unwrap_or(0),
+            self.max_version_bytes
+                .map_or(0, |b| b.div_ceil(PAGE as u64)),
+        ))
+    }
+
+    pub(crate) fn decode(lag: u64, versions: u64) -> SnapshotLimit {
+        SnapshotLimit {
+            max_lag: (lag != 0).then_some(lag),
+            max_version_bytes: (versions != 0).then(|| versions * PAGE as u64),
+        }
+    }
 }
 
 impl Default for Options {
@@ -53,6 +110,7 @@ impl Default for Options {
             checkpoint_bytes: 64 << 20,
             async_sync_interval: Duration::from_millis(50),
             on_recovery_progress: None,
+            snapshot_limit: SnapshotLimit::default(),
         }
     }
 }
@@ -70,6 +128,13 @@ pub struct Stats {
     pub oldest_snapshot: Option<u64>,
     /// Every live transaction's snapshot, owner process and start time.
     pub snapshots: Vec<crate::mvcc::LiveSnapshot>,
+    /// The region's snapshot limit (shared by every process).
+    pub snapshot_limit: SnapshotLimit,
+    /// Snapshots the limit expired since the shared state was created.
+    pub expired_snapshots: u64,
+    /// Region pages whose old content checkpoints kept in memory for older
+    /// snapshots before overwriting them (copy-on-checkpoint), same period.
+    pub preserved_pages: u64,
     pub recovered_commits: u64,
     /// Log syncs since the shared state was created (checkpoints included);
     /// group commit keeps this below the number of durable commits.
@@ -405,6 +470,7 @@ impl Region {
         opts: &Options,
         shared: bool,
     ) -> Result<(Mvcc, u64)> {
+        let limit = opts.snapshot_limit.encode()?;
         let rec = recover(data, log, opts.on_recovery_progress)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         let (lh, allocated) =
@@ -421,6 +487,8 @@ impl Region {
             log_start_seq: lh.start_seq,
             log_end: HEADER_BYTES,
             log_allocated: allocated,
+            limit_lag: limit.0,
+            limit_versions: limit.1,
         };
         let spath = if shared {
             shared_path(data.path(), rec.header.region_id)?
@@ -471,6 +539,16 @@ impl Region {
                 "{} is open in {theirs:?} mode by another process; open it with \
                  Durability::{theirs:?} too, or close the others first",
                 data.path().display()
+            )));
+        }
+        let mine = opts.snapshot_limit.encode()?;
+        let (lag, versions) = mvcc.limit();
+        if opts.snapshot_limit != SnapshotLimit::default() && mine != (lag, versions) {
+            return Err(Error::Invalid(format!(
+                "{} is open by another process with snapshot limit {:?}; open it \
+                 with that limit or the default, or close the others first",
+                data.path().display(),
+                SnapshotLimit::decode(lag, versions)
             )));
         }
         Ok(mvcc)
@@ -533,7 +611,12 @@ impl Region {
         let h = i.mvcc.hdr();
         i.mvcc.reap_dead_slots();
         let snapshots = i.mvcc.live_snapshots();
+        let (lag, versions) = i.mvcc.limit();
+        let (expired, preserved) = i.mvcc.expiry_counts();
         Stats {
+            snapshot_limit: SnapshotLimit::decode(lag, versions),
+            expired_snapshots: expired,
+            preserved_pages: preserved,
             size: i.size(),
             commit_seq: i.mvcc.commit_seq(),
             checkpoint_seq: h.checkpoint_seq.load(Ordering::Acquire),
@@ -867,6 +950,17 @@ impl RegionInner {
             .map_err(|e| self.shared_lock_err(e))
     }
 
+    /// The version store could not take more versions: expire the oldest
+    /// snapshot holding old ones, so memory comes back when it ends.
+    fn version_store_full(&self, e: std::io::Error) -> Error {
+        self.mvcc.expire_oldest(Log::synced_seq(self.mvcc.hdr()));
+        Error::VersionStoreFull {
+            path: self.mvcc.path().to_path_buf(),
+            versions: self.mvcc.version_pages() as u64,
+            reason: e.to_string(),
+        }
+    }
+
     pub fn grow(&self, size: u64) -> Result<()> {
         self.check_owner()?;
         let size = round_up(size as usize) as u64;
@@ -904,7 +998,7 @@ impl RegionInner {
             // commit must be published.
             self.mvcc
                 .reserve(&l, req.pages.len())
-                .map_err(|e| Error::io("store versions in", self.mvcc.path(), e))?;
+                .map_err(|e| self.version_store_full(e))?;
             let seq = self.mvcc.commit_seq() + 1;
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
             self.log
@@ -958,14 +1052,34 @@ impl RegionInner {
         // A process that died in a transaction pins nothing from now on.
         self.mvcc.reap_dead_slots();
         self.log.sync_all(h)?;
-        let t = self.mvcc.horizon(Log::synced_seq(h));
-        if t > h.checkpoint_seq.load(Ordering::Acquire) {
+        // Every synced commit goes to the file, however old the live
+        // snapshots: what they read there is preserved first.
+        let (mut t, oldest) = self.mvcc.horizon(Log::synced_seq(h));
+        let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
+        if t > ckpt {
             let pin = self.mvcc.pin_for_checkpoint();
-            let pages = {
+            let (mut pages, preserve) = {
                 let l = self.lock_commit()?;
-                pin.pages(&l, t)
+                pin.pages(&l, t, ckpt, oldest)
             };
+            if let Some(o) = oldest
+                && !preserve.is_empty()
+                && !(crate::debug::copy_on_checkpoint() && self.copy_on_checkpoint(&preserve, o)?)
+            {
+                // No room for the copies (or a reader is stuck): write only
+                // what every live snapshot is past; the log keeps the rest.
+                t = t.min(o);
+                pages = if t > ckpt {
+                    let l = self.lock_commit()?;
+                    pin.pages(&l, t, ckpt, None).0
+                } else {
+                    Vec::new()
+                };
+            }
             let r = (|| {
+                if t <= ckpt {
+                    return Ok(());
+                }
                 for (page, v) in pages {
                     self.data
                         .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
@@ -997,6 +1111,44 @@ impl RegionInner {
         drop(l);
         drop(g);
         Ok(())
+    }
+}
+
+impl RegionInner {
+    /// Copy-on-checkpoint: keeps the region-file content of `pages` as their
+    /// oldest version in shared memory, labelled with the oldest live
+    /// snapshot `oldest` (every snapshot that reads these pages from the file
+    /// is at or above it), then waits until no reader can still be copying
+    /// them from the file. Caller holds the checkpoint lock, so the file does
+    /// not change meanwhile. False if the store has no room or a reader does
+    /// not move on; the copies made are harmless then (they equal the file).
+    fn copy_on_checkpoint(&self, pages: &[u32], oldest: u64) -> Result<bool> {
+        // In batches, so the buffer stays small and the lock is held briefly.
+        const BATCH: usize = 256;
+        let mut images = vec![0u8; pages.len().min(BATCH) * PAGE];
+        for batch in pages.chunks(BATCH) {
+            for (k, &p) in batch.iter().enumerate() {
+                self.data
+                    .read_at(
+                        &mut images[k * PAGE..(k + 1) * PAGE],
+                        HEADER_BYTES + u64::from(p) * PAGE as u64,
+                    )
+                    .map_err(|e| Error::io("read for checkpoint", &self.path, e))?;
+            }
+            let l = self.lock_commit()?;
+            if self.mvcc.reserve(&l, batch.len()).is_err() {
+                return Ok(false);
+            }
+            for (k, &p) in batch.iter().enumerate() {
+                let image = &images[k * PAGE..(k + 1) * PAGE];
+                if self.mvcc.preserve(&l, p, oldest, image).is_err() {
+                    return Ok(false);
+                }
+            }
+        }
+        let settled = self.mvcc.wait_for_readers(Duration::from_secs(2));
+        crate::debug::hit(crate::debug::CrashPoint::CheckpointPreserved);
+        Ok(settled)
     }
 }
 

@@ -57,6 +57,12 @@ pub const TXMAP_EPOISONED: c_int = -8;
 pub const TXMAP_ENOTSUP: c_int = -9;
 /// A bug in txmap (a caught Rust panic); the handle may be unusable.
 pub const TXMAP_EINTERNAL: c_int = -10;
+/// The region's snapshot limit expired the transaction's snapshot (it fell
+/// too far behind); nothing of it is visible. Run it again.
+pub const TXMAP_ESNAPSHOT: c_int = -11;
+/// The shared version store is full (old snapshots hold versions, or
+/// /dev/shm is full); the commit did not happen.
+pub const TXMAP_ENOSPACE: c_int = -12;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -95,6 +101,8 @@ impl From<Error> for Failure {
             Error::Invalid(_) => (TXMAP_EINVAL, libc::EINVAL),
             Error::Os { source, .. } => (TXMAP_EOS, os(source, libc::ENOMEM)),
             Error::Poisoned(_) => (TXMAP_EPOISONED, libc::EIO),
+            Error::SnapshotTooOld { .. } => (TXMAP_ESNAPSHOT, libc::ESTALE),
+            Error::VersionStoreFull { .. } => (TXMAP_ENOSPACE, libc::ENOSPC),
         };
         Failure::new(code, errno, e.to_string())
     }

@@ -134,6 +134,39 @@ pub unsafe extern "C" fn txmap_region_open(
     }))
 }
 
+/// Opens the existing region at `path` like `txmap_region_open`, asking for
+/// a snapshot limit: a transaction whose snapshot falls more than `max_lag`
+/// commits behind, or the oldest one while old page versions take more than
+/// `max_version_bytes` of shared memory, is expired: its next commit fails
+/// with `TXMAP_ESNAPSHOT`. 0 means no limit (the default of
+/// `txmap_region_open`, under which read-only transactions are never
+/// expired unless the version store is full). The first process to open the
+/// region sets its limit; a later one asking for another gets
+/// `TXMAP_EINVAL`.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_open_limited(
+    path: *const c_char,
+    flags: c_int,
+    max_lag: u64,
+    max_version_bytes: u64,
+    out: *mut *mut txmap_region,
+) -> c_int {
+    status(guarded("txmap_region_open_limited", || {
+        // SAFETY: per this function's contract.
+        let path = unsafe { path_arg(path, "path") }?;
+        let mut opts = region_options(flags)?;
+        opts.snapshot_limit = crate::SnapshotLimit {
+            max_lag: (max_lag != 0).then_some(max_lag),
+            max_version_bytes: (max_version_bytes != 0).then_some(max_version_bytes),
+        };
+        // SAFETY: per this function's contract.
+        unsafe { put_region(out, || Region::open(path, opts)) }
+    }))
+}
+
 /// Closes a region handle. Views opened on it stay usable; the region is
 /// checkpointed and closed when its last view is closed too. NULL is
 /// accepted and ignored.

@@ -340,7 +340,8 @@ pub extern "C" fn xbegin() -> c_int {
 
 /// Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the
 /// commit is as durable as `xInit` asked, or `XAC_ABORTED` after a conflict
-/// with a concurrent commit or after `xabort` (nothing of the transaction is
+/// with a concurrent commit, after `xabort`, or when the region's snapshot
+/// limit expired the transaction's snapshot (nothing of the transaction is
 /// visible; the caller may retry). An inner `xend` returns `XAC_COMMITTED`.
 /// -1 with errno on error: `EINVAL` outside a transaction, `EPERM` if the
 /// transaction belongs to another thread, `EIO` etc. if the log could not be
@@ -358,7 +359,7 @@ pub extern "C" fn xend() -> c_int {
         }
         match r {
             Ok(()) => Ok(XAC_COMMITTED),
-            Err(Error::Conflict | Error::Aborted) => Ok(XAC_ABORTED),
+            Err(Error::Conflict | Error::Aborted | Error::SnapshotTooOld { .. }) => Ok(XAC_ABORTED),
             Err(e) => Err(e.into()),
         }
     })

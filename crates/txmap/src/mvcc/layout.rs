@@ -11,7 +11,7 @@ use crate::os::shm::SharedPod;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Views (one slot each) open on one region at once, across all processes.
 pub const MAX_SLOTS: usize = 1024;
 /// The slot the checkpointer (one at a time, any process) reads versions under.
@@ -83,6 +83,18 @@ pub struct Header {
     pub retired_count: AtomicU64,
     pub opens: AtomicU64,
 
+    // Snapshot limit (the first opener's `Options::snapshot_limit`; 0 = none).
+    pub limit_lag: AtomicU64,
+    pub limit_versions: AtomicU64,
+    /// Snapshots expired by the limit so far.
+    pub expired_count: AtomicU64,
+    /// Page images a checkpoint copied into the arena before overwriting
+    /// them in the region file, for snapshots older than what it wrote.
+    pub preserved_count: AtomicU64,
+    /// One past the highest view slot ever claimed: scans of the slots
+    /// (every commit plans pruning with one) stop there.
+    pub slots_high: AtomicU64,
+
     pub poison_msg: [AtomicU8; POISON_MSG],
 
     /// Validation and publication of commits, the log end, version chains,
@@ -107,6 +119,9 @@ pub struct Slot {
     pub epoch: AtomicU64,
     /// When the snapshot was taken (seconds since the epoch), for `txmap info`.
     pub since: AtomicU64,
+    /// Snapshot + 1 if the snapshot limit expired that snapshot: the
+    /// transaction's next checked access or commit fails.
+    pub expired: AtomicU64,
 }
 
 /// Per page of the region.

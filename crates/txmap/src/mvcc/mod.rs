@@ -7,9 +7,13 @@
 //! Invariants:
 //! - A page's version chain is ordered newest first; a reader with snapshot S
 //!   uses the first version with `seq <= S`, else the region file.
-//! - The checkpointer writes version `w` of a page to the region file only if
-//!   `w <= horizon <= every live snapshot`, and unlinks versions `<= w` after
-//!   the write. So whatever a live snapshot reads from the file is its version.
+//! - A live snapshot reads the region file for a page only when it is older
+//!   than every version in the chain, and then the file holds its version.
+//!   Before a checkpoint overwrites such a page it links the file content at
+//!   the chain's tail, labelled with the oldest live snapshot (`preserve`),
+//!   and waits for readers that may still copy from the file
+//!   (`wait_for_readers`); `trim` keeps what live snapshots below the
+//!   checkpoint read. (docs/ARCHITECTURE.md, invariant 2.)
 //! - A version unlinked at epoch `e` is freed only when no slot entered the
 //!   read side at an epoch `<= e` and is still in it (epoch-based reclamation),
 //!   which lets fault handlers in every process walk chains without locks.
@@ -63,6 +67,10 @@ pub struct Init {
     pub log_start_seq: u64,
     pub log_end: u64,
     pub log_allocated: u64,
+    /// Snapshot limit: most commits a snapshot may lag, most page versions
+    /// in memory before the oldest snapshot is expired (0 = no limit).
+    pub limit_lag: u64,
+    pub limit_versions: u64,
 }
 
 /// Why an existing shared file cannot be used.
@@ -88,16 +96,38 @@ pub struct CheckpointPin<'a> {
 }
 
 impl<'a> CheckpointPin<'a> {
-    /// Pages with in-memory versions, and for each the version to write at horizon `t`.
-    pub fn pages(&self, l: &Locked<'_>, t: u64) -> Vec<(u32, VersionRef<'a>)> {
+    /// What a checkpoint at `t` writes: for each page with in-memory
+    /// versions, its newest version `<= t` unless the region file already has
+    /// it (`<= ckpt`, the last checkpoint). Also returns the pages among those
+    /// whose file content a live snapshot still reads: the oldest live
+    /// snapshot `oldest` is below every version in the page's chain (so it
+    /// finds none there). Those must be preserved before the write.
+    pub fn pages(
+        &self,
+        l: &Locked<'_>,
+        t: u64,
+        ckpt: u64,
+        oldest: Option<u64>,
+    ) -> (Vec<(u32, VersionRef<'a>)>, Vec<u32>) {
         let m = self.mvcc;
         let _ = l;
         let n = m.hdr().dirty_count.load(Ordering::Acquire) as usize;
-        m.dirty_list()[..n]
-            .iter()
-            .map(|p| p.load(Ordering::Acquire) as u32)
-            .filter_map(|p| m.lookup(p as usize, t).map(|v| (p, v)))
-            .collect()
+        let mut write = Vec::new();
+        let mut preserve = Vec::new();
+        for p in m.dirty_list()[..n].iter() {
+            let p = p.load(Ordering::Acquire) as u32;
+            let Some(v) = m.lookup(p as usize, t) else {
+                continue;
+            };
+            if v.seq <= ckpt {
+                continue;
+            }
+            if oldest.is_some_and(|o| m.tail_seq(p as usize).is_some_and(|tail| o < tail)) {
+                preserve.push(p);
+            }
+            write.push((p, v));
+        }
+        (write, preserve)
     }
 }
 
@@ -157,6 +187,8 @@ impl Mvcc {
             (&h.log_end, init.log_end),
             (&h.published_end, init.log_end),
             (&h.log_allocated, init.log_allocated),
+            (&h.limit_lag, init.limit_lag),
+            (&h.limit_versions, init.limit_versions),
         ] {
             f.store(v, Ordering::Relaxed);
         }
@@ -223,6 +255,14 @@ impl Mvcc {
 
     fn slots(&self) -> &[Slot] {
         self.file.slice(self.layout.slots, MAX_SLOTS + 1)
+    }
+
+    /// View slots up to the highest ever claimed (not the checkpoint slot).
+    /// A view claims its slot, and so raises the bound, before its first
+    /// snapshot or read.
+    fn view_slots(&self) -> &[Slot] {
+        let high = self.hdr().slots_high.load(Ordering::SeqCst) as usize;
+        &self.slots()[..high.min(MAX_SLOTS)]
     }
 
     fn entry(&self, page: usize) -> Option<&PageEntry> {
@@ -316,6 +356,9 @@ impl Mvcc {
                 .compare_exchange(0, self.pid, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
+                self.hdr()
+                    .slots_high
+                    .fetch_max(i as u64 + 1, Ordering::SeqCst);
                 self.mine[i].store(true, Ordering::Relaxed);
                 return Some(i);
             }
@@ -336,7 +379,7 @@ impl Mvcc {
     /// versions those pinned. Returns how many were cleared.
     pub fn reap_dead_slots(&self) -> usize {
         let mut n = 0;
-        for (i, s) in self.slots()[..MAX_SLOTS].iter().enumerate() {
+        for (i, s) in self.view_slots().iter().enumerate() {
             let owner = s.owner.load(Ordering::SeqCst);
             if owner == 0 || self.mine[i].load(Ordering::Relaxed) {
                 continue;
@@ -346,6 +389,7 @@ impl Mvcc {
                 if s.owner.load(Ordering::SeqCst) != 0 {
                     s.snapshot.store(0, Ordering::SeqCst);
                     s.epoch.store(0, Ordering::SeqCst);
+                    s.expired.store(0, Ordering::SeqCst);
                     s.owner.store(0, Ordering::SeqCst);
                     n += 1;
                 }
@@ -368,6 +412,7 @@ impl Mvcc {
     pub fn begin(&self, i: usize) -> u64 {
         let h = self.hdr();
         let slot = &self.slots()[i];
+        slot.expired.store(0, Ordering::SeqCst);
         loop {
             let s = h.commit_seq.load(Ordering::SeqCst);
             slot.snapshot.store(s + 1, Ordering::SeqCst);
@@ -414,7 +459,7 @@ impl Mvcc {
 
     /// Every live snapshot with its owner and start time.
     pub fn live_snapshots(&self) -> Vec<LiveSnapshot> {
-        self.slots()
+        self.view_slots()
             .iter()
             .filter_map(|s| {
                 let v = s.snapshot.load(Ordering::SeqCst);
@@ -422,6 +467,7 @@ impl Mvcc {
                     snapshot: v - 1,
                     pid: s.owner.load(Ordering::Relaxed) as u32,
                     since: s.since.load(Ordering::Relaxed),
+                    expired: s.expired.load(Ordering::Relaxed) == v,
                 })
             })
             .collect()
@@ -456,6 +502,90 @@ impl Mvcc {
     pub fn head_seq(&self, page: usize) -> Option<u64> {
         let l = self.entry(page)?.head.load(Ordering::Acquire);
         (l != 0).then(|| self.meta(l - 1).seq.load(Ordering::Acquire))
+    }
+
+    /// The sequence number of the oldest version of `page` in memory.
+    fn tail_seq(&self, page: usize) -> Option<u64> {
+        let mut l = self.entry(page)?.head.load(Ordering::Acquire);
+        let mut seq = None;
+        while l != 0 {
+            let m = self.meta(l - 1);
+            seq = Some(m.seq.load(Ordering::Acquire));
+            l = m.next.load(Ordering::Acquire);
+        }
+        seq
+    }
+
+    /// Copy-on-checkpoint: links `data` (the page's content in the region
+    /// file, about to be overwritten) as the oldest version of `page`,
+    /// labelled `label` (the oldest live snapshot, which is below every
+    /// version in the chain, so every snapshot that reads the file now reads
+    /// this instead). Caller reserved the block. Returns false if the chain
+    /// no longer needs it (its oldest version is at or below `label`).
+    pub fn preserve(
+        &self,
+        l: &Locked<'_>,
+        page: u32,
+        label: u64,
+        data: &[u8],
+    ) -> std::io::Result<bool> {
+        let Some(e) = self.entry(page as usize) else {
+            return Ok(false);
+        };
+        let mut at: &AtomicU64 = &e.head;
+        loop {
+            let c = at.load(Ordering::Acquire);
+            if c == 0 {
+                break;
+            }
+            if self.meta(c - 1).seq.load(Ordering::Acquire) <= label {
+                return Ok(false);
+            }
+            at = &self.meta(c - 1).next;
+        }
+        if std::ptr::eq(at, &e.head) || data.len() != PAGE {
+            return Ok(false); // no chain: nothing reads past the file
+        }
+        let b = self.alloc_block(l)?;
+        // SAFETY: block b was just allocated under the commit lock and is
+        // unreachable until linked below.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.block_data(b), PAGE) };
+        let m = self.meta(b);
+        m.seq.store(label, Ordering::Relaxed);
+        m.next.store(0, Ordering::Relaxed);
+        at.store(link(b), Ordering::SeqCst);
+        self.hdr().preserved_count.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Waits until every reader that might have looked a page up before now
+    /// has finished its copy (each copies one page between `enter` and
+    /// `leave`), so a region file page that no chain lookup leads to any
+    /// more can be overwritten. Reaps dead readers; false if a live one is
+    /// still inside after `limit` (a stopped process).
+    pub fn wait_for_readers(&self, limit: std::time::Duration) -> bool {
+        let e = self.hdr().epoch.fetch_add(1, Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            let busy = self.view_slots().iter().any(|s| {
+                let x = s.epoch.load(Ordering::SeqCst);
+                x != 0 && x <= e
+            });
+            if !busy {
+                return true;
+            }
+            rounds += 1;
+            if rounds.is_multiple_of(64) {
+                if start.elapsed() > limit {
+                    return false;
+                }
+                self.reap_dead_slots();
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     fn alloc_block(&self, _l: &Locked<'_>) -> std::io::Result<u64> {
@@ -598,6 +728,7 @@ impl Mvcc {
         if !unlinked.is_empty() {
             self.retire(l, unlinked);
         }
+        self.enforce_memory(plan.durable);
         Ok(())
     }
 
@@ -605,24 +736,29 @@ impl Mvcc {
     fn prune_page(&self, page: usize, plan: &PrunePlan, out: &mut Vec<u64>) {
         let Some(e) = self.entry(page) else { return };
         if plan.durable > e.pruned_to.load(Ordering::Relaxed) {
-            self.prune_chain(&e.head, plan, out);
+            self.prune_chain(&e.head, plan, false, out);
             e.pruned_to.store(plan.durable, Ordering::Relaxed);
         }
     }
 
     /// Unlinks the versions of a chain that no snapshot can read and no
-    /// checkpoint will write; pushes every unlinked block onto `out`.
-    fn prune_chain(&self, head: &AtomicU64, plan: &PrunePlan, out: &mut Vec<u64>) {
-        let mut cur = head.load(Ordering::Acquire);
+    /// checkpoint will write; pushes every unlinked block onto `out`. With
+    /// `drop_base` (after a checkpoint wrote `plan.durable` to the region
+    /// file), the newest version at or below it goes too unless an older
+    /// version is kept for a snapshot (a newer snapshot would find that one
+    /// instead of reading the file).
+    fn prune_chain(&self, head: &AtomicU64, plan: &PrunePlan, drop_base: bool, out: &mut Vec<u64>) {
+        let mut at: &AtomicU64 = head;
         // The newest version at or below `durable`.
         let mut kept = loop {
+            let cur = at.load(Ordering::Acquire);
             if cur == 0 {
                 return;
             }
             if self.meta(cur - 1).seq.load(Ordering::Acquire) <= plan.durable {
                 break cur - 1;
             }
-            cur = self.meta(cur - 1).next.load(Ordering::Acquire);
+            at = &self.meta(cur - 1).next;
         };
         let kept_seq = self.meta(kept).seq.load(Ordering::Acquire);
         let mut want = plan
@@ -631,6 +767,16 @@ impl Mvcc {
             .copied()
             .filter(|&s| s < kept_seq)
             .peekable();
+        if drop_base && want.peek().is_none() {
+            // The file has it and nobody needs anything older.
+            at.store(0, Ordering::SeqCst);
+            let mut t = link(kept);
+            while t != 0 {
+                out.push(t - 1);
+                t = self.meta(t - 1).next.load(Ordering::Acquire);
+            }
+            return;
+        }
         loop {
             let next = self.meta(kept).next.load(Ordering::Acquire);
             if next == 0 {
@@ -693,6 +839,7 @@ impl Mvcc {
         if !unlinked.is_empty() {
             self.retire(l, unlinked);
         }
+        self.enforce_memory(plan.durable);
     }
 
     /// Calls `f` for each page changed by commits in `(after, upto]`; false if
@@ -736,25 +883,116 @@ impl Mvcc {
     fn prune_plan(&self, durable: u64) -> PrunePlan {
         let durable = durable.min(self.commit_seq());
         self.hdr().horizon.fetch_max(durable, Ordering::SeqCst);
+        self.enforce_lag();
+        self.live_below(durable)
+    }
+
+    /// The plan that keeps what live snapshots below `bound` read.
+    fn live_below(&self, bound: u64) -> PrunePlan {
         let mut live: Vec<u64> = self
-            .slots()
+            .view_slots()
             .iter()
             .map(|s| s.snapshot.load(Ordering::SeqCst))
-            .filter(|&v| v != 0 && v - 1 < durable)
+            .filter(|&v| v != 0 && v - 1 < bound)
             .map(|v| v - 1)
             .collect();
         live.sort_unstable_by(|a, b| b.cmp(a));
         live.dedup();
-        PrunePlan { durable, live }
+        PrunePlan {
+            durable: bound,
+            live,
+        }
     }
 
-    /// Returns `T <= min(limit, every live snapshot)` such that no snapshot
-    /// below `T` can start from now on.
-    pub fn horizon(&self, limit: u64) -> u64 {
+    /// Applies the lag part of the snapshot limit (shared header): expires
+    /// every snapshot more than `limit_lag` commits behind.
+    fn enforce_lag(&self) {
+        let lag = self.hdr().limit_lag.load(Ordering::Relaxed);
+        if lag != 0 {
+            let now = self.commit_seq();
+            for s in self.view_slots() {
+                let v = s.snapshot.load(Ordering::SeqCst);
+                if v != 0 && now.saturating_sub(v - 1) > lag {
+                    self.expire_slot(s, v);
+                }
+            }
+        }
+    }
+
+    /// Applies the memory part (after pruning, so versions of snapshots that
+    /// ended are gone): while more than `limit_versions` page versions are
+    /// held, expires the oldest snapshot below `durable`, one at a time (the
+    /// next only once the expired one ended, as its versions go only then).
+    fn enforce_memory(&self, durable: u64) {
+        let h = self.hdr();
+        let versions = h.limit_versions.load(Ordering::Relaxed);
+        if versions != 0 && h.blocks_in_use.load(Ordering::Relaxed) > versions {
+            self.expire_oldest(durable);
+        }
+    }
+
+    fn expire_slot(&self, s: &Slot, v: u64) {
+        if s.expired.swap(v, Ordering::SeqCst) != v {
+            self.hdr().expired_count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Expires the oldest live snapshot below `bound` (every slot holding
+    /// it), unless an expired one is still live. Returns whether it did.
+    pub fn expire_oldest(&self, bound: u64) -> bool {
+        let mut oldest = None;
+        for s in self.view_slots() {
+            let v = s.snapshot.load(Ordering::SeqCst);
+            if v == 0 {
+                continue;
+            }
+            if s.expired.load(Ordering::SeqCst) == v {
+                return false; // wait for it to end
+            }
+            if v - 1 < bound && oldest.is_none_or(|o| v < o) {
+                oldest = Some(v);
+            }
+        }
+        let Some(o) = oldest else { return false };
+        for s in self.view_slots() {
+            if s.snapshot.load(Ordering::SeqCst) == o {
+                self.expire_slot(s, o);
+            }
+        }
+        true
+    }
+
+    /// True if the snapshot limit expired slot `i`'s snapshot `snapshot`.
+    pub fn expired(&self, i: usize, snapshot: u64) -> bool {
+        self.slots()[i].expired.load(Ordering::Acquire) == snapshot + 1
+    }
+
+    /// The snapshot limit as (lag in commits, page versions); 0 = none.
+    pub fn limit(&self) -> (u64, u64) {
+        let h = self.hdr();
+        (
+            h.limit_lag.load(Ordering::Relaxed),
+            h.limit_versions.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Snapshots expired by the limit, and page images preserved by
+    /// checkpoints, since the shared state was created.
+    pub fn expiry_counts(&self) -> (u64, u64) {
+        let h = self.hdr();
+        (
+            h.expired_count.load(Ordering::Relaxed),
+            h.preserved_count.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Returns `T = min(limit, newest commit)`, published so that no snapshot
+    /// below `T` can start from now on, and the oldest live snapshot, read
+    /// after publishing (every snapshot missed is `>= T`).
+    pub fn horizon(&self, limit: u64) -> (u64, Option<u64>) {
         let t0 = limit.min(self.commit_seq());
         self.hdr().horizon.fetch_max(t0, Ordering::SeqCst);
-        let oldest = self.snapshots().1.unwrap_or(u64::MAX);
-        t0.min(oldest)
+        (t0, self.snapshots().1)
     }
 
     /// Enters the read side for a checkpoint. Callers hold the shared
@@ -766,11 +1004,13 @@ impl Mvcc {
         CheckpointPin { mvcc: self }
     }
 
-    /// After versions up to `t` reached the region file: unlinks them and frees
-    /// what no reader can still see.
+    /// After versions up to `t` reached the region file: unlinks those no
+    /// live snapshot below `t` still reads, and frees what no reader can
+    /// still see. Pages left without versions leave the dirty list.
     pub fn trim(&self, l: &Locked<'_>, t: u64) {
         let h = self.hdr();
         let list = self.dirty_list();
+        let plan = self.live_below(t);
         let mut unlinked = Vec::new();
         let mut i = 0;
         while i < h.dirty_count.load(Ordering::Acquire) as usize {
@@ -779,24 +1019,7 @@ impl Mvcc {
                 i += 1;
                 continue;
             };
-            // Cut the chain at the first version <= t.
-            let mut at: &AtomicU64 = &e.head;
-            loop {
-                let c = at.load(Ordering::Acquire);
-                if c == 0 {
-                    break;
-                }
-                if self.meta(c - 1).seq.load(Ordering::Acquire) <= t {
-                    at.store(0, Ordering::SeqCst);
-                    let mut q = c;
-                    while q != 0 {
-                        unlinked.push(q - 1);
-                        q = self.meta(q - 1).next.load(Ordering::Acquire);
-                    }
-                    break;
-                }
-                at = &self.meta(c - 1).next;
-            }
+            self.prune_chain(&e.head, &plan, true, &mut unlinked);
             if e.head.load(Ordering::Acquire) == 0 {
                 // Swap-remove from the dirty list.
                 let n = h.dirty_count.load(Ordering::Acquire) - 1;
@@ -858,8 +1081,9 @@ impl Mvcc {
     }
 
     fn min_active_epoch(&self) -> u64 {
-        self.slots()
+        self.view_slots()
             .iter()
+            .chain(std::iter::once(&self.slots()[CHECKPOINT_SLOT]))
             .map(|s| s.epoch.load(Ordering::SeqCst))
             .filter(|&e| e != 0)
             .min()
@@ -889,6 +1113,8 @@ pub struct LiveSnapshot {
     pub pid: u32,
     /// Unix time (seconds) it began.
     pub since: u64,
+    /// The snapshot limit expired it: its next checked access or commit fails.
+    pub expired: bool,
 }
 
 #[cfg(test)]
@@ -916,6 +1142,8 @@ mod tests {
                 log_start_seq: 1,
                 log_end: 4096,
                 log_allocated: 4096,
+                limit_lag: 0,
+                limit_versions: 0,
             },
             0o600,
         )
@@ -931,7 +1159,7 @@ mod tests {
         m.publish(&l, 1, &[(0, &page(1))], 0).unwrap();
         m.publish(&l, 2, &[(0, &page(2))], 0).unwrap();
         let pin = m.pin_for_checkpoint();
-        let pages = pin.pages(&l, 1);
+        let pages = pin.pages(&l, 1, 0, None).0;
         assert_eq!(pages.len(), 1);
         let v1 = pages[0].1;
         assert_eq!((v1.seq, v1.data[0]), (1, 1));

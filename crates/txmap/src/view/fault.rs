@@ -31,6 +31,7 @@ impl ViewInner {
                     .add(HEADER_BYTES as usize + page * PAGE)
             },
         };
+        crate::debug::install_delay();
         // SAFETY: both are whole pages in live mappings; the alias is private to
         // this view and the source is an immutable version or the file image.
         unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, PAGE) };

@@ -375,6 +375,7 @@ impl View {
     }
 
     fn commit_outermost(&mut self) -> Result<()> {
+        self.check_expired()?;
         let v = &*self.inner;
         match v.doomed.load(Ordering::Relaxed) {
             0 => {}
@@ -533,7 +534,24 @@ impl View {
         }
     }
 
+    /// Fails if the region's snapshot limit expired this transaction's snapshot.
+    fn check_expired(&self) -> Result<()> {
+        if self.depth == 0 {
+            return Ok(());
+        }
+        let v = &*self.inner;
+        let s = v.snapshot.load(Ordering::Relaxed);
+        if v.region.mvcc.expired(v.slot, s) {
+            return Err(Error::SnapshotTooOld {
+                snapshot: s,
+                lag: v.region.mvcc.commit_seq().saturating_sub(s),
+            });
+        }
+        Ok(())
+    }
+
     fn check_range(&self, off: u64, len: usize) -> Result<usize> {
+        self.check_expired()?;
         let end = off
             .checked_add(len as u64)
             .filter(|&e| e <= self.len() as u64);
