@@ -767,8 +767,11 @@ impl Mvcc {
             .copied()
             .filter(|&s| s < kept_seq)
             .peekable();
-        if drop_base && want.peek().is_none() {
-            // The file has it and nobody needs anything older.
+        if drop_base && plan.live.is_empty() {
+            // The file has it and no live snapshot is below the checkpoint.
+            // (With one there, keep it even if the snapshot is past it: a
+            // commit's pruning may have unlinked the version the checkpoint
+            // wrote, so the file can hold a newer one than `kept`.)
             at.store(0, Ordering::SeqCst);
             let mut t = link(kept);
             while t != 0 {
@@ -1150,6 +1153,42 @@ mod tests {
         .unwrap();
         let _ = std::fs::remove_file(&p);
         m
+    }
+
+    /// A checkpoint wrote version 2; a later commit's pruning unlinked it
+    /// (no snapshot between 2 and 3), keeping version 1 for a live snapshot
+    /// at 1. The trim after the checkpoint must keep version 1: the file
+    /// holds 2, which that snapshot must not see.
+    #[test]
+    fn trim_keeps_an_old_snapshots_version_when_pruning_removed_the_written_one() {
+        let m = mvcc("trim-pruned");
+        let l = m.lock().unwrap();
+        m.publish(&l, 1, &[(0, &page(1))], 0).unwrap();
+        let slot = m.claim_slot().unwrap();
+        assert_eq!(m.begin(slot), 1);
+        m.publish(&l, 2, &[(0, &page(2))], u64::MAX).unwrap();
+        let pin = m.pin_for_checkpoint();
+        let (write, preserve) = pin.pages(&l, 2, 0, Some(1));
+        assert_eq!(
+            write.iter().map(|(p, v)| (*p, v.seq)).collect::<Vec<_>>(),
+            [(0, 2)]
+        );
+        assert!(
+            preserve.is_empty(),
+            "the snapshot at 1 has version 1 in the chain"
+        );
+        drop(pin);
+        m.publish(&l, 3, &[(0, &page(3))], u64::MAX).unwrap();
+        m.publish(&l, 4, &[(0, &page(4))], u64::MAX).unwrap();
+        assert_eq!(
+            m.lookup(0, 2).map(|v| v.seq),
+            Some(1),
+            "pruning unlinked version 2"
+        );
+        m.trim(&l, 2);
+        let v = m.lookup(0, 1).expect("the live snapshot's version");
+        assert_eq!((v.seq, v.data[0]), (1, 1));
+        m.release_slot(slot);
     }
 
     #[test]
