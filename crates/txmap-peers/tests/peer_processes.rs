@@ -4,6 +4,8 @@
 //! threads commit overlapping transactions (deadlocks and busy waits are
 //! retried inside `write`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -20,11 +22,7 @@ const KEYS: u64 = 300;
 const PER_TXN: u64 = 3;
 
 fn fresh_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("peerproc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::fresh_dir("peerproc", name)
 }
 
 fn peer(id: &str) -> Option<Peer> {

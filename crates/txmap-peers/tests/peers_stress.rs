@@ -4,6 +4,9 @@
 //! `Durability::Async`, a process crash must lose no acknowledged commit),
 //! and a pmemobj pool that fills up (a clean error, the store still usable).
 
+mod common;
+
+use common::Rng;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -15,11 +18,7 @@ use txmap_peers::{Config, Durability, Error, Op, Peer, Session, stores};
 const MINE: &[&str] = &["rocksdb", "pmemobj", "redb"];
 
 fn fresh_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("stress-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::fresh_dir("stress", name)
 }
 
 fn mine() -> Vec<Peer> {
@@ -34,16 +33,6 @@ fn mine() -> Vec<Peer> {
             }
         })
         .collect()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 fn get(s: &mut dyn Session, k: &[u8]) -> Option<Vec<u8>> {

@@ -3,6 +3,8 @@
 //! clear error, at once (no hang), and leaving the first open store and the
 //! data on disk intact.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -10,11 +12,7 @@ use std::time::Duration;
 use txmap_peers::{Config, Durability, Op, Peer, stores};
 
 fn fresh_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("single-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::fresh_dir("single", name)
 }
 
 fn value(store: &dyn txmap_peers::Store, k: &[u8]) -> Option<Vec<u8>> {

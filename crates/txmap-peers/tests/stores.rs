@@ -2,19 +2,16 @@
 //! gets and range reads checked against a `BTreeMap`, across a reopen, and
 //! with several threads writing disjoint keys at once.
 
+mod common;
+
+use common::Rng;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use txmap_peers::{Config, Durability, Error, Kind, Op, Peer, stores};
 
-/// A fresh directory on the workspace's file system (ext4 here, not tmpfs:
-/// the stores sync files).
 fn fresh_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("peers-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::fresh_dir("peers", name)
 }
 
 fn installed() -> Vec<Peer> {
@@ -25,17 +22,6 @@ fn installed() -> Vec<Peer> {
         }
     }
     all.into_iter().filter(|p| p.available.is_ok()).collect()
-}
-
-/// xorshift: deterministic keys without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 fn key(i: u64) -> Vec<u8> {
