@@ -219,7 +219,10 @@ fn a_store_outside_a_transaction_fails_loudly() {
         // The parent's directory: the parent removes it and its shared state.
         let d = std::path::PathBuf::from(std::env::var("TXMAP_TEST_DIR").unwrap());
         let r = Region::create(&d.join("r.txm"), PAGE, Options::default()).unwrap();
-        let v = r.view().unwrap();
+        let mut v = r.view().unwrap();
+        // A page written through the accessors in a committed transaction
+        // must not stay writable either.
+        v.run(|v| v.write(0, &5u8)).unwrap();
         // SAFETY: deliberately wrong: a store outside a transaction.
         unsafe { std::ptr::write_volatile(v.base(), 1) };
         unreachable!("the store must not succeed");

@@ -306,3 +306,54 @@ fn merges_follow_the_fill_thresholds() {
     assert!(v.run(|v| t.delete(v, &ks[0])).unwrap());
     assert_eq!(state(&mut v), (1, 2));
 }
+
+#[test]
+fn inserts_and_same_length_updates_in_place_log_small_records_and_read_back() {
+    let d = ext4_dir("lh-in-place");
+    let r = Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(|v| LinearHash::create(v, 1)).unwrap();
+    // 60 entries of 40 bytes: one bucket page about 60 % full, no split.
+    let key = |i: u32| format!("k{i:04}").into_bytes();
+    let val = [7u8; 27];
+    v.run(|v| {
+        for i in 1..=60u32 {
+            t.put(v, &key(i), &val)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(v.run(|v| t.check(v)).unwrap().buckets, 1);
+    let logged = |v: &mut View, k: &[u8], val: &[u8], had: bool| {
+        let before = r.stats().log_bytes;
+        assert_eq!(v.run(|v| t.put(v, k, val)).unwrap(), had);
+        r.stats().log_bytes - before
+    };
+    // Only the new cell (or value) and the count differ from the snapshot.
+    let n = logged(&mut v, &key(0), b"new value", false);
+    assert!(n < 256, "a new key logged {n} bytes");
+    let n = logged(&mut v, &key(30), &[9u8; 27], true);
+    assert!(n < 256, "a same-length update logged {n} bytes");
+    // A longer value takes the rewriting path and is still right.
+    logged(&mut v, &key(31), &[5u8; 100], true);
+    v.begin_read().unwrap();
+    let rep = t.check(&v).unwrap();
+    assert_eq!((rep.entries, rep.buckets), (61, 1));
+    for i in 1..=60u32 {
+        let want: &[u8] = match i {
+            30 => &[9u8; 27],
+            31 => &[5u8; 100],
+            _ => &val,
+        };
+        assert_eq!(
+            t.get(&v, &key(i)).unwrap().as_deref(),
+            Some(want),
+            "key {i}"
+        );
+    }
+    assert_eq!(
+        t.get(&v, &key(0)).unwrap().as_deref(),
+        Some(&b"new value"[..])
+    );
+    v.commit().unwrap();
+}

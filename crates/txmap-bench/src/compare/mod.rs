@@ -862,7 +862,7 @@ fn page_touch(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
     let _ = writeln!(
         r.md,
         "## Page touch (txmap only)\n\nFirst read or write of each of n pages inside a transaction on a fresh view, \
-         with and without the advisory call for the whole range, µs per page (begin and commit not included; \
+         by plain loads and stores (a fault each), after the advisory call for the whole range, and through the accessors, µs per page (begin and commit not included; \
          `txmap-bench touch` has the full table). The peers have no page-level mechanism to set beside it.\n"
     );
     let mut head = vec!["".to_string()];

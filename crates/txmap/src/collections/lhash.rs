@@ -27,7 +27,10 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::array::ArrayList;
-use super::node::{Val, cell_at, cell_bytes, check_key, put_cell, put16, put64, u16_at, u64_at};
+use super::node::{
+    Val, cell_at, cell_bytes, check_key, put_cell, put_inline_cell, put16, put64, u16_at, u32_at,
+    u64_at,
+};
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");
@@ -85,6 +88,44 @@ fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64, u16)> {
         at = end;
     }
     Some((out, next, depth))
+}
+
+/// A bucket page read in place, for one key: where that key's cell is
+/// (its offset and the offset after it), where the page's cells end, the
+/// page's count and its next overflow page. No copies.
+struct PageScan {
+    found: Option<(usize, usize)>,
+    end: usize,
+    count: u16,
+    next: u64,
+}
+
+fn scan_page(b: &[u8], key: &[u8]) -> Option<PageScan> {
+    let count = u16_at(b, 0)?;
+    let next = u64_at(b, 8)?;
+    let mut at = PAGE_HDR;
+    let mut found = None;
+    for _ in 0..count {
+        let klen = u16_at(b, at)? as usize;
+        let vo = at + 8 + klen;
+        let end = match b.get(at + 2)? {
+            0 => vo + u32_at(b, at + 4)? as usize,
+            _ => vo + 16,
+        };
+        if end > b.len() {
+            return None;
+        }
+        if found.is_none() && b[at + 8..vo] == *key {
+            found = Some((at, end));
+        }
+        at = end;
+    }
+    Some(PageScan {
+        found,
+        end: at,
+        count,
+        next,
+    })
 }
 
 fn encode_page(ents: &[Entry], next: u64, depth: u16) -> Vec<u8> {
@@ -276,12 +317,14 @@ impl LinearHash {
         let mut p = first;
         let mut n = 0;
         while p != 0 {
-            let (e, next, _) = parse_page(v.slice(p, BUCKET)?)
-                .ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
-            if let Some((_, val)) = e.into_iter().find(|(k, _)| k == key) {
+            let b = v.slice(p, BUCKET)?;
+            let s = scan_page(b, key).ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+            if let Some((at, _)) = s.found {
+                let (_, val, _) =
+                    cell_at(b, at).ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
                 return Ok(Some(val.load(v)?));
             }
-            p = next;
+            p = s.next;
             n += 1;
             if n > v.len() / PAGE as usize {
                 return Err(corrupt(v, first, "bucket chain has a cycle"));
@@ -308,6 +351,11 @@ impl LinearHash {
         check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
+        if value.len() <= INLINE_MAX
+            && let Some(had) = self.put_in_place(v, first, key, value)?
+        {
+            return Ok((had, false));
+        }
         let (mut ents, pages, depth) = self.read_chain(v, first)?;
         let val = Val::store(v, value, INLINE_MAX)?;
         let had = match ents.iter().position(|(k, _)| k == key) {
@@ -323,6 +371,48 @@ impl LinearHash {
         };
         let n = self.write_chain(v, &ents, &pages, depth)?;
         Ok((had, !had && n > pages.len()))
+    }
+
+    /// Puts an inline value without rewriting the chain: a new key goes at
+    /// the end of the first page with room, a value of the same length
+    /// overwrites the old one. Writes (and logs) only those bytes and the
+    /// page's count. `None` when neither applies (the chain must be rewritten).
+    fn put_in_place(
+        &self,
+        v: &mut View,
+        first: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<bool>> {
+        let need = 8 + key.len() + value.len();
+        let (mut p, mut hops, mut room) = (first, 0, None);
+        while p != 0 {
+            let b = v.slice(p, BUCKET)?;
+            let s = scan_page(b, key).ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+            if let Some((at, end)) = s.found {
+                let same = b[at + 2] == 0 && u32_at(b, at + 4) == Some(value.len() as u32);
+                if !same {
+                    return Ok(None);
+                }
+                let vo = p + (end - value.len()) as u64;
+                v.slice_mut(vo, value.len())?.copy_from_slice(value);
+                return Ok(Some(true));
+            }
+            if room.is_none() && s.end + need <= BUCKET {
+                room = Some((p, s.end, s.count));
+            }
+            p = s.next;
+            hops += 1;
+            if hops > v.len() / PAGE as usize {
+                return Err(corrupt(v, first, "bucket chain has a cycle"));
+            }
+        }
+        let Some((p, end, count)) = room else {
+            return Ok(None);
+        };
+        put_inline_cell(v.slice_mut(p + end as u64, need)?, 0, key, value);
+        v.write(p, &(count + 1))?;
+        Ok(Some(false))
     }
 
     /// Splits the bucket at the split pointer and advances it.

@@ -8,7 +8,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{DOOM_READ_ONLY_WRITE, DOOM_TOO_LARGE, TOUCH_READ, TOUCH_WRITE, ViewInner};
+use super::{
+    DOOM_READ_ONLY_WRITE, DOOM_TOO_LARGE, TOUCH_BITS, TOUCH_EXPOSED_RW, TOUCH_READ, TOUCH_WRITE,
+    ViewInner,
+};
 use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
 use crate::wal::format::HEADER_BYTES;
@@ -53,7 +56,11 @@ impl ViewInner {
             return Access::None;
         };
         let prev = t.load(Ordering::Relaxed);
-        let bits = if prev >> 2 == serial { prev & 3 } else { 0 };
+        let bits = if prev >> TOUCH_BITS == serial {
+            prev & ((1 << TOUCH_BITS) - 1)
+        } else {
+            0
+        };
         if self
             .valid
             .get(page)
@@ -87,13 +94,13 @@ impl ViewInner {
                 }
             }
             t.store(
-                serial << 2 | bits | TOUCH_WRITE | TOUCH_READ,
+                serial << TOUCH_BITS | bits | TOUCH_WRITE | TOUCH_READ,
                 Ordering::Relaxed,
             );
             Access::ReadWrite
         } else {
             if bits == 0 {
-                t.store(serial << 2 | TOUCH_READ, Ordering::Relaxed);
+                t.store(serial << TOUCH_BITS | TOUCH_READ, Ordering::Relaxed);
             }
             if bits & TOUCH_WRITE != 0 {
                 Access::ReadWrite
@@ -101,6 +108,47 @@ impl ViewInner {
                 Access::Read
             }
         }
+    }
+
+    /// This transaction's touch bits of `page` (0 if untouched).
+    pub(super) fn touch_bits(&self, page: usize) -> u32 {
+        let serial = self.serial.load(Ordering::Relaxed);
+        match self.touched.get(page) {
+            Some(t) => {
+                let v = t.load(Ordering::Relaxed);
+                if v >> TOUCH_BITS == serial {
+                    v & ((1 << TOUCH_BITS) - 1)
+                } else {
+                    0
+                }
+            }
+            None => 0,
+        }
+    }
+
+    /// Notes that `page` is writable at the user address in this
+    /// transaction, so that its end protects it again.
+    pub(super) fn mark_exposed_rw(&self, page: usize) {
+        if let Some(t) = self.touched.get(page) {
+            t.fetch_or(TOUCH_EXPOSED_RW, Ordering::Relaxed);
+        }
+    }
+
+    /// Accessor path: tracks `[off, off+len)` in software (install, read
+    /// set, twin) exactly as first touches would, and returns its address in
+    /// the always-writable alias. Takes no fault and changes no protection.
+    /// The caller has checked the range and that a transaction is active.
+    pub(super) fn access(&self, off: usize, len: usize, write: bool) -> *mut u8 {
+        if len > 0 {
+            let need = if write { TOUCH_WRITE } else { TOUCH_READ };
+            for page in off / PAGE..=(off + len - 1) / PAGE {
+                if self.touch_bits(page) & need == 0 {
+                    self.touch(page, write);
+                }
+            }
+        }
+        // SAFETY: off + len is within the mapped size, which the alias maps.
+        unsafe { self.alias.base().add(off) }
     }
 
     /// Adds `page` to the read set of a serializable transaction.
@@ -159,7 +207,11 @@ impl ViewInner {
         self.faults.fetch_add(1, Ordering::Relaxed);
         self.islands.fetch_add(1, Ordering::Relaxed);
         let access = if self.active.load(Ordering::Acquire) {
-            self.touch(page, write)
+            let a = self.touch(page, write);
+            if a == Access::ReadWrite {
+                self.mark_exposed_rw(page);
+            }
+            a
         } else {
             if write {
                 return FaultOutcome::WriteOutsideTransaction;

@@ -25,6 +25,10 @@ use crate::wal::format::Range;
 
 const TOUCH_READ: u32 = 1;
 const TOUCH_WRITE: u32 = 2;
+/// The page is writable at the user address (a store faulted or was declared).
+const TOUCH_EXPOSED_RW: u32 = 4;
+/// Low bits of a `touched` entry; the transaction serial is above them.
+const TOUCH_BITS: u32 = 3;
 const DOOM_USER: u8 = 1;
 const DOOM_READ_ONLY_WRITE: u8 = 2;
 const DOOM_TOO_LARGE: u8 = 3;
@@ -296,7 +300,7 @@ impl View {
         let v = &*self.inner;
         let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
         v.valid_seq.store(s, Ordering::Relaxed);
-        let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> 2);
+        let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> TOUCH_BITS);
         if serial == 0
             && let Err(e) = self.inner.touched.clear()
         {
@@ -318,13 +322,17 @@ impl View {
     /// Brings the view to snapshot `s`: invalidates the pages commits changed
     /// since its last snapshot (or all, if the journal no longer reaches back),
     /// and re-protects everything when reads must be tracked or too many
-    /// readable islands accumulated.
+    /// readable islands accumulated. A view whose pages were only used
+    /// through the accessors has nothing accessible at the user address
+    /// (`islands == 0`) and needs no protection call at all.
     fn refresh(&mut self, s: u64, opts: TxnOptions) -> Result<()> {
         let v = &*self.inner;
         let mvcc = &v.region.mvcc;
         v.snapshot.store(s, Ordering::Relaxed);
         let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
-        let protect_all = track_reads || v.islands.load(Ordering::Relaxed) > MAX_ISLANDS;
+        let islands = v.islands.load(Ordering::Relaxed);
+        let exposed = islands > 0;
+        let protect_all = exposed && (track_reads || islands > MAX_ISLANDS);
         // Invalidate pages that commits since our last snapshot changed.
         let own = v.last_commit.load(Ordering::Relaxed);
         let mut err = Ok(());
@@ -332,7 +340,7 @@ impl View {
             let valid = v.valid.get(p as usize).expect("page below max size");
             if valid.load(Ordering::Relaxed) == 1 && mvcc.page_seq(p as usize) != own {
                 valid.store(0, Ordering::Relaxed);
-                if !protect_all && err.is_ok() {
+                if exposed && !protect_all && err.is_ok() {
                     err = v.user.protect(p as usize * PAGE, PAGE, Access::None);
                 }
             }
@@ -346,7 +354,7 @@ impl View {
                 .map_err(|e| Error::os("reset view", e))?;
         }
         let v = &*self.inner;
-        if protect_all || !complete {
+        if protect_all || (exposed && !complete) {
             v.user
                 .protect(0, v.mapped.load(Ordering::Relaxed), Access::None)
                 .map_err(|e| Error::os("protect view", e))?;
@@ -447,7 +455,10 @@ impl View {
             if !committed {
                 v.restore_twin(slot, page);
             }
-            reset |= v.user.protect(page * PAGE, PAGE, Access::Read).is_err();
+            // Pages written through the accessors were never writable here.
+            if v.touch_bits(page) & TOUCH_EXPOSED_RW != 0 {
+                reset |= v.user.protect(page * PAGE, PAGE, Access::Read).is_err();
+            }
         });
         if reset {
             // Pages written without a twin cannot be restored: forget them all.
@@ -456,6 +467,7 @@ impl View {
                 .protect(0, v.mapped.load(Ordering::Relaxed), Access::None)
                 .is_ok();
             assert!(ok, "cannot re-protect a view");
+            v.islands.store(0, Ordering::Relaxed);
             let _ = self.inner.valid.clear();
         }
         let v = &*self.inner;
@@ -484,11 +496,12 @@ impl View {
         let mut protected = Ok(());
         v.for_each_written(|slot, page| {
             v.restore_twin(slot, page);
-            // Later stores fault again and take a new twin.
+            let exposed = v.touch_bits(page) & TOUCH_EXPOSED_RW != 0;
+            // Later stores fault (or go through `access`) again and take a new twin.
             if let Some(t) = v.touched.get(page) {
-                t.store(serial << 2 | TOUCH_READ, Ordering::Relaxed);
+                t.store(serial << TOUCH_BITS | TOUCH_READ, Ordering::Relaxed);
             }
-            if protected.is_ok() {
+            if exposed && protected.is_ok() {
                 protected = v.user.protect(page * PAGE, PAGE, Access::Read);
             }
         });
@@ -565,10 +578,20 @@ impl View {
     }
 
     /// Bytes at `off` (a snapshot read inside a transaction).
+    ///
+    /// Inside a transaction the accessors track their pages in software, as
+    /// first touches would be tracked, and take no page fault; outside one,
+    /// this reads the latest committed data.
     pub fn slice(&self, off: u64, len: usize) -> Result<&[u8]> {
         let o = self.check_range(off, len)?;
-        // SAFETY: in bounds of the mapping; first touches fault into our handler.
-        Ok(unsafe { std::slice::from_raw_parts(self.base().add(o), len) })
+        if self.depth == 0 {
+            // SAFETY: in bounds of the mapping; first touches fault into our handler.
+            return Ok(unsafe { std::slice::from_raw_parts(self.base().add(o), len) });
+        }
+        let p = self.inner.access(o, len, false);
+        // SAFETY: in bounds of the alias, whose pages now hold this
+        // transaction's snapshot; stores need &mut self, so none alias this.
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
     }
 
     /// Writable bytes at `off`; stores stay private until commit.
@@ -577,8 +600,10 @@ impl View {
             return Err(Error::Invalid("store outside a transaction".into()));
         }
         let o = self.check_range(off, len)?;
-        // SAFETY: in bounds; exclusive through &mut self; faults are handled.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.base().add(o), len) })
+        let p = self.inner.access(o, len, true);
+        // SAFETY: in bounds of the alias (always writable); the pages have
+        // their twins; exclusive through &mut self.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
     }
 
     /// Reads a plain value at `off` (any alignment).
@@ -625,6 +650,9 @@ impl View {
         // Allocate the private pages of the whole range in one call.
         v.alias
             .populate(first * PAGE, (last + 1 - first) * PAGE, true);
+        // Counted before any page becomes accessible here (see `refresh`).
+        v.islands
+            .fetch_add((last + 1 - first) as u64, Ordering::Relaxed);
         let mut run: Option<(usize, Access)> = None;
         let flush = |r: Option<(usize, Access)>, end: usize| match r {
             Some((start, a)) => v
@@ -635,6 +663,9 @@ impl View {
         };
         for page in first..=last {
             let a = v.touch(page, access == PageAccess::Write);
+            if a == Access::ReadWrite {
+                v.mark_exposed_rw(page);
+            }
             match run {
                 Some((_, ra)) if ra == a => {}
                 _ => {

@@ -1,0 +1,154 @@
+//! The accessors (`read`, `slice`, `write`, `slice_mut`, ...) track pages in
+//! software, without faults, while raw loads and stores through `base()` keep
+//! being tracked by page protection. Both must give the same transactions.
+mod common;
+
+use common::*;
+use txmap::{Error, Options, Region, View};
+
+const PAGE: u64 = 4096;
+
+fn raw(v: &View, off: u64) -> *mut u64 {
+    // SAFETY (of the callers' dereferences): inside a transaction, in the region.
+    unsafe { v.base().add(off as usize) as *mut u64 }
+}
+
+#[test]
+fn accessors_take_no_faults_and_raw_accesses_still_do() {
+    let d = ext4_dir("acc-faults");
+    let r = Region::create(&d.join("r.txm"), 16 * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    let f = v.faults();
+    for round in 0..3u64 {
+        v.begin().unwrap();
+        for p in 0..8 {
+            let x: u64 = v.read(p * PAGE).unwrap();
+            assert_eq!(x, round * p);
+            v.write(p * PAGE, &((round + 1) * p)).unwrap();
+        }
+        v.commit().unwrap();
+    }
+    assert_eq!(v.faults(), f, "accessor reads and writes do not fault");
+    v.begin().unwrap();
+    // SAFETY: inside a transaction, in the region.
+    let x = unsafe { raw(&v, 2 * PAGE).read_volatile() };
+    assert_eq!(x, 6, "a raw load sees what the accessors committed");
+    assert_eq!(v.faults(), f + 1, "a raw load of an untouched page faults");
+    // SAFETY: as above.
+    unsafe { raw(&v, 9 * PAGE).write_volatile(1) };
+    v.commit().unwrap();
+    assert_eq!(v.faults(), f + 2);
+}
+
+#[test]
+fn raw_and_accessor_stores_to_one_page_commit_and_abort_together() {
+    let d = ext4_dir("acc-mixed");
+    let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    v.write(0, &1u64).unwrap();
+    // SAFETY: inside a transaction, in the region.
+    unsafe {
+        assert_eq!(
+            raw(&v, 0).read_volatile(),
+            1,
+            "raw load sees the accessor store"
+        );
+        raw(&v, 8).write_volatile(2);
+    }
+    assert_eq!(v.read::<u64>(8).unwrap(), 2, "accessor sees the raw store");
+    v.commit().unwrap();
+
+    v.begin().unwrap();
+    // SAFETY: as above.
+    unsafe { raw(&v, 8).write_volatile(20) };
+    v.write(0, &10u64).unwrap();
+    v.write(PAGE, &11u64).unwrap();
+    v.abort().unwrap();
+    assert_eq!(
+        v.read::<u64>(0).unwrap(),
+        1,
+        "abort restores accessor stores"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { raw(&v, 8).read_volatile() }, 2, "and raw ones");
+    assert_eq!(v.read::<u64>(PAGE).unwrap(), 0);
+    assert!(matches!(v.commit(), Err(Error::Aborted)));
+
+    let mut w = r.view().unwrap();
+    w.begin_read().unwrap();
+    assert_eq!(
+        (w.read::<u64>(0).unwrap(), w.read::<u64>(8).unwrap()),
+        (1, 2)
+    );
+    w.commit().unwrap();
+    drop((v, w, r));
+    let r = Region::open(&d.join("r.txm"), Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(
+        (v.read::<u64>(0).unwrap(), v.read::<u64>(8).unwrap()),
+        (1, 2)
+    );
+    v.commit().unwrap();
+}
+
+/// Write skew with raw loads, in views that so far used only the accessors
+/// (nothing is accessible at their user address): the raw loads must still
+/// be in the read set. Several rounds cover both the first transaction with
+/// raw loads and later ones (after pages became accessible).
+#[test]
+fn raw_loads_are_validated_in_views_that_used_accessors_before() {
+    let d = ext4_dir("acc-skew");
+    let r = Region::create(&d.join("r.txm"), 2 * PAGE, Options::default()).unwrap();
+    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    for round in 0..4 {
+        a.run(|v| {
+            v.write(0, &50i64)?;
+            v.write(PAGE, &50i64)
+        })
+        .unwrap();
+        b.run(|v| v.read::<i64>(0)).unwrap();
+        a.begin().unwrap();
+        b.begin().unwrap();
+        for v in [&a, &b] {
+            // SAFETY: inside a transaction, in the region.
+            let sum = unsafe { raw(v, 0).read_volatile() + raw(v, PAGE).read_volatile() };
+            assert_eq!(sum, 100, "round {round}");
+        }
+        // SAFETY: as above.
+        unsafe {
+            raw(&a, 0).write_volatile((-10i64) as u64);
+            raw(&b, PAGE).write_volatile((-10i64) as u64);
+        }
+        a.commit().unwrap();
+        assert!(
+            matches!(b.commit(), Err(Error::Conflict)),
+            "round {round}: b read x by a raw load, and a changed x"
+        );
+    }
+}
+
+/// The accessors keep every transaction on one snapshot, and the view picks
+/// up other views' commits at its next begin without faults of its own.
+#[test]
+fn accessor_reads_see_one_snapshot_and_later_commits() {
+    let d = ext4_dir("acc-snap");
+    let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
+    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    a.run(|v| v.write(PAGE, &1u64)).unwrap();
+    b.begin_read().unwrap();
+    assert_eq!(b.read::<u64>(PAGE).unwrap(), 1);
+    a.run(|v| v.write(PAGE, &2u64)).unwrap();
+    assert_eq!(b.read::<u64>(PAGE).unwrap(), 1, "same snapshot");
+    b.commit().unwrap();
+    let f = b.faults();
+    b.begin_read().unwrap();
+    assert_eq!(
+        b.read::<u64>(PAGE).unwrap(),
+        2,
+        "the next transaction sees the commit"
+    );
+    b.commit().unwrap();
+    assert_eq!(b.faults(), f);
+}
