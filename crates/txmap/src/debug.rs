@@ -94,3 +94,19 @@ pub(crate) fn install_delay() {
         std::hint::spin_loop();
     }
 }
+
+static CHECKPOINT_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's checkpoints pause `us` microseconds before they take
+/// the commit lock to choose what to write, widening races with commits for
+/// tests.
+pub fn slow_checkpoints(us: u64) {
+    CHECKPOINT_PAUSE_US.store(us, Ordering::Relaxed);
+}
+
+pub(crate) fn checkpoint_pause() {
+    let us = CHECKPOINT_PAUSE_US.load(Ordering::Relaxed);
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}

@@ -1053,25 +1053,39 @@ impl RegionInner {
         self.mvcc.reap_dead_slots();
         self.log.sync_all(h)?;
         // Every synced commit goes to the file, however old the live
-        // snapshots: what they read there is preserved first.
-        let (mut t, oldest) = self.mvcc.horizon(Log::synced_seq(h));
+        // snapshots: what they read there is preserved first. The bound is
+        // chosen under the same hold of the commit lock as the pages: every
+        // pruning so far (all under that lock) used a bound at or below it,
+        // so each page's newest version at or below it is still linked. A
+        // bound read earlier could fall below a later pruning's, whose
+        // version it needs would be gone, and the header would claim it.
         let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
-        if t > ckpt {
-            let pin = self.mvcc.pin_for_checkpoint();
-            let (mut pages, preserve) = {
-                let l = self.lock_commit()?;
-                pin.pages(&l, t, ckpt, oldest)
+        let pin = self.mvcc.pin_for_checkpoint();
+        crate::debug::checkpoint_pause();
+        let (mut t, mut pages, preserve, oldest) = {
+            let l = self.lock_commit()?;
+            let (t, oldest) = self.mvcc.horizon(Log::synced_seq(h));
+            let (pages, preserve) = if t > ckpt {
+                pin.pages(&l, t, ckpt, oldest, true)
+            } else {
+                (Vec::new(), Vec::new())
             };
+            (t, pages, preserve, oldest)
+        };
+        if t > ckpt {
             if let Some(o) = oldest
                 && !preserve.is_empty()
                 && !(crate::debug::copy_on_checkpoint() && self.copy_on_checkpoint(&preserve, o)?)
             {
                 // No room for the copies (or a reader is stuck): write only
                 // what every live snapshot is past; the log keeps the rest.
-                t = t.min(o);
+                // The oldest snapshot is read again under the lock: one that
+                // is live there has had its versions kept by every pruning.
+                let l = self.lock_commit()?;
+                let (_, now) = self.mvcc.horizon(t);
+                t = now.map_or(t, |o| t.min(o));
                 pages = if t > ckpt {
-                    let l = self.lock_commit()?;
-                    pin.pages(&l, t, ckpt, None).0
+                    pin.pages(&l, t, ckpt, None, false).0
                 } else {
                     Vec::new()
                 };
@@ -1098,12 +1112,12 @@ impl RegionInner {
                 h.checkpoint_seq.store(t, Ordering::Release);
                 Ok(())
             })();
-            drop(pin);
             if let Err(e) = r {
                 crate::wal::log::poison(h, &e);
                 return Err(e);
             }
         }
+        drop(pin);
         let l = self.lock_commit()?;
         let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
         self.log.maybe_reset(h, &l, ckpt)?;

@@ -101,13 +101,16 @@ impl<'a> CheckpointPin<'a> {
     /// it (`<= ckpt`, the last checkpoint). Also returns the pages among those
     /// whose file content a live snapshot still reads: the oldest live
     /// snapshot `oldest` is below every version in the page's chain (so it
-    /// finds none there). Those must be preserved before the write.
+    /// finds none there). Those must be preserved before the write. With
+    /// `covers_pruning`, `t` must be at or above every pruning bound so far
+    /// (asserted: below it, the version wanted may have been unlinked).
     pub fn pages(
         &self,
         l: &Locked<'_>,
         t: u64,
         ckpt: u64,
         oldest: Option<u64>,
+        covers_pruning: bool,
     ) -> (Vec<(u32, VersionRef<'a>)>, Vec<u32>) {
         let m = self.mvcc;
         let _ = l;
@@ -116,6 +119,17 @@ impl<'a> CheckpointPin<'a> {
         let mut preserve = Vec::new();
         for p in m.dirty_list()[..n].iter() {
             let p = p.load(Ordering::Acquire) as u32;
+            // The version wanted is linked if no pruning went past `t` (see
+            // `Region::checkpoint`), or a live snapshot at `t` kept it.
+            if covers_pruning {
+                let pruned = m
+                    .entry(p as usize)
+                    .map_or(0, |e| e.pruned_to.load(Ordering::Relaxed));
+                assert!(
+                    pruned <= t,
+                    "checkpoint bound {t} below the pruning bound {pruned} of page {p}"
+                );
+            }
             let Some(v) = m.lookup(p as usize, t) else {
                 continue;
             };
@@ -1168,7 +1182,7 @@ mod tests {
         assert_eq!(m.begin(slot), 1);
         m.publish(&l, 2, &[(0, &page(2))], u64::MAX).unwrap();
         let pin = m.pin_for_checkpoint();
-        let (write, preserve) = pin.pages(&l, 2, 0, Some(1));
+        let (write, preserve) = pin.pages(&l, 2, 0, Some(1), true);
         assert_eq!(
             write.iter().map(|(p, v)| (*p, v.seq)).collect::<Vec<_>>(),
             [(0, 2)]
@@ -1198,7 +1212,7 @@ mod tests {
         m.publish(&l, 1, &[(0, &page(1))], 0).unwrap();
         m.publish(&l, 2, &[(0, &page(2))], 0).unwrap();
         let pin = m.pin_for_checkpoint();
-        let pages = pin.pages(&l, 1, 0, None).0;
+        let pages = pin.pages(&l, 1, 0, None, true).0;
         assert_eq!(pages.len(), 1);
         let v1 = pages[0].1;
         assert_eq!((v1.seq, v1.data[0]), (1, 1));
