@@ -148,15 +148,10 @@ impl Session for TxSession {
     fn get(&mut self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         let map = self.map;
         self.view.begin_read().map_err(fail(self.id))?;
-        let r = map.get(&self.view, key);
+        // The value is handed over borrowed from the view, as LMDB does.
+        let r = map.get_with(&self.view, key, f);
         self.view.commit().map_err(fail(self.id))?;
-        match r.map_err(fail(self.id))? {
-            Some(val) => {
-                f(&val);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        r.map_err(fail(self.id))
     }
 
     fn update(&mut self, key: &[u8], f: &mut dyn FnMut(&mut Vec<u8>)) -> Result<Option<u32>> {

@@ -373,10 +373,17 @@ fn a_store_through_an_inherited_view_in_a_forked_child_fails_loudly() {
 fn a_view_at_a_fixed_address_keeps_that_address() {
     let d = ext4_dir("fixed");
     let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
-    let probe = r.view().unwrap();
-    let free = probe.base() as usize; // an address range known to be free once dropped
-    drop(probe);
-    let mut v = r.view_at(free).unwrap();
+    // An address range known to be free once the probe is dropped; other
+    // tests' threads reserve address space too, so it may be taken again
+    // before we map it: then try another.
+    let (free, mut v) = (0..20)
+        .find_map(|_| {
+            let probe = r.view().unwrap();
+            let free = probe.base() as usize;
+            drop(probe);
+            r.view_at(free).ok().map(|v| (free, v))
+        })
+        .expect("a free address range");
     assert_eq!(v.base() as usize, free);
     v.run(|v| v.write(PAGE, &5u32)).unwrap();
     let e = r.view_at(free).err().expect("the address is taken");

@@ -92,3 +92,35 @@ fn an_insert_into_a_leaf_with_room_logs_a_small_record() {
     );
     v.commit().unwrap();
 }
+
+#[test]
+fn get_with_hands_over_inline_block_and_absent_values_like_get() {
+    use txmap::collections::{AnyMap, Kind, Map};
+    let d = ext4_dir("get-with");
+    let r = txmap::Region::create(&d.join("r.txm"), 4 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    for kind in [Kind::BTree, Kind::LinearHash, Kind::CoBTree] {
+        let m = v
+            .run(|v| AnyMap::create_named(v, &format!("{kind:?}"), kind))
+            .unwrap();
+        let big = coll::value(9, 9000); // beyond every inline limit: a block
+        v.run(|v| {
+            m.put(v, b"small", b"inline value")?;
+            m.put(v, b"big", &big)
+        })
+        .unwrap();
+        v.begin_read().unwrap();
+        for key in [&b"small"[..], b"big", b"absent"] {
+            let mut got = None;
+            let found = m
+                .get_with(&v, key, &mut |b| got = Some(b.to_vec()))
+                .unwrap();
+            assert_eq!(found, got.is_some(), "{kind:?} {key:?}");
+            assert_eq!(got, m.get(&v, key).unwrap(), "{kind:?} {key:?}");
+        }
+        let mut got = Vec::new();
+        assert!(m.get_with(&v, b"big", &mut |b| got = b.to_vec()).unwrap());
+        assert_eq!(got, big, "{kind:?}: the block value's bytes");
+        v.commit().unwrap();
+    }
+}

@@ -322,18 +322,27 @@ impl BTree {
 
     /// The value stored under `key`.
     pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = None;
+        self.get_with(v, key, &mut |b| out = Some(b.to_vec()))?;
+        Ok(out)
+    }
+
+    /// Calls `f` with the value stored under `key`, borrowed from the view
+    /// (no copy); false if `key` is absent.
+    pub fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         check_key(key, MAX_KEY)?;
         let leaf = self.walk(v, key, |_, _| {})?;
         let r = self.raw(v, leaf, LEAF)?;
         let Ok(i) = r.search(key).ok_or_else(|| corrupt(v, leaf, "bad key"))? else {
-            return Ok(None);
+            return Ok(false);
         };
-        // An inline value is copied once, straight from the node.
         if let Some(bytes) = r.inline(i) {
-            return Ok(Some(bytes.to_vec()));
+            f(bytes);
+            return Ok(true);
         }
         let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
-        Ok(Some(val.load(v)?))
+        val.with(v, f)?;
+        Ok(true)
     }
 
     /// Inserts or replaces; returns true if `key` was present.

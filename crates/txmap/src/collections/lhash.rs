@@ -28,8 +28,8 @@ use std::ops::Bound;
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::array::ArrayList;
 use super::node::{
-    Val, cell_at, cell_bytes, check_key, put_cell, put_inline_cell, put16, put64, u16_at, u32_at,
-    u64_at,
+    Val, cell_at, cell_bytes, check_key, inline_at, put_cell, put_inline_cell, put16, put64,
+    u16_at, u32_at, u64_at,
 };
 use crate::{Result, View};
 
@@ -311,6 +311,14 @@ impl LinearHash {
     }
 
     pub fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = None;
+        self.get_with(v, key, &mut |b| out = Some(b.to_vec()))?;
+        Ok(out)
+    }
+
+    /// Calls `f` with the value stored under `key`, borrowed from the view
+    /// (no copy); false if `key` is absent.
+    pub fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
@@ -320,9 +328,14 @@ impl LinearHash {
             let b = v.slice(p, BUCKET)?;
             let s = scan_page(b, key).ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
             if let Some((at, _)) = s.found {
-                let (_, val, _) =
-                    cell_at(b, at).ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
-                return Ok(Some(val.load(v)?));
+                if let Some(bytes) = inline_at(b, at) {
+                    f(bytes);
+                } else {
+                    let (_, val, _) =
+                        cell_at(b, at).ok_or_else(|| corrupt(v, p, "malformed bucket page"))?;
+                    val.with(v, f)?;
+                }
+                return Ok(true);
             }
             p = s.next;
             n += 1;
@@ -330,7 +343,7 @@ impl LinearHash {
                 return Err(corrupt(v, first, "bucket chain has a cycle"));
             }
         }
-        Ok(None)
+        Ok(false)
     }
 
     /// Inserts or replaces; true if `key` was present. Splits a bucket when

@@ -52,6 +52,11 @@ pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 pub trait Map {
     /// The value under `key`.
     fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Calls `f` with the value under `key`, borrowed where the structure
+    /// can (no copy); false if `key` is absent.
+    fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        Ok(self.get(v, key)?.map(|b| f(&b)).is_some())
+    }
     /// Inserts or replaces; true if `key` was present.
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool>;
     /// Removes; true if `key` was present.
@@ -67,6 +72,9 @@ pub trait Map {
 impl Map for BTree {
     fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
         BTree::get(self, v, key)
+    }
+    fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        BTree::get_with(self, v, key, f)
     }
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         BTree::put(self, v, key, value)
@@ -96,6 +104,9 @@ impl Map for BTree {
 impl Map for LinearHash {
     fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
         LinearHash::get(self, v, key)
+    }
+    fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        LinearHash::get_with(self, v, key, f)
     }
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         LinearHash::put(self, v, key, value)
@@ -219,6 +230,9 @@ impl AnyMap {
 impl Map for AnyMap {
     fn get(&self, v: &View, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.inner().get(v, key)
+    }
+    fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
+        self.inner().get_with(v, key, f)
     }
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         self.inner().put(v, key, value)

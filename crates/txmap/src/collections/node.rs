@@ -50,6 +50,18 @@ impl Val {
     pub fn load(&self, v: &View) -> Result<Vec<u8>> {
         match self {
             Val::Inline(b) => Ok(b.clone()),
+            Val::Block { .. } => {
+                let mut out = Vec::new();
+                self.with(v, &mut |b| out = b.to_vec())?;
+                Ok(out)
+            }
+        }
+    }
+    /// Calls `f` with the value's bytes, borrowed from the view when the
+    /// value is in a block.
+    pub fn with(&self, v: &View, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        match self {
+            Val::Inline(b) => f(b),
             Val::Block { at, len } => {
                 let have = alloc::usable_size(v, *at)?;
                 if *len > have {
@@ -59,9 +71,10 @@ impl Val {
                         format!("value of {len} bytes in a block of {have}"),
                     ));
                 }
-                Ok(v.slice(*at, *len as usize)?.to_vec())
+                f(v.slice(*at, *len as usize)?);
             }
         }
+        Ok(())
     }
     /// Frees the value's block, if any.
     pub fn release(&self, v: &mut View) -> Result<()> {
