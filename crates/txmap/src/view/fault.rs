@@ -55,12 +55,7 @@ impl ViewInner {
             debug_assert!(false, "page {page} beyond the view's tables");
             return Access::None;
         };
-        let prev = t.load(Ordering::Relaxed);
-        let bits = if prev >> TOUCH_BITS == serial {
-            prev & ((1 << TOUCH_BITS) - 1)
-        } else {
-            0
-        };
+        let bits = bits_of(t.load(Ordering::Relaxed), serial);
         if self
             .valid
             .get(page)
@@ -112,18 +107,12 @@ impl ViewInner {
 
     /// This transaction's touch bits of `page` (0 if untouched).
     pub(super) fn touch_bits(&self, page: usize) -> u32 {
-        let serial = self.serial.load(Ordering::Relaxed);
-        match self.touched.get(page) {
-            Some(t) => {
-                let v = t.load(Ordering::Relaxed);
-                if v >> TOUCH_BITS == serial {
-                    v & ((1 << TOUCH_BITS) - 1)
-                } else {
-                    0
-                }
-            }
-            None => 0,
-        }
+        self.touched.get(page).map_or(0, |t| {
+            bits_of(
+                t.load(Ordering::Relaxed),
+                self.serial.load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// Notes that `page` is writable at the user address in this
@@ -224,6 +213,15 @@ impl ViewInner {
             Ok(()) => FaultOutcome::Handled,
             Err(_) => FaultOutcome::ProtectFailed,
         }
+    }
+}
+
+/// The touch bits of a `touched` entry if it belongs to transaction `serial`.
+fn bits_of(entry: u32, serial: u32) -> u32 {
+    if entry >> TOUCH_BITS == serial {
+        entry & ((1 << TOUCH_BITS) - 1)
+    } else {
+        0
     }
 }
 
