@@ -94,9 +94,9 @@ fn raw_and_accessor_stores_to_one_page_commit_and_abort_together() {
 }
 
 /// Write skew with raw loads, in views that so far used only the accessors
-/// (nothing is accessible at their user address): the raw loads must still
-/// be in the read set. Several rounds cover both the first transaction with
-/// raw loads and later ones (after pages became accessible).
+/// (nothing is accessible at their user address, so `begin` protects
+/// nothing): the raw loads must still be in the read set. Later rounds repeat
+/// it on pages that other commits changed in between (invalidated one by one).
 #[test]
 fn raw_loads_are_validated_in_views_that_used_accessors_before() {
     let d = ext4_dir("acc-skew");
@@ -151,4 +151,34 @@ fn accessor_reads_see_one_snapshot_and_later_commits() {
     );
     b.commit().unwrap();
     assert_eq!(b.faults(), f);
+}
+
+/// A page a raw load mapped in an earlier transaction (still current, so
+/// still readable at the user address) must be caught again by the next
+/// serializable transaction's first raw load: `begin` re-protects the view
+/// when anything is accessible there.
+#[test]
+fn raw_loads_of_pages_mapped_by_earlier_transactions_are_validated() {
+    let d = ext4_dir("acc-mapped");
+    let r = Region::create(&d.join("r.txm"), 8 * PAGE, Options::default()).unwrap();
+    let (mut b, mut c) = (r.view().unwrap(), r.view().unwrap());
+    for z in 1..4u64 {
+        let zoff = z * PAGE;
+        // Maps page z readable in b's view (a read of current data).
+        b.begin().unwrap();
+        // SAFETY: inside a transaction, in the region.
+        let before = unsafe { raw(&b, zoff).read_volatile() };
+        b.commit().unwrap();
+        b.begin().unwrap();
+        // SAFETY: as above.
+        let seen = unsafe { raw(&b, zoff).read_volatile() };
+        assert_eq!(seen, before);
+        // SAFETY: as above; page 0 is b's own.
+        unsafe { raw(&b, 0).write_volatile(seen + 1) };
+        c.run(|v| v.write(zoff, &(before + 10))).unwrap();
+        assert!(
+            matches!(b.commit(), Err(Error::Conflict)),
+            "page {z}: b read it by a raw load and c changed it"
+        );
+    }
 }
