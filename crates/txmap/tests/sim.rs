@@ -305,3 +305,22 @@ fn copy_on_checkpoint_keeps_old_snapshots_and_recovers_a_prefix() {
         "copy-on-checkpoint hardly ran: {preserved} pages"
     );
 }
+
+/// The log's preallocation writes its zeros in pieces of at most 64 KiB:
+/// one 4 MiB write makes the page cache keep the log in large folios, and
+/// then every small append and sync pays for a whole folio (on ext4 with
+/// kernel 6.18, 88 against 65 µs per `fdatasync`; docs/bench/ANALYSIS.md).
+#[test]
+fn log_preallocation_writes_zeros_in_small_pieces() {
+    let s = sim(opts(Durability::Async, 64 << 20));
+    let before = s.log.unsynced();
+    let mut v = s.region.view().unwrap();
+    v.run(|v| v.write(0, &1u64)).unwrap();
+    // 4 MiB of zeros in 64 KiB pieces, then the record.
+    let writes = s.log.unsynced() - before;
+    assert!(
+        writes >= 64,
+        "{writes} writes: the zeros went in large pieces"
+    );
+    drop(v);
+}

@@ -23,6 +23,11 @@ use crate::os::lock::{futex_wait, futex_wake_all};
 /// Log space is made real (zeros written) this much at a time, so that the
 /// per-commit sync has no file-size change to flush.
 const PREALLOCATE: u64 = 4 << 20;
+/// The zeros are written in pieces this large: one large write makes the
+/// page cache hold the log in large folios, and then every small append
+/// and every `fdatasync` walks a whole folio's blocks (measured on ext4,
+/// kernel 6.18: 13 against 2 µs per append, 88 against 65 µs per sync).
+const ZERO_PIECE: usize = 64 << 10;
 /// How long a follower sleeps before checking whether the leader died.
 const FOLLOWER_WAIT: Duration = Duration::from_millis(5);
 
@@ -75,10 +80,15 @@ impl Log {
         let r = (|| {
             if end > allocated {
                 let new_alloc = end.div_ceil(PREALLOCATE) * PREALLOCATE;
-                let zeros = vec![0u8; (new_alloc - allocated) as usize];
-                self.storage
-                    .write_at(&zeros, allocated)
-                    .map_err(|e| self.err("extend log", e))?;
+                let zeros = vec![0u8; ZERO_PIECE];
+                let mut at = allocated;
+                while at < new_alloc {
+                    let n = (new_alloc - at).min(ZERO_PIECE as u64) as usize;
+                    self.storage
+                        .write_at(&zeros[..n], at)
+                        .map_err(|e| self.err("extend log", e))?;
+                    at += n as u64;
+                }
                 h.log_allocated.store(new_alloc, Ordering::Release);
             }
             self.storage
