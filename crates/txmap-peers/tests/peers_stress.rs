@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, apply_batch};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -96,22 +96,7 @@ fn many_keys_against_a_model() {
         {
             let store = (p.open)(&Config::new(&dir, Durability::Async)).unwrap();
             let mut s = store.session().unwrap();
-            let mut apply = |s: &mut dyn Session, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>| {
-                let ops: Vec<Op> = batch
-                    .iter()
-                    .map(|(k, v)| match v {
-                        Some(v) => Op::Put(k, v),
-                        None => Op::Delete(k),
-                    })
-                    .collect();
-                s.write(&ops).unwrap();
-                for (k, v) in batch {
-                    match v {
-                        Some(v) => model.insert(k, v),
-                        None => model.remove(&k),
-                    };
-                }
-            };
+            let mut apply = |s: &mut dyn Session, batch| apply_batch(s, &mut model, batch);
             for chunk in order.chunks(200) {
                 let batch = chunk
                     .iter()

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{Rng, apply_batch};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -49,20 +49,7 @@ fn check_against_model(p: &Peer, durability: Durability) {
                 };
                 owned.push((k, v));
             }
-            let ops: Vec<Op> = owned
-                .iter()
-                .map(|(k, v)| match v {
-                    Some(v) => Op::Put(k, v),
-                    None => Op::Delete(k),
-                })
-                .collect();
-            s.write(&ops).unwrap();
-            for (k, v) in owned {
-                match v {
-                    Some(v) => model.insert(k, v),
-                    None => model.remove(&k),
-                };
-            }
+            apply_batch(&mut *s, &mut model, owned);
         }
         check_contents(p, &mut *s, &model);
     }
