@@ -8,7 +8,8 @@
 //! for disagreeing options.
 //!
 //! `TXMAP_SOAK_ROUNDS=n` multiplies the rounds of the kill tests;
-//! `TXMAP_SEED` changes their random choices.
+//! `TXMAP_SEED` changes their random choices; `TXMAP_KEEP=dir` copies the
+//! files and shared state of a failed kill round there.
 mod common;
 
 use std::fs::File;
@@ -785,13 +786,19 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
         }
         kills += 1 + survivors;
         // Recover alone and check every slot against its acknowledgements.
-        let r = Region::open(&d.join("bank.txm"), Options::default()).unwrap();
+        take_evidence(&d.join("bank.txm"), &d.join("evidence"));
+        let crash = describe_crash_state(&d.join("bank.txm"));
+        let r = Region::open(&d.join("bank.txm"), Options::default()).unwrap_or_else(|e| {
+            keep_on_failure(&d, test);
+            panic!("round {round}: recovery failed: {e}\n{crash}")
+        });
         assert!(
             r.stats().opened_alone,
             "round {round}: a dead process still counted"
         );
         let st = read_state(&r);
         drop(r);
+        let mut failures = Vec::new();
         for w in 0..=survivors {
             let acks = read_acks(&ack(w)).0;
             let last = acks.last().map_or(acked[w as usize], |a| a.0);
@@ -805,12 +812,19 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
                 (0, Victim::At(_), true) => (last + 1, last + 1),
                 _ => (last, last + 1),
             };
-            assert!(
-                (lo..=hi).contains(&got),
-                "round {round} ({victim:?}, reached: {hit}): slot {w} holds {got}, \
-                 acknowledged {last}, expected {lo}..={hi}"
-            );
+            if !(lo..=hi).contains(&got) {
+                failures.push(format!(
+                    "slot {w} holds {got}, acknowledged {last}, expected {lo}..={hi}"
+                ));
+            }
             acked[w as usize] = got;
+        }
+        if !failures.is_empty() {
+            keep_on_failure(&d, test);
+            panic!(
+                "round {round} ({victim:?}, reached: {hit}): {}\nleft by the crash: {crash}",
+                failures.join("; ")
+            );
         }
     }
     eprintln!("{test}: {kills} kill points, crash point reached in {hits} rounds");

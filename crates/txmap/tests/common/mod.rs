@@ -151,3 +151,132 @@ pub fn flip(path: &Path, at: u64) {
     b[at as usize] ^= 0x40;
     std::fs::write(path, b).unwrap();
 }
+
+/// With `TXMAP_KEEP=dir` set, copies the region at `region`, its log and its
+/// shared state (as the dead processes left them) into `evidence`, replacing
+/// an earlier copy; without it, does nothing. Taken before a recovery that
+/// would rewrite them, so a failed check can be studied afterwards.
+pub fn take_evidence(region: &Path, evidence: &Path) {
+    if std::env::var_os("TXMAP_KEEP").is_none() {
+        return;
+    }
+    let _ = std::fs::remove_dir_all(evidence);
+    std::fs::create_dir_all(evidence).unwrap();
+    let cp = |from: &Path, name: &str| {
+        // Sparse: the shared state is mostly holes.
+        let ok = std::process::Command::new("cp")
+            .arg("--sparse=always")
+            .arg(from)
+            .arg(evidence.join(name))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "copying {} as evidence failed", from.display());
+    };
+    cp(region, "region");
+    cp(&txmap::log_path(region), "log");
+    let st = rustix::fs::stat(region).unwrap();
+    let suffix = format!("-{:x}-{:x}", st.st_dev, st.st_ino);
+    for e in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("txmap-") && name.ends_with(&suffix) {
+            cp(&e.path(), "shm");
+        }
+    }
+}
+
+/// With `TXMAP_KEEP=dir` set, copies the test directory `d` (acknowledgement
+/// files, children's stderr, evidence) to `dir/<name>` before a failure.
+pub fn keep_on_failure(d: &TestDir, name: &str) {
+    let Some(keep) = std::env::var_os("TXMAP_KEEP") else {
+        return;
+    };
+    let to = Path::new(&keep).join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&to).unwrap();
+    let _ = std::process::Command::new("cp")
+        .args(["-a", "--sparse=always"])
+        .arg(format!("{}/.", d.path().display()))
+        .arg(&to)
+        .status();
+    eprintln!("kept the test directory in {}", to.display());
+}
+
+/// What a crash left, for a failure message: both headers, the current log
+/// epoch as scanning finds it (records, where and why it stops, records of
+/// other epochs after its end) and the dead processes' shared header. Read
+/// before recovery rewrites them.
+pub fn describe_crash_state(region: &Path) -> String {
+    use std::fmt::Write as _;
+    use std::sync::atomic::Ordering::Acquire;
+    let mut s = String::new();
+    let data = std::fs::read(region).unwrap_or_default();
+    let log = std::fs::read(txmap::log_path(region)).unwrap_or_default();
+    let rh = format::RegionHeader::decode(&data[..(HEADER_BYTES as usize).min(data.len())]);
+    let _ = write!(s, "region header {rh:?}; ");
+    let Ok(lh) = LogHeader::decode(&log[..(HEADER_BYTES as usize).min(log.len())]) else {
+        return s + "log header unreadable";
+    };
+    let _ = write!(s, "log header {lh:?}, {} bytes; ", log.len());
+    match txmap::wal::scan::scan(&log, &lh) {
+        Ok(sc) => {
+            let _ = write!(
+                s,
+                "scan: {} records, seq {:?}..={:?}, end {}, stop {:?}; ",
+                sc.records.len(),
+                sc.records.first().map(|r| r.seq),
+                sc.records.last().map(|r| r.seq),
+                sc.end,
+                sc.stop
+            );
+            // Records of any epoch beyond the end: (offset, salt, seq).
+            let mut later = Vec::new();
+            let mut off = sc.end as usize;
+            while off + format::RECORD_HEADER <= log.len() && later.len() < 4 {
+                let salt = u64::from_le_bytes(log[off + 16..off + 24].try_into().unwrap());
+                if let Ok(r) = format::decode_record(&log[off..], salt) {
+                    later.push((off, salt == lh.salt, r.seq));
+                    off += r.len;
+                } else {
+                    off += 8;
+                }
+            }
+            let _ = write!(
+                s,
+                "records after the end (offset, this epoch, seq): {later:?}; "
+            );
+        }
+        Err(c) => {
+            let _ = write!(s, "scan error {c:?}; ");
+        }
+    }
+    let Ok(rh) = rh else { return s };
+    let Ok(spath) = txmap::shared_path(region, rh.region_id) else {
+        return s;
+    };
+    if std::fs::metadata(&spath).map_or(true, |m| m.len() == 0) {
+        return s + "no shared state";
+    }
+    match txmap::mvcc::Mvcc::attach(&spath, 0o600) {
+        Ok(m) => {
+            let h = m.hdr();
+            let f = |a: &std::sync::atomic::AtomicU64| a.load(Acquire);
+            let _ = write!(
+                s,
+                "shared: commit {} written {} synced {} checkpoint {} region gen {} \
+                 log gen {} salt {} start {} end {} published {} allocated {}",
+                f(&h.commit_seq),
+                f(&h.written_seq),
+                f(&h.synced_seq),
+                f(&h.checkpoint_seq),
+                f(&h.region_generation),
+                f(&h.log_generation),
+                f(&h.log_salt),
+                f(&h.log_start_seq),
+                f(&h.log_end),
+                f(&h.published_end),
+                f(&h.log_allocated)
+            );
+        }
+        Err(_) => s.push_str("no shared state"),
+    }
+    s
+}
