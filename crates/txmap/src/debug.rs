@@ -28,17 +28,21 @@ pub enum CrashPoint {
     /// content of pages older snapshots read in shared memory, before the
     /// checkpoint overwrites them.
     CheckpointPreserved = 7,
+    /// Holding the commit lock, halfway through making a new log epoch
+    /// current in shared memory (after a reset or in a repair).
+    EpochPublishing = 8,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 6] = [
+    pub const ALL: [CrashPoint; 7] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
         CrashPoint::SyncLeader,
         CrashPoint::CheckpointWriting,
         CrashPoint::LogReset,
+        CrashPoint::EpochPublishing,
     ];
 
     /// The point whose number (`as u32`) is `n`.

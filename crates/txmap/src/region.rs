@@ -848,20 +848,26 @@ impl RegionInner {
     /// died left half done.
     pub fn lock_commit(&self) -> Result<crate::mvcc::Locked<'_>> {
         let l = self.mvcc.lock().map_err(|e| self.shared_lock_err(e))?;
-        if l.owner_died {
-            self.repair(&l)?;
+        if l.owner_died
+            && let Err(e) = self.repair(&l)
+        {
+            // The lock is consistent again, so no later holder would
+            // repair: nobody may commit on the half-done state.
+            crate::wal::log::poison(self.mvcc.hdr(), &e);
+            return Err(e);
         }
         Ok(l)
     }
 
     /// Repairs after a process died holding the commit lock:
     /// - a log reset whose new header reached the file but not shared memory
-    ///   is completed;
+    ///   (or not all of it: the generation is published last) is completed;
     /// - records written before the death (the shared log end covers them)
     ///   but not yet published are published from the log (redo), so
     ///   sequence numbers never repeat and nothing another process may have
     ///   synced is lost; a record past the log end is ignored (its committer
-    ///   was never told it committed) and overwritten by the next commit.
+    ///   was never told it committed) and overwritten by the next commit;
+    /// - a page listed twice in the dirty list is listed once.
     fn repair(&self, l: &crate::mvcc::Locked<'_>) -> Result<()> {
         let h = self.mvcc.hdr();
         let storage = self.log.storage();
@@ -901,6 +907,7 @@ impl RegionInner {
         }
         h.written_seq
             .fetch_max(self.mvcc.commit_seq(), Ordering::AcqRel);
+        self.mvcc.dedupe_dirty(l);
         Ok(())
     }
 

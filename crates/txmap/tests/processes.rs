@@ -711,7 +711,12 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
             Victim::At(p) => {
                 let nth = 1 + rng.next() % 4;
                 e.push(("TXMAP_CRASH", format!("{}:{nth}", p as u32)));
-                if matches!(p, CrashPoint::CheckpointWriting | CrashPoint::LogReset) {
+                if matches!(
+                    p,
+                    CrashPoint::CheckpointWriting
+                        | CrashPoint::LogReset
+                        | CrashPoint::EpochPublishing
+                ) {
                     e.push(("TXMAP_CKPT", "1".into())); // a checkpoint per commit
                 }
             }
@@ -892,6 +897,17 @@ fn sigkill_while_resetting_the_log() {
         return;
     }
     crash_point_rounds("sigkill_while_resetting_the_log", CrashPoint::LogReset);
+}
+
+#[test]
+fn sigkill_halfway_through_publishing_a_log_epoch() {
+    if as_child() {
+        return;
+    }
+    crash_point_rounds(
+        "sigkill_halfway_through_publishing_a_log_epoch",
+        CrashPoint::EpochPublishing,
+    );
 }
 
 #[test]

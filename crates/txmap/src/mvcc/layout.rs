@@ -3,7 +3,7 @@
 //! maps it; nothing in it survives the last close (the region file and log
 //! are the durable truth, and the first opener rebuilds this from them).
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use crate::os::lock::SharedMutex;
 use crate::os::mem::{PAGE, round_up};
@@ -106,6 +106,21 @@ pub struct Header {
     pub checkpoint_lock: SharedMutex,
     /// Growing the region.
     pub grow_lock: SharedMutex,
+}
+
+impl Header {
+    /// Marks the region unusable with `msg` (the first message stays):
+    /// every later commit in any process fails with it, and the next
+    /// process to open the region alone recovers from the files.
+    pub fn poison(&self, msg: &str) {
+        if self.poisoned.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        for (i, b) in self.poison_msg.iter().enumerate().take(POISON_MSG - 1) {
+            b.store(*msg.as_bytes().get(i).unwrap_or(&0), Ordering::Relaxed);
+        }
+        self.poisoned.store(1, Ordering::Release);
+    }
 }
 
 /// A registration of one view: which process, and its live transaction.

@@ -42,8 +42,21 @@ pub struct VersionRef<'a> {
 /// Proof that the caller holds the shared commit lock.
 pub struct Locked<'a> {
     _guard: Guard<'a>,
+    hdr: &'a Header,
     /// The previous holder died holding it (see `Region::repair`).
     pub owner_died: bool,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // A panic unwinding through the lock unlocks it normally, so the
+        // next holder would not repair what was left half done: stop
+        // every process from committing instead (runs before the unlock).
+        if std::thread::panicking() {
+            self.hdr
+                .poison("a thread panicked holding the commit lock; reopen the region");
+        }
+    }
 }
 
 /// Which versions a chain must keep: every one newer than `durable`, the
@@ -340,6 +353,7 @@ impl Mvcc {
         let g = self.hdr().commit_lock.lock()?;
         Ok(Locked {
             owner_died: g.owner_died,
+            hdr: self.hdr(),
             _guard: g,
         })
     }
@@ -1038,16 +1052,44 @@ impl Mvcc {
             };
             self.prune_chain(&e.head, &plan, true, &mut unlinked);
             if e.head.load(Ordering::Acquire) == 0 {
-                // Swap-remove from the dirty list.
+                // Swap-remove from the dirty list, the flag first: a process
+                // that dies in between leaves the page listed twice at worst
+                // (see `dedupe_dirty`), never flagged but unlisted, which
+                // would keep its next versions out of every checkpoint.
+                e.dirty.store(0, Ordering::Release);
                 let n = h.dirty_count.load(Ordering::Acquire) - 1;
                 list[i].store(list[n as usize].load(Ordering::Acquire), Ordering::Release);
                 h.dirty_count.store(n, Ordering::Release);
-                e.dirty.store(0, Ordering::Release);
             } else {
                 i += 1;
             }
         }
         self.retire(l, unlinked);
+    }
+
+    /// After a process died holding the commit lock: removes pages listed
+    /// twice in the dirty list (a death inside `publish` or `trim` can leave
+    /// one) and flags every listed page, so the list stays within its
+    /// capacity. Every page with versions is listed: both add to the list
+    /// before they flag, and remove after they unflag.
+    pub fn dedupe_dirty(&self, _l: &Locked<'_>) {
+        let h = self.hdr();
+        let list = self.dirty_list();
+        let mut seen = std::collections::HashSet::new();
+        let mut i = 0;
+        while i < h.dirty_count.load(Ordering::Acquire) as usize {
+            let p = list[i].load(Ordering::Acquire);
+            if seen.insert(p) {
+                if let Some(e) = self.entry(p as usize) {
+                    e.dirty.store(1, Ordering::Release);
+                }
+                i += 1;
+            } else {
+                let n = h.dirty_count.load(Ordering::Acquire) - 1;
+                list[i].store(list[n as usize].load(Ordering::Acquire), Ordering::Release);
+                h.dirty_count.store(n, Ordering::Release);
+            }
+        }
     }
 
     /// Hands unlinked blocks to reclamation and frees those no reader can reach.
@@ -1261,5 +1303,69 @@ mod tests {
             4,
             "page 0 has two versions, pages 1 and 2 one"
         );
+    }
+
+    /// A process that died inside `publish` (listed, not yet flagged) leaves
+    /// the page listed twice once a repair publishes the commit again; the
+    /// repair's dedupe brings the list back to one entry per page, every
+    /// one flagged, so a later trim unlists a page only once its chain is
+    /// empty and the checkpoint still finds every page with versions.
+    #[test]
+    fn dedupe_after_a_death_lists_each_page_with_versions_once() {
+        let m = mvcc("dedupe");
+        let l = m.lock().unwrap();
+        m.publish(&l, 1, &[(0, &page(1)), (3, &page(1))], 0)
+            .unwrap();
+        // The death: page 3 listed again, its flag not yet set.
+        let h = m.hdr();
+        let n = h.dirty_count.load(Ordering::SeqCst);
+        m.dirty_list()[n as usize].store(3, Ordering::SeqCst);
+        h.dirty_count.store(n + 1, Ordering::SeqCst);
+        m.entry(3).unwrap().dirty.store(0, Ordering::SeqCst);
+        m.dedupe_dirty(&l);
+        let mut listed: Vec<u64> = m.dirty_list()[..m.dirty_pages()]
+            .iter()
+            .map(|p| p.load(Ordering::SeqCst))
+            .collect();
+        listed.sort();
+        assert_eq!(listed, [0, 3]);
+        assert_eq!(m.entry(3).unwrap().dirty.load(Ordering::SeqCst), 1);
+        // The file has commit 1: trim empties both chains and the list.
+        m.trim(&l, 1);
+        assert_eq!(m.dirty_pages(), 0);
+        // Page 3 is listed again by its next commit, so a checkpoint sees it.
+        m.publish(&l, 2, &[(3, &page(2))], 1).unwrap();
+        let pin = m.pin_for_checkpoint();
+        let pages = pin.pages(&l, 2, 1, None, true).0;
+        assert_eq!(
+            pages.iter().map(|(p, v)| (*p, v.seq)).collect::<Vec<_>>(),
+            [(3, 2)]
+        );
+    }
+
+    /// A panic unwinds through the commit lock and unlocks it without
+    /// marking it inconsistent: the region is poisoned instead, so no
+    /// process commits on what the panicking thread left half done.
+    #[test]
+    fn a_panic_holding_the_commit_lock_poisons_the_region() {
+        let m = mvcc("panic");
+        drop(m.lock().unwrap());
+        assert_eq!(m.hdr().poisoned.load(Ordering::SeqCst), 0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _l = m.lock().unwrap();
+            panic!("inside the lock");
+        }));
+        assert!(r.is_err());
+        assert_eq!(m.hdr().poisoned.load(Ordering::SeqCst), 1);
+        let msg: Vec<u8> = m
+            .hdr()
+            .poison_msg
+            .iter()
+            .map(|b| b.load(Ordering::SeqCst))
+            .take_while(|&b| b != 0)
+            .collect();
+        assert!(String::from_utf8_lossy(&msg).contains("panicked holding the commit lock"));
+        let l = m.lock().unwrap();
+        assert!(!l.owner_died, "the lock itself was released normally");
     }
 }

@@ -17,7 +17,7 @@ use super::format::{self, HEADER_BYTES, LogHeader, Range};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::mvcc::Locked;
-use crate::mvcc::layout::{Header, POISON_MSG};
+use crate::mvcc::layout::Header;
 use crate::os::lock::{futex_wait, futex_wake_all};
 
 /// Log space is made real (zeros written) this much at a time, so that the
@@ -235,12 +235,18 @@ pub fn start_epoch(
 }
 
 /// Makes a new epoch (already written to the file) current in shared memory.
+/// The generation goes last: a process that dies before it leaves shared
+/// memory an older generation than the file's, so the repair under the
+/// commit lock publishes the epoch again. Stored first, it would leave the
+/// old salt or end in use under the new generation, and every later record
+/// would be one recovery cannot see.
 pub fn publish_epoch(h: &Header, next: &LogHeader) {
-    h.log_generation.store(next.generation, Ordering::Release);
     h.log_salt.store(next.salt, Ordering::Release);
+    crate::debug::hit(crate::debug::CrashPoint::EpochPublishing);
     h.log_start_seq.store(next.start_seq, Ordering::Release);
     h.log_end.store(HEADER_BYTES, Ordering::Release);
     h.published_end.store(HEADER_BYTES, Ordering::Release);
+    h.log_generation.store(next.generation, Ordering::Release);
 }
 
 /// Fails if an earlier write or sync of the log failed (in any process).
@@ -261,14 +267,7 @@ pub fn check_poison(h: &Header) -> Result<()> {
 
 /// Marks the region unusable after a failed write or sync.
 pub fn poison(h: &Header, e: &Error) {
-    if h.poisoned.load(Ordering::Acquire) != 0 {
-        return;
-    }
-    let msg = e.to_string();
-    for (i, b) in h.poison_msg.iter().enumerate().take(POISON_MSG - 1) {
-        b.store(*msg.as_bytes().get(i).unwrap_or(&0), Ordering::Relaxed);
-    }
-    h.poisoned.store(1, Ordering::Release);
+    h.poison(&e.to_string());
 }
 
 /// A salt that differs from the previous one (time and address entropy; it
