@@ -1086,16 +1086,24 @@ impl RegionInner {
             {
                 // No room for the copies (or a reader is stuck): write only
                 // what every live snapshot is past; the log keeps the rest.
-                // The oldest snapshot is read again under the lock: one that
-                // is live there has had its versions kept by every pruning.
+                // The oldest snapshot is read again under the lock: one
+                // still live below `t` has had its versions kept by every
+                // pruning, so the versions can be looked up again at it.
+                // If none is (the snapshot ended), the pages found at `t`
+                // are written as they are: pruning since may have unlinked
+                // some (the pin keeps their memory), and looking again at
+                // `t` would skip those pages under a header claiming them.
+                crate::debug::checkpoint_pause();
                 let l = self.lock_commit()?;
                 let (_, now) = self.mvcc.horizon(t);
-                t = now.map_or(t, |o| t.min(o));
-                pages = if t > ckpt {
-                    pin.pages(&l, t, ckpt, None, false).0
-                } else {
-                    Vec::new()
-                };
+                if let Some(o) = now.filter(|&o| o < t) {
+                    t = o;
+                    pages = if t > ckpt {
+                        pin.pages(&l, t, ckpt, None, false).0
+                    } else {
+                        Vec::new()
+                    };
+                }
             }
             let r = (|| {
                 if t <= ckpt {

@@ -286,8 +286,25 @@ fn checkpoints_racing_commits_leave_file_and_log_that_recover_to_the_live_conten
     let r = Region::create(&path, PAGES * PAGE, opts(Durability::Durable, 64 << 20)).unwrap();
     // Commits go on while a checkpoint waits for the commit lock.
     txmap::debug::slow_checkpoints(300);
-    for round in 0..6 {
+    for round in 0..12 {
+        // The second half: without copy-on-checkpoint, a short reader makes
+        // checkpoints fall back to the oldest snapshot, and often ends
+        // before the fallback looks again.
+        let fallback = round >= 6;
+        txmap::debug::set_copy_on_checkpoint(!fallback);
         let stop = Arc::new(AtomicBool::new(false));
+        let reader = fallback.then(|| {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    v.begin_read().unwrap();
+                    v.read::<u8>(0).unwrap();
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    v.commit().unwrap();
+                }
+            })
+        });
         let writers: Vec<_> = (0..2u64)
             .map(|t| {
                 let r = r.clone();
@@ -315,6 +332,9 @@ fn checkpoints_racing_commits_leave_file_and_log_that_recover_to_the_live_conten
         }
         stop.store(true, Ordering::Relaxed);
         ckpt.join().unwrap();
+        if let Some(reader) = reader {
+            reader.join().unwrap();
+        }
         let copy = d.join(&format!("copy-{round}.txm"));
         copy_region(&path, &copy);
         let live = {
@@ -336,8 +356,85 @@ fn checkpoints_racing_commits_leave_file_and_log_that_recover_to_the_live_conten
             .collect();
         assert!(
             bad.is_empty(),
-            "round {round}: pages {bad:?} recover to other content"
+            "round {round} (fallback: {fallback}): pages {bad:?} recover to other content"
         );
         v.commit().unwrap();
     }
+    txmap::debug::set_copy_on_checkpoint(true);
+}
+
+/// The scenario of the test below, in a child process (it sets
+/// process-wide debug knobs). Page 0 gets a byte per commit; a reader at
+/// commit 1 makes the checkpoint at 2 fall back to the oldest snapshot
+/// (copy-on-checkpoint off); while it pauses before looking again, the
+/// reader ends and commits 3 and 4 prune version 2 away. The checkpoint must
+/// still write version 2 (or record less): the file and log taken after it
+/// must recover every byte.
+fn fallback_child() {
+    let d = std::path::PathBuf::from(std::env::var("TXMAP_DIR").unwrap());
+    let path = d.join("f.txm");
+    let r = Region::create(&path, PAGE, opts(Durability::Durable, 64 << 20)).unwrap();
+    let mut v = r.view().unwrap();
+    let put = |v: &mut View, at: u64| v.run(|v| v.write(at, &0xa5u8)).unwrap();
+    put(&mut v, 100); // commit 1
+    r.checkpoint().unwrap(); // the file has 1, page 0 has no versions
+    let mut reader = r.view().unwrap();
+    reader.begin_read().unwrap();
+    assert_eq!(reader.read::<u8>(100).unwrap(), 0xa5);
+    put(&mut v, 200); // commit 2: the reader at 1 needs the file's page 0
+    txmap::debug::set_copy_on_checkpoint(false);
+    txmap::debug::slow_checkpoints(400_000); // before each look under the lock
+    let ckpt = {
+        let r = r.clone();
+        std::thread::spawn(move || r.checkpoint().unwrap())
+    };
+    // Inside the second pause: after the first look (at 0.4 s), before the
+    // second (at 0.8 s).
+    std::thread::sleep(Duration::from_millis(600));
+    reader.commit().unwrap();
+    put(&mut v, 300); // commit 3
+    put(&mut v, 400); // commit 4: synced to 3, so version 2 is unlinked
+    ckpt.join().unwrap();
+    txmap::debug::slow_checkpoints(0);
+    let copy = d.join("copy.txm");
+    copy_region(&path, &copy);
+    let c = Region::open(&copy, Options::default()).unwrap();
+    let mut v = c.view().unwrap();
+    v.begin_read().unwrap();
+    for at in [100, 200, 300, 400] {
+        assert_eq!(
+            v.read::<u8>(at).unwrap(),
+            0xa5,
+            "byte {at} lost: the checkpoint recorded a commit it did not write"
+        );
+    }
+    v.commit().unwrap();
+}
+
+/// A checkpoint that falls back to the oldest snapshot looks at the
+/// versions again under the lock; if that snapshot ended meanwhile, it must
+/// not look again at its first bound (pruning since may have unlinked what
+/// it needs there), but write what it found the first time.
+#[test]
+fn a_checkpoint_whose_fallback_snapshot_ended_still_writes_every_page() {
+    if role().as_deref() == Some("fallback") {
+        fallback_child();
+        return;
+    }
+    if role().is_some() {
+        return;
+    }
+    let d = tmpfs_dir("ckpt-fallback");
+    let out = child(
+        "a_checkpoint_whose_fallback_snapshot_ended_still_writes_every_page",
+        "fallback",
+        &[("TXMAP_DIR", d.path().display().to_string())],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
