@@ -728,11 +728,18 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
             Victim::InTransaction => e.push(("TXMAP_PARK_AFTER", (rng.next() % 10).to_string())),
         }
         let mut v = Proc::spawn(test, "writer", &e, d.join(&format!("err-{round}-0")));
+        // Under random kills, a third of the rounds have the survivors
+        // checkpoint (and reset the log) every 16 KiB too, so that their own
+        // deaths come in the middle of checkpoints as often as the victim's.
+        let small_log = matches!(victim, Victim::Random) && rng.next().is_multiple_of(3);
         let mut s: Vec<Proc> = (1..=survivors)
             .map(|w| {
                 let mut e = writer_env(&d, w, &ack(w), "survivor");
                 e.push(("TXMAP_DEAD", dead.display().to_string()));
                 e.push(("TXMAP_PAUSE", "1".into()));
+                if small_log {
+                    e.push(("TXMAP_CKPT", (16u64 << 10).to_string()));
+                }
                 Proc::spawn(test, "writer", &e, d.join(&format!("err-{round}-{w}")))
             })
             .collect();
