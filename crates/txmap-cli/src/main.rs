@@ -285,6 +285,12 @@ fn info_text(r: &Report) -> String {
                 l.shared_path.display()
             ),
         ));
+        if let Some(m) = &l.poisoned {
+            lines.push((
+                "poisoned",
+                format!("{m} (commits fail until every process has closed it)"),
+            ));
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -418,6 +424,10 @@ fn info_json(r: &Report) -> String {
                         .join(",")
                 )
             }),
+        ),
+        (
+            "poisoned",
+            js_opt(&r.live, |l| l.poisoned.as_deref().map_or("null".into(), js)),
         ),
         (
             "snapshot_limit",

@@ -293,3 +293,32 @@ fn info_shows_the_snapshot_limit_and_how_close_the_oldest_reader_is() {
     assert!(json.contains("\"lag\":30,\"expired\":false"), "{json}");
     old.commit().unwrap();
 }
+
+#[test]
+fn info_shows_why_a_region_open_elsewhere_cannot_commit() {
+    let d = ext4_dir("cli-poisoned");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
+    let json = succeeds(&txmap(&["info", "--json", s(&p)]));
+    assert!(json.contains("\"poisoned\":null"), "{json}");
+    let info = succeeds(&txmap(&["info", s(&p)]));
+    assert!(!info.lines().any(|l| l.starts_with("poisoned:")), "{info}");
+    txmap::debug::poison(&r, "sync log /x: disk on fire");
+    let mut v = r.view().unwrap();
+    let e = v.run(|v| v.write(0, &1u64)).unwrap_err();
+    assert!(matches!(e, txmap::Error::Poisoned(_)), "{e:?}");
+    assert_eq!(
+        r.stats().poisoned.as_deref(),
+        Some("sync log /x: disk on fire")
+    );
+    let info = succeeds(&txmap(&["info", s(&p)]));
+    assert!(
+        info.contains("poisoned:        sync log /x: disk on fire (commits fail until every process has closed it)"),
+        "{info}"
+    );
+    let json = succeeds(&txmap(&["info", "--json", s(&p)]));
+    assert!(
+        json.contains("\"poisoned\":\"sync log /x: disk on fire\""),
+        "{json}"
+    );
+}

@@ -114,3 +114,10 @@ pub(crate) fn checkpoint_pause() {
         std::thread::sleep(std::time::Duration::from_micros(us));
     }
 }
+
+/// Makes `region` unusable with `msg`, as a failed log write would: every
+/// later commit in every process that has it open fails with
+/// `Error::Poisoned`. For tests of how that is reported.
+pub fn poison(region: &crate::Region, msg: &str) {
+    region.inner.mvcc.hdr().poison(msg);
+}

@@ -92,6 +92,8 @@ pub struct LiveState {
     /// snapshots, since the shared state was created.
     pub expired_snapshots: u64,
     pub preserved_pages: u64,
+    /// Why commits fail in every process that has it open, if they do.
+    pub poisoned: Option<String>,
 }
 
 impl Report {
@@ -311,6 +313,7 @@ fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
         },
         expired_snapshots: m.expiry_counts().0,
         preserved_pages: m.expiry_counts().1,
+        poisoned: crate::wal::log::poison_message(h),
     })
 }
 

@@ -144,6 +144,10 @@ pub struct Stats {
     /// No other process had the region open when this handle opened it (so
     /// this handle ran recovery and built the shared state).
     pub opened_alone: bool,
+    /// Why commits fail in every process, if a log write or sync failed or
+    /// a process panicked holding the commit lock. Closing every handle and
+    /// opening again recovers from the files.
+    pub poisoned: Option<String>,
 }
 
 /// An open region. Cheap to clone; views keep it alive.
@@ -629,6 +633,7 @@ impl Region {
             log_syncs: h.syncs.load(Ordering::Relaxed),
             shared_path: i.mvcc.path().to_path_buf(),
             opened_alone: i.opened_alone,
+            poisoned: crate::wal::log::poison_message(h),
         }
     }
 }

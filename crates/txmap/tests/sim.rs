@@ -164,6 +164,11 @@ fn a_failing_disk_gives_clear_errors_and_loses_no_acknowledged_commit() {
             again.is_err(),
             "n={n}: commit after a failed sync succeeded"
         );
+        let why = s.region.stats().poisoned;
+        assert!(
+            why.as_deref().is_some_and(|m| m.contains("sim:")),
+            "n={n}: stats do not say why commits fail: {why:?}"
+        );
         assert_recovers_a_prefix(&s, n, &history, acked, &format!("n={n}"));
     }
 }

@@ -251,8 +251,16 @@ pub fn publish_epoch(h: &Header, next: &LogHeader) {
 
 /// Fails if an earlier write or sync of the log failed (in any process).
 pub fn check_poison(h: &Header) -> Result<()> {
+    match poison_message(h) {
+        None => Ok(()),
+        Some(m) => Err(Error::Poisoned(m)),
+    }
+}
+
+/// Why the region was made unusable, if it was (in any process).
+pub fn poison_message(h: &Header) -> Option<String> {
     if h.poisoned.load(Ordering::Acquire) == 0 {
-        return Ok(());
+        return None;
     }
     let bytes: Vec<u8> = h
         .poison_msg
@@ -260,9 +268,7 @@ pub fn check_poison(h: &Header) -> Result<()> {
         .map(|b| b.load(Ordering::Relaxed))
         .take_while(|&b| b != 0)
         .collect();
-    Err(Error::Poisoned(
-        String::from_utf8_lossy(&bytes).into_owned(),
-    ))
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Marks the region unusable after a failed write or sync.
