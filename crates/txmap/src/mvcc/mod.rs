@@ -43,6 +43,9 @@ pub struct VersionRef<'a> {
 pub struct Locked<'a> {
     _guard: Guard<'a>,
     hdr: &'a Header,
+    /// The thread was already unwinding when it took the lock (a `Drop`
+    /// during a panic): a lock section it finishes is whole.
+    unwinding_before: bool,
     /// The previous holder died holding it (see `Region::repair`).
     pub owner_died: bool,
 }
@@ -52,7 +55,7 @@ impl Drop for Locked<'_> {
         // A panic unwinding through the lock unlocks it normally, so the
         // next holder would not repair what was left half done: stop
         // every process from committing instead (runs before the unlock).
-        if std::thread::panicking() {
+        if std::thread::panicking() && !self.unwinding_before {
             self.hdr
                 .poison("a thread panicked holding the commit lock; reopen the region");
         }
@@ -354,6 +357,7 @@ impl Mvcc {
         Ok(Locked {
             owner_died: g.owner_died,
             hdr: self.hdr(),
+            unwinding_before: std::thread::panicking(),
             _guard: g,
         })
     }
@@ -1367,5 +1371,21 @@ mod tests {
         assert!(String::from_utf8_lossy(&msg).contains("panicked holding the commit lock"));
         let l = m.lock().unwrap();
         assert!(!l.owner_died, "the lock itself was released normally");
+        drop(l);
+        // A whole lock section run by a `Drop` during an unrelated panic
+        // (a region closed while its thread unwinds) poisons nothing.
+        let m = mvcc("panic-drop");
+        struct CloseOnUnwind<'a>(&'a Mvcc);
+        impl Drop for CloseOnUnwind<'_> {
+            fn drop(&mut self) {
+                drop(self.0.lock().unwrap());
+            }
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _close = CloseOnUnwind(&m);
+            panic!("unrelated");
+        }));
+        assert!(r.is_err());
+        assert_eq!(m.hdr().poisoned.load(Ordering::SeqCst), 0);
     }
 }
