@@ -1061,9 +1061,7 @@ impl Mvcc {
                 // (see `dedupe_dirty`), never flagged but unlisted, which
                 // would keep its next versions out of every checkpoint.
                 e.dirty.store(0, Ordering::Release);
-                let n = h.dirty_count.load(Ordering::Acquire) - 1;
-                list[i].store(list[n as usize].load(Ordering::Acquire), Ordering::Release);
-                h.dirty_count.store(n, Ordering::Release);
+                self.unlist(i);
             } else {
                 i += 1;
             }
@@ -1089,11 +1087,18 @@ impl Mvcc {
                 }
                 i += 1;
             } else {
-                let n = h.dirty_count.load(Ordering::Acquire) - 1;
-                list[i].store(list[n as usize].load(Ordering::Acquire), Ordering::Release);
-                h.dirty_count.store(n, Ordering::Release);
+                self.unlist(i);
             }
         }
+    }
+
+    /// Removes entry `i` of the dirty list (the last entry takes its place).
+    fn unlist(&self, i: usize) {
+        let h = self.hdr();
+        let list = self.dirty_list();
+        let n = h.dirty_count.load(Ordering::Acquire) - 1;
+        list[i].store(list[n as usize].load(Ordering::Acquire), Ordering::Release);
+        h.dirty_count.store(n, Ordering::Release);
     }
 
     /// Hands unlinked blocks to reclamation and frees those no reader can reach.
