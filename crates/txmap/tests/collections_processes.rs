@@ -509,14 +509,26 @@ impl Run<'_> {
     /// Opens the region, checks process `q`'s counts against its acks (for
     /// each `q` in `dead`) and runs the full check; returns the counts.
     fn check(&self, dead: &[u64], alone: bool) -> Vec<[u64; KINDS as usize]> {
-        let r = Region::open(&self.path(), coll::opts()).unwrap();
+        // After every process died: what they left, for a failure's message.
+        let crash = if alone {
+            format!(
+                "\nleft by the crash: {}",
+                describe_crash_state(&self.path())
+            )
+        } else {
+            String::new()
+        };
+        let r = Region::open(&self.path(), coll::opts())
+            .unwrap_or_else(|e| panic!("recovery failed: {e}{crash}"));
         if alone {
             assert!(r.stats().opened_alone, "a killed process still counted");
         }
         let mut v = r.view().unwrap();
         let sh = open_shared(&mut v);
         v.begin_read().unwrap();
-        let counts = sh.full_check(&v).unwrap();
+        let counts = sh
+            .full_check(&v)
+            .unwrap_or_else(|e| panic!("full check: {e}{crash}"));
         v.commit().unwrap();
         for &q in dead {
             let (acked, _) = self.acks(q);
@@ -525,14 +537,17 @@ impl Run<'_> {
                 .map(|k| {
                     assert!(
                         c[k] == acked[k] || c[k] == acked[k] + 1,
-                        "process {q}, kind {k}: {} committed, {} acknowledged",
+                        "process {q}, kind {k}: {} committed, {} acknowledged{crash}",
                         c[k],
                         acked[k]
                     );
                     c[k] - acked[k]
                 })
                 .sum();
-            assert!(extra <= 1, "process {q}: {extra} unacknowledged commits");
+            assert!(
+                extra <= 1,
+                "process {q}: {extra} unacknowledged commits{crash}"
+            );
         }
         r.close().unwrap();
         counts
