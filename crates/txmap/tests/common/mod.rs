@@ -174,14 +174,20 @@ pub fn take_evidence(region: &Path, evidence: &Path) {
     };
     cp(region, "region");
     cp(&txmap::log_path(region), "log");
-    let st = rustix::fs::stat(region).unwrap();
-    let suffix = format!("-{:x}-{:x}", st.st_dev, st.st_ino);
-    for e in std::fs::read_dir("/dev/shm").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("txmap-") && name.ends_with(&suffix) {
-            cp(&e.path(), "shm");
-        }
+    if let Some(shm) = shared_state_of(region) {
+        cp(&shm, "shm");
     }
+}
+
+/// The shared state a region's processes left, if there is any: the path
+/// `txmap::shared_path` gives for the region id in its header.
+fn shared_state_of(region: &Path) -> Option<PathBuf> {
+    let data = std::fs::read(region).ok()?;
+    let rh = format::RegionHeader::decode(data.get(..HEADER_BYTES as usize)?).ok()?;
+    let p = txmap::shared_path(region, rh.region_id).ok()?;
+    std::fs::metadata(&p)
+        .is_ok_and(|m| m.len() > 0)
+        .then_some(p)
 }
 
 /// With `TXMAP_KEEP=dir` set, copies the test directory `d` (acknowledgement
@@ -248,13 +254,9 @@ pub fn describe_crash_state(region: &Path) -> String {
             let _ = write!(s, "scan error {c:?}; ");
         }
     }
-    let Ok(rh) = rh else { return s };
-    let Ok(spath) = txmap::shared_path(region, rh.region_id) else {
-        return s;
-    };
-    if std::fs::metadata(&spath).map_or(true, |m| m.len() == 0) {
+    let Some(spath) = shared_state_of(region) else {
         return s + "no shared state";
-    }
+    };
     match txmap::mvcc::Mvcc::attach(&spath, 0o600) {
         Ok(m) => {
             let h = m.hdr();
