@@ -12,7 +12,7 @@ use crate::report::{Ctx, Res, Summary, Table, num};
 pub const PAGE: u64 = 4096;
 pub const SIZES: [usize; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 pub fn steps(reps: usize) -> usize {
-    2 * reps
+    3 * reps
 }
 const MAX_N: usize = 1024;
 
@@ -202,32 +202,51 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         durability: Durability::Async,
         ..Options::default()
     };
-    let region = Region::create(&path, MAX_N as u64 * PAGE, opts)?;
+    let region = Region::create(&path, MAX_N as u64 * PAGE, opts.clone())?;
     let mut writer = region.view()?;
     let mut stamp: u8 = 0;
 
     // vals[scenario][size][cell]: repetitions outermost, so that every size
     // and cell sees the same mix of background load (other work on the machine
     // changes over seconds).
-    let mut vals = vec![vec![vec![Vec::new(); CELLS.len()]; SIZES.len()]; 2];
+    let mut vals = vec![vec![vec![Vec::new(); CELLS.len()]; SIZES.len()]; 3];
 
-    // Scenario A: a new view per repetition (no page is valid in it).
+    // Scenario A: the first view of a region handle opened for the
+    // repetition: its private memory is allocated on first touch.
     for rep in 1..=ctx.reps {
         ctx.progress(format!(
-            "page touch, fresh view, rep {rep}/{}, n=1..1024",
+            "page touch, first view, rep {rep}/{}, n=1..1024",
             ctx.reps
         ));
         for (n, vals) in SIZES.iter().zip(&mut vals[0]) {
             for (cell, vals) in CELLS.iter().zip(vals) {
-                let mut v = region.view()?;
+                let handle = Region::open(&path, opts.clone())?;
+                let mut v = handle.view()?;
                 let s = touch_once(&mut v, cell, *n, stamp)?;
-                check(ctx, "fresh view", cell, *n, &s, stamp);
+                check(ctx, "first view", cell, *n, &s, stamp);
                 vals.push(s.us_per_page);
             }
         }
     }
 
-    // Scenario B: one long-lived view whose pages another view's commit made
+    // Scenario B: a new view per repetition, on a region handle whose views
+    // closed before: it takes over a closed view's memory (no page valid).
+    for rep in 1..=ctx.reps {
+        ctx.progress(format!(
+            "page touch, reopened view, rep {rep}/{}, n=1..1024",
+            ctx.reps
+        ));
+        for (n, vals) in SIZES.iter().zip(&mut vals[1]) {
+            for (cell, vals) in CELLS.iter().zip(vals) {
+                let mut v = region.view()?;
+                let s = touch_once(&mut v, cell, *n, stamp)?;
+                check(ctx, "reopened view", cell, *n, &s, stamp);
+                vals.push(s.us_per_page);
+            }
+        }
+    }
+
+    // Scenario C: one long-lived view whose pages another view's commit made
     // stale before each repetition (the steady state of a long-running program).
     // Warmed with plain loads and stores, as a program using raw pointers
     // would be: its pages are mapped at the user address, not only in the
@@ -251,7 +270,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             "page touch, long-lived view, rep {rep}/{}, n=1..1024",
             ctx.reps
         ));
-        for (n, vals) in SIZES.iter().zip(&mut vals[1]) {
+        for (n, vals) in SIZES.iter().zip(&mut vals[2]) {
             for (cell, vals) in CELLS.iter().zip(vals) {
                 stamp = stamp.wrapping_add(1).max(1);
                 invalidate(&mut writer, *n, stamp)?;
@@ -269,8 +288,9 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             .map(|row| row.iter().map(|c| Summary::of(c)).collect())
             .collect()
     };
-    let fresh = summarize(&vals[0]);
-    let warm = summarize(&vals[1]);
+    let first = summarize(&vals[0]);
+    let fresh = summarize(&vals[1]);
+    let warm = summarize(&vals[2]);
 
     let print = |title: &str, rows: &[Vec<Summary>]| {
         println!("{title}\n");
@@ -285,11 +305,15 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         t.print();
     };
     print(
-        "### 1a. Fresh view (a new `View` per repetition; its private memory is allocated on first touch)",
+        "### 1a. First view (a new region handle and view per repetition; the view's private memory is allocated on first touch)",
+        &first,
+    );
+    print(
+        "### 1b. Reopened view (a new `View` per repetition on one region handle; it takes over the memory of a closed view, no page valid)",
         &fresh,
     );
     print(
-        "### 1b. Long-lived view (pages made stale by another view's commit before each repetition)",
+        "### 1c. Long-lived view (pages made stale by another view's commit before each repetition)",
         &warm,
     );
     let at = |rows: &[Vec<Summary>], n: usize, c: usize| {
@@ -297,11 +321,19 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         num(rows[i][c].median)
     };
     println!(
-        "At n=256 (µs/page, medians): fresh view read {} / read+advisory {} / read by accessor {} / \
+        "At n=256 (µs/page, medians): first view read {} / read+advisory {} / read by accessor {} / \
+         write {} / write+advisory {} / write by accessor {}; \
+         reopened view read {} / read+advisory {} / read by accessor {} / \
          write {} / write+advisory {} / write by accessor {}; long-lived view read {} / read+advisory {} / \
          read by accessor {} / write {} / write+advisory {} / write by accessor {}. \
          Fault counts were checked in every repetition (n faults for plain loads and stores, \
          none after the advisory call or through the accessors) and every read returned the last committed value{}.\n",
+        at(&first, 256, 0),
+        at(&first, 256, 1),
+        at(&first, 256, 2),
+        at(&first, 256, 6),
+        at(&first, 256, 7),
+        at(&first, 256, 8),
         at(&fresh, 256, 0),
         at(&fresh, 256, 1),
         at(&fresh, 256, 2),
@@ -320,7 +352,11 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             ""
         }
     );
-    for (name, rows) in [("fresh view", &fresh), ("long-lived view", &warm)] {
+    for (name, rows) in [
+        ("first view", &first),
+        ("reopened view", &fresh),
+        ("long-lived view", &warm),
+    ] {
         let i = SIZES.iter().position(|&s| s == 256).expect("size");
         let m = |c: usize| rows[i][c].median;
         let plain = [m(0), m(3), m(6)];

@@ -184,6 +184,8 @@ pub(crate) struct RegionInner {
     /// `signal::forks()` when opened: differs in a forked child.
     pub fork_generation: usize,
     locks: Option<OpenLocks>,
+    /// Memory of closed views, for the next views opened (`View::open`).
+    view_pool: Mutex<Vec<crate::view::ViewMemory>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -457,6 +459,7 @@ impl Region {
             })?,
             opts,
             locks,
+            view_pool: Mutex::new(Vec::new()),
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
@@ -573,7 +576,10 @@ impl Region {
         self.inner.grow(size)
     }
 
-    /// Opens a view for the calling thread (see [`crate::View`]).
+    /// Opens a view for the calling thread (see [`crate::View`]). It takes
+    /// over the memory of a view of this handle that closed, if one is kept
+    /// (up to 4, of at most 64 MiB of private pages each): then its first
+    /// touches need no page allocated. The memory goes with the last handle.
     pub fn view(&self) -> Result<crate::View> {
         crate::View::open(self.inner.clone(), None)
     }
@@ -807,6 +813,11 @@ fn file_mode(data: &dyn Storage) -> u32 {
 }
 
 impl RegionInner {
+    /// Memory that closed views left for reuse.
+    pub(crate) fn view_pool(&self) -> MutexGuard<'_, Vec<crate::view::ViewMemory>> {
+        lock(&self.view_pool)
+    }
+
     /// Fails in a process forked after the region was opened.
     pub fn check_owner(&self) -> Result<()> {
         if crate::os::signal::forks_now() == self.fork_generation {

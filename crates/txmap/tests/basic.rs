@@ -394,6 +394,65 @@ fn a_view_at_a_fixed_address_keeps_that_address() {
 }
 
 #[test]
+fn a_view_opened_after_another_closed_takes_its_memory_but_none_of_its_state() {
+    let d = ext4_dir("pool");
+    let r = Region::create(&d.join("r.txm"), 8 * PAGE, Options::default()).unwrap();
+    let mut w = r.view().unwrap();
+    let mut a = r.view().unwrap();
+    let a_base = a.base();
+    // Pages 0..4 become valid and readable at A's user address; page 5
+    // holds a store that was rolled back.
+    a.begin().unwrap();
+    for p in 0..4 {
+        // SAFETY: inside a transaction, within the region.
+        unsafe { a_base.add((p * PAGE) as usize).write_volatile(1) };
+    }
+    a.commit().unwrap();
+    a.begin().unwrap();
+    // SAFETY: as above; rolled back.
+    unsafe { a_base.add((5 * PAGE) as usize).write_volatile(9) };
+    a.rollback();
+    drop(a);
+    w.run(|w| {
+        for p in 0..4 {
+            w.write(p * PAGE, &2u8)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+
+    let mut b = r.view().unwrap();
+    assert_eq!(
+        b.base(),
+        a_base,
+        "the new view reuses the closed one's memory"
+    );
+    assert_eq!(b.faults(), 0);
+    b.begin().unwrap();
+    for p in 0..4 {
+        // SAFETY: inside a transaction, within the region.
+        let x = unsafe { a_base.add((p * PAGE) as usize).read_volatile() };
+        assert_eq!(x, 2, "page {p} shows the latest commit, not A's copy");
+    }
+    // SAFETY: as above.
+    let x = unsafe { a_base.add((5 * PAGE) as usize).read_volatile() };
+    assert_eq!(x, 0, "A's rolled-back store is gone");
+    assert_eq!(b.faults(), 5, "every first touch was caught again");
+    // The reads were tracked: a commit to a page B read makes B conflict.
+    w.run(|w| w.write(0, &3u8)).unwrap();
+    b.write(7 * PAGE, &1u8).unwrap();
+    assert!(matches!(b.commit(), Err(Error::Conflict)));
+    drop(b);
+
+    // A closed view's address is free for a view at that address.
+    let mut c = r.view_at(a_base as usize).unwrap();
+    assert_eq!(c.base(), a_base);
+    c.begin_read().unwrap();
+    assert_eq!(c.read::<u8>(0).unwrap(), 3);
+    c.commit().unwrap();
+}
+
+#[test]
 fn close_checkpoints_and_reports_success() {
     let d = ext4_dir("close");
     let p = d.join("r.txm");

@@ -23,7 +23,7 @@ impl ViewInner {
     pub(super) fn install(&self, page: usize, snapshot: u64) {
         let mvcc = &self.region.mvcc;
         let entered = mvcc.enter(self.slot);
-        let dst = self.alias.base() as usize + page * PAGE;
+        let dst = self.mem.alias.base() as usize + page * PAGE;
         let src = match mvcc.lookup(page, snapshot) {
             Some(v) => v.data.as_ptr(),
             // SAFETY: the page lies below the region size, which the image maps.
@@ -41,7 +41,7 @@ impl ViewInner {
         if entered {
             mvcc.leave(self.slot);
         }
-        if let Some(v) = self.valid.get(page) {
+        if let Some(v) = self.mem.valid.get(page) {
             v.store(1, Ordering::Release);
         }
     }
@@ -51,12 +51,13 @@ impl ViewInner {
     /// The caller has checked that `page` is below the mapped size.
     pub(super) fn touch(&self, page: usize, write: bool) -> Access {
         let serial = self.serial.load(Ordering::Relaxed);
-        let Some(t) = self.touched.get(page) else {
+        let Some(t) = self.mem.touched.get(page) else {
             debug_assert!(false, "page {page} beyond the view's tables");
             return Access::None;
         };
         let bits = bits_of(t.load(Ordering::Relaxed), serial);
         if self
+            .mem
             .valid
             .get(page)
             .is_some_and(|v| v.load(Ordering::Acquire) == 0)
@@ -74,15 +75,15 @@ impl ViewInner {
                     self.doom(DOOM_READ_ONLY_WRITE);
                 }
                 let n = self.write_n.load(Ordering::Relaxed);
-                if n < self.write_set.capacity() {
-                    let twin = self.twins.base() as usize + n * PAGE;
-                    let cur = self.alias.base() as usize + page * PAGE;
+                if n < self.mem.write_set.capacity() {
+                    let twin = self.mem.twins.base() as usize + n * PAGE;
+                    let cur = self.mem.alias.base() as usize + page * PAGE;
                     // SAFETY: a twin slot and a page of our alias, both mapped RW.
                     unsafe {
                         std::ptr::copy_nonoverlapping(cur as *const u8, twin as *mut u8, PAGE)
                     };
                     // SAFETY: n < capacity of the reserved array.
-                    unsafe { *self.write_set.as_ptr().add(n) = page as u32 };
+                    unsafe { *self.mem.write_set.as_ptr().add(n) = page as u32 };
                     self.write_n.store(n + 1, Ordering::Relaxed);
                 } else {
                     self.doom(DOOM_TOO_LARGE);
@@ -107,7 +108,7 @@ impl ViewInner {
 
     /// This transaction's touch bits of `page` (0 if untouched).
     pub(super) fn touch_bits(&self, page: usize) -> u32 {
-        self.touched.get(page).map_or(0, |t| {
+        self.mem.touched.get(page).map_or(0, |t| {
             bits_of(
                 t.load(Ordering::Relaxed),
                 self.serial.load(Ordering::Relaxed),
@@ -118,7 +119,7 @@ impl ViewInner {
     /// Notes that `page` is writable at the user address in this
     /// transaction, so that its end protects it again.
     pub(super) fn mark_exposed_rw(&self, page: usize) {
-        if let Some(t) = self.touched.get(page) {
+        if let Some(t) = self.mem.touched.get(page) {
             t.fetch_or(TOUCH_EXPOSED_RW, Ordering::Relaxed);
         }
     }
@@ -137,7 +138,7 @@ impl ViewInner {
             }
         }
         // SAFETY: off + len is within the mapped size, which the alias maps.
-        unsafe { self.alias.base().add(off) }
+        unsafe { self.mem.alias.base().add(off) }
     }
 
     /// Adds `page` to the read set of a serializable transaction.
@@ -146,9 +147,9 @@ impl ViewInner {
             return;
         }
         let n = self.read_n.load(Ordering::Relaxed);
-        if n < self.read_set.capacity() {
+        if n < self.mem.read_set.capacity() {
             // SAFETY: n < capacity of the reserved array.
-            unsafe { *self.read_set.as_ptr().add(n) = page as u32 };
+            unsafe { *self.mem.read_set.as_ptr().add(n) = page as u32 };
             self.read_n.store(n + 1, Ordering::Relaxed);
         } else {
             self.doom(DOOM_TOO_LARGE);
@@ -159,7 +160,7 @@ impl ViewInner {
     pub(super) fn for_each_written(&self, mut f: impl FnMut(usize, usize)) {
         for slot in 0..self.write_n.load(Ordering::Relaxed) {
             // SAFETY: entries below write_n were written by `touch`.
-            let page = unsafe { *self.write_set.as_ptr().add(slot) } as usize;
+            let page = unsafe { *self.mem.write_set.as_ptr().add(slot) } as usize;
             f(slot, page);
         }
     }
@@ -169,8 +170,8 @@ impl ViewInner {
         // SAFETY: a twin slot and a page of our alias, both mapped, not aliased.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.twins.base().add(slot * PAGE),
-                self.alias.base().add(page * PAGE),
+                self.mem.twins.base().add(slot * PAGE),
+                self.mem.alias.base().add(page * PAGE),
                 PAGE,
             );
         }
@@ -184,15 +185,15 @@ impl ViewInner {
 
     /// The fault routine registered with the signal module.
     pub(super) fn on_fault(&self, addr: usize, write: bool) -> FaultOutcome {
-        let off = addr - self.user.base() as usize;
-        if off >= self.mapped.load(Ordering::Acquire) {
+        let off = addr - self.mem.user.base() as usize;
+        if off >= self.mem.mapped.load(Ordering::Acquire) {
             return FaultOutcome::BeyondRegion;
         }
         if crate::os::signal::forks_now() != self.region.fork_generation {
             return FaultOutcome::ForkedChild;
         }
         let page = off / PAGE;
-        let page_addr = self.user.base() as usize + page * PAGE;
+        let page_addr = self.mem.user.base() as usize + page * PAGE;
         self.faults.fetch_add(1, Ordering::Relaxed);
         self.islands.fetch_add(1, Ordering::Relaxed);
         let access = if self.active.load(Ordering::Acquire) {

@@ -13,6 +13,7 @@
 
 mod fault;
 
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -78,9 +79,12 @@ pub enum PageAccess {
     Write,
 }
 
-pub(crate) struct ViewInner {
-    region: Arc<RegionInner>,
-    slot: usize,
+/// A view's memory: its address space, private pages and page tables. When
+/// a view closes, its region keeps this (see [`ViewMemory::recycle`]) and
+/// the next view opened takes it over: the private pages stay allocated
+/// and mapped, so the new view's first touches cost what a long-lived
+/// view's do, without allocating and zeroing a page each.
+pub(crate) struct ViewMemory {
     user: Reservation,
     alias: Reservation,
     twins: Reservation,
@@ -90,6 +94,70 @@ pub(crate) struct ViewInner {
     touched: ReservedArray<AtomicU32>,
     read_set: ReservedArray<u32>,
     write_set: ReservedArray<u32>,
+}
+
+/// Most closed views' memory a region keeps for reuse.
+const POOLED_VIEWS: usize = 4;
+/// A closed view's memory is kept only if its private pages take at most this.
+const POOLED_BYTES: u64 = 64 << 20;
+
+impl ViewMemory {
+    fn new(max: usize, at: Option<usize>) -> Result<ViewMemory> {
+        let pages = max / PAGE;
+        let os = |op| move |e| Error::os(op, e);
+        Ok(ViewMemory {
+            user: Reservation::new(max, at).map_err(|e| {
+                if e == rustix::io::Errno::EXIST {
+                    Error::Invalid(format!(
+                        "address {:#x} is not free for a view",
+                        at.unwrap_or(0)
+                    ))
+                } else {
+                    Error::os("reserve view address space", e)
+                }
+            })?,
+            alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
+            twins: {
+                let r =
+                    Reservation::new(MAX_WRITE_PAGES * PAGE, None).map_err(os("reserve twins"))?;
+                r.map_anonymous_rw(0, r.len()).map_err(os("map twins"))?;
+                // Typical transactions write few pages: have their twins ready.
+                r.populate(0, PREPARED_TWINS * PAGE, true);
+                r
+            },
+            memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
+            mapped: AtomicUsize::new(0),
+            valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
+            write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
+        })
+    }
+
+    /// Makes the memory of a closed view fit for the next one: no page valid
+    /// or touched, nothing accessible at the user address. Returns `None`
+    /// (the memory is freed) if that fails or the memory is too large to keep.
+    fn recycle(mut self, exposed: bool) -> Option<ViewMemory> {
+        let used = rustix::fs::fstat(&self.memfd).ok()?.st_blocks as u64 * 512;
+        if used > POOLED_BYTES {
+            return None;
+        }
+        if exposed {
+            self.user
+                .protect(0, self.mapped.load(Ordering::Relaxed), Access::None)
+                .ok()?;
+        }
+        self.valid.clear().ok()?;
+        self.touched.clear().ok()?;
+        Some(self)
+    }
+}
+
+pub(crate) struct ViewInner {
+    region: Arc<RegionInner>,
+    slot: usize,
+    /// Taken back in `drop` (to be pooled), never touched after.
+    mem: ManuallyDrop<ViewMemory>,
     read_n: AtomicUsize,
     write_n: AtomicUsize,
     active: AtomicBool,
@@ -103,6 +171,23 @@ pub(crate) struct ViewInner {
     islands: AtomicU64,
     valid_seq: AtomicU64,
     last_commit: AtomicU64,
+}
+
+impl Drop for ViewInner {
+    fn drop(&mut self) {
+        // SAFETY: `mem` is taken here once and the struct is never used again.
+        let mem = unsafe { ManuallyDrop::take(&mut self.mem) };
+        // A forked child must not hand its parent's view memory to a view of its own.
+        if self.region.check_owner().is_err() {
+            return;
+        }
+        let mut pool = self.region.view_pool();
+        if pool.len() < POOLED_VIEWS
+            && let Some(m) = mem.recycle(self.islands.load(Ordering::Relaxed) > 0)
+        {
+            pool.push(m);
+        }
+    }
 }
 
 /// One mapping of a region, used by one thread at a time.
@@ -138,41 +223,38 @@ impl View {
     pub(crate) fn open(region: Arc<RegionInner>, at: Option<usize>) -> Result<View> {
         region.check_owner()?;
         let max = region.opts.max_size as usize;
-        let pages = max / PAGE;
-        let os = |op| move |e| Error::os(op, e);
         let slot = region.mvcc.claim_slot().ok_or_else(|| {
             Error::Invalid(format!(
                 "too many views on one region (at most {})",
                 crate::mvcc::MAX_SLOTS
             ))
         })?;
-        let inner = (|| {
-            Ok::<_, Error>(Box::new(ViewInner {
-                user: Reservation::new(max, at).map_err(|e| {
-                    if e == rustix::io::Errno::EXIST {
-                        Error::Invalid(format!(
-                            "address {:#x} is not free for a view",
-                            at.unwrap_or(0)
-                        ))
-                    } else {
-                        Error::os("reserve view address space", e)
-                    }
-                })?,
-                alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
-                twins: {
-                    let r = Reservation::new(MAX_WRITE_PAGES * PAGE, None)
-                        .map_err(os("reserve twins"))?;
-                    r.map_anonymous_rw(0, r.len()).map_err(os("map twins"))?;
-                    // Typical transactions write few pages: have their twins ready.
-                    r.populate(0, PREPARED_TWINS * PAGE, true);
-                    r
-                },
-                memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
-                mapped: AtomicUsize::new(0),
-                valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
-                touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
-                read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
-                write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
+        let pooled = {
+            let mut pool = region.view_pool();
+            match at {
+                None => pool.pop(),
+                Some(a) => pool
+                    .iter()
+                    .position(|m| m.user.base() as usize == a)
+                    .map(|i| pool.swap_remove(i)),
+            }
+        };
+        let inner = match pooled {
+            Some(m) => Ok(m),
+            None => ViewMemory::new(max, at).or_else(|e| {
+                // The address may be held by a closed view's memory: free it all.
+                let mut pool = region.view_pool();
+                if at.is_none() || pool.is_empty() {
+                    return Err(e);
+                }
+                pool.clear();
+                drop(pool);
+                ViewMemory::new(max, at)
+            }),
+        }
+        .map(|mem| {
+            Box::new(ViewInner {
+                mem: ManuallyDrop::new(mem),
                 read_n: AtomicUsize::new(0),
                 write_n: AtomicUsize::new(0),
                 active: AtomicBool::new(false),
@@ -187,8 +269,8 @@ impl View {
                 last_commit: AtomicU64::new(0),
                 slot,
                 region: region.clone(),
-            }))
-        })();
+            })
+        });
         let inner = match inner {
             Ok(i) => i,
             Err(e) => {
@@ -204,8 +286,8 @@ impl View {
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
         let reg = signal::register(
-            view.inner.user.base() as usize,
-            view.inner.user.len(),
+            view.inner.mem.user.base() as usize,
+            view.inner.mem.user.len(),
             ctx,
             fault::handle,
         )
@@ -221,7 +303,7 @@ impl View {
     fn sync_size(&mut self) -> Result<()> {
         let v = &self.inner;
         let size = v.region.size() as usize;
-        let old = v.mapped.load(Ordering::Acquire);
+        let old = v.mem.mapped.load(Ordering::Acquire);
         if size <= old {
             return Ok(());
         }
@@ -229,27 +311,29 @@ impl View {
         // pages without a version from this process's image of the file, so
         // the image must cover the view before the view does.
         v.region.map_image(size as u64)?;
-        crate::os::mem::set_len(&v.memfd, size as u64)
+        crate::os::mem::set_len(&v.mem.memfd, size as u64)
             .map_err(|e| Error::os("size view memory", e))?;
-        let fd = v.memfd.as_fd();
-        v.alias
+        let fd = v.mem.memfd.as_fd();
+        v.mem
+            .alias
             .map_shared(old, size - old, fd, old as u64, Access::ReadWrite)
             .map_err(|e| Error::os("map view alias", e))?;
-        v.user
+        v.mem
+            .user
             .map_shared(old, size - old, fd, old as u64, Access::None)
             .map_err(|e| Error::os("map view", e))?;
-        v.mapped.store(size, Ordering::Release);
+        v.mem.mapped.store(size, Ordering::Release);
         Ok(())
     }
 
     /// Address of byte 0 of the region in this view.
     pub fn base(&self) -> *mut u8 {
-        self.inner.user.base()
+        self.inner.mem.user.base()
     }
 
     /// Bytes of the region mapped in this view.
     pub fn len(&self) -> usize {
-        self.inner.mapped.load(Ordering::Acquire)
+        self.inner.mem.mapped.load(Ordering::Acquire)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -302,7 +386,7 @@ impl View {
         v.valid_seq.store(s, Ordering::Relaxed);
         let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> TOUCH_BITS);
         if serial == 0
-            && let Err(e) = self.inner.touched.clear()
+            && let Err(e) = self.inner.mem.touched.clear()
         {
             self.inner.region.mvcc.end(self.inner.slot);
             return Err(Error::os("reset view", e));
@@ -337,11 +421,11 @@ impl View {
         let own = v.last_commit.load(Ordering::Relaxed);
         let mut err = Ok(());
         let complete = mvcc.changed_pages(v.valid_seq.load(Ordering::Relaxed), s, |p| {
-            let valid = v.valid.get(p as usize).expect("page below max size");
+            let valid = v.mem.valid.get(p as usize).expect("page below max size");
             if valid.load(Ordering::Relaxed) == 1 && mvcc.page_seq(p as usize) != own {
                 valid.store(0, Ordering::Relaxed);
                 if exposed && !protect_all && err.is_ok() {
-                    err = v.user.protect(p as usize * PAGE, PAGE, Access::None);
+                    err = v.mem.user.protect(p as usize * PAGE, PAGE, Access::None);
                 }
             }
         });
@@ -349,14 +433,16 @@ impl View {
         if !complete {
             // Too far behind: forget every page.
             self.inner
+                .mem
                 .valid
                 .clear()
                 .map_err(|e| Error::os("reset view", e))?;
         }
         let v = &*self.inner;
         if protect_all || (exposed && !complete) {
-            v.user
-                .protect(0, v.mapped.load(Ordering::Relaxed), Access::None)
+            v.mem
+                .user
+                .protect(0, v.mem.mapped.load(Ordering::Relaxed), Access::None)
                 .map_err(|e| Error::os("protect view", e))?;
             v.islands.store(0, Ordering::Relaxed);
         }
@@ -404,7 +490,7 @@ impl View {
             return Ok(());
         }
         // SAFETY: the first n entries were written by `touch`.
-        let pages = unsafe { std::slice::from_raw_parts(v.write_set.as_ptr(), n) };
+        let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
         let mut ranges = Vec::new();
         let mut versions: Vec<(u32, &[u8])> = Vec::with_capacity(n);
         for (i, &page) in pages.iter().enumerate() {
@@ -412,8 +498,8 @@ impl View {
             // nothing else writes them during commit (the view is &mut self).
             let (twin, cur) = unsafe {
                 (
-                    std::slice::from_raw_parts(v.twins.base().add(i * PAGE), PAGE),
-                    std::slice::from_raw_parts(v.alias.base().add(page as usize * PAGE), PAGE),
+                    std::slice::from_raw_parts(v.mem.twins.base().add(i * PAGE), PAGE),
+                    std::slice::from_raw_parts(v.mem.alias.base().add(page as usize * PAGE), PAGE),
                 )
             };
             let before = ranges.len();
@@ -425,7 +511,10 @@ impl View {
         let read_pages = if v.track_reads.load(Ordering::Relaxed) {
             // SAFETY: the first read_n entries were written by `touch`.
             unsafe {
-                std::slice::from_raw_parts(v.read_set.as_ptr(), v.read_n.load(Ordering::Relaxed))
+                std::slice::from_raw_parts(
+                    v.mem.read_set.as_ptr(),
+                    v.read_n.load(Ordering::Relaxed),
+                )
             }
         } else {
             &[]
@@ -457,24 +546,26 @@ impl View {
             }
             // Pages written through the accessors were never writable here.
             if v.touch_bits(page) & TOUCH_EXPOSED_RW != 0 {
-                reset |= v.user.protect(page * PAGE, PAGE, Access::Read).is_err();
+                reset |= v.mem.user.protect(page * PAGE, PAGE, Access::Read).is_err();
             }
         });
         if reset {
             // Pages written without a twin cannot be restored: forget them all.
             let ok = v
+                .mem
                 .user
-                .protect(0, v.mapped.load(Ordering::Relaxed), Access::None)
+                .protect(0, v.mem.mapped.load(Ordering::Relaxed), Access::None)
                 .is_ok();
             assert!(ok, "cannot re-protect a view");
             v.islands.store(0, Ordering::Relaxed);
-            let _ = self.inner.valid.clear();
+            let _ = self.inner.mem.valid.clear();
         }
         let v = &*self.inner;
         if n > 4096 {
             // Give a large transaction's twins back; keep the prepared ones.
             let used = n.min(MAX_WRITE_PAGES);
             let _ = v
+                .mem
                 .twins
                 .discard(PREPARED_TWINS * PAGE, (used - PREPARED_TWINS) * PAGE);
         }
@@ -498,11 +589,11 @@ impl View {
             v.restore_twin(slot, page);
             let exposed = v.touch_bits(page) & TOUCH_EXPOSED_RW != 0;
             // Later stores fault (or go through `access`) again and take a new twin.
-            if let Some(t) = v.touched.get(page) {
+            if let Some(t) = v.mem.touched.get(page) {
                 t.store(serial << TOUCH_BITS | TOUCH_READ, Ordering::Relaxed);
             }
             if exposed && protected.is_ok() {
-                protected = v.user.protect(page * PAGE, PAGE, Access::Read);
+                protected = v.mem.user.protect(page * PAGE, PAGE, Access::Read);
             }
         });
         protected.map_err(|e| Error::os("protect view page", e))?;
@@ -648,7 +739,8 @@ impl View {
         let v = &*self.inner;
         let (first, last) = (o / PAGE, (o + len - 1) / PAGE);
         // Allocate the private pages of the whole range in one call.
-        v.alias
+        v.mem
+            .alias
             .populate(first * PAGE, (last + 1 - first) * PAGE, true);
         // Counted before any page becomes accessible here (see `refresh`).
         v.islands
@@ -656,6 +748,7 @@ impl View {
         let mut run: Option<(usize, Access)> = None;
         let flush = |r: Option<(usize, Access)>, end: usize| match r {
             Some((start, a)) => v
+                .mem
                 .user
                 .protect(start * PAGE, (end - start) * PAGE, a)
                 .map_err(|e| Error::os("protect view", e)),
@@ -676,7 +769,7 @@ impl View {
         }
         flush(run, last + 1)?;
         // Map the range at the user address too, so its accesses take no fault.
-        v.user.populate(
+        v.mem.user.populate(
             first * PAGE,
             (last + 1 - first) * PAGE,
             access == PageAccess::Write,
