@@ -400,3 +400,42 @@ fn a_long_reader_pins_one_version_per_page_not_every_later_commit() {
     old.commit().unwrap();
     mid.commit().unwrap();
 }
+
+#[test]
+fn an_aborted_store_gives_back_the_snapshot_not_a_later_commit() {
+    let d = ext4_dir("abort-snapshot");
+    let r = Region::create(&d.join("r.txm"), 4 * 4096, Options::default()).unwrap();
+    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    b.run(|b| b.write(8, &1u64)).unwrap();
+    r.checkpoint().unwrap(); // the file holds 1: no version in memory
+    a.begin_with(TxnOptions::SNAPSHOT).unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 1);
+    b.run(|b| b.write(8, &2u64)).unwrap();
+    r.checkpoint().unwrap(); // the file holds 2; A's snapshot keeps 1
+    // A's first store to the page: its private copy holds the snapshot.
+    a.write(16, &5u64).unwrap();
+    a.abort().unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 1, "A still reads its snapshot");
+    assert_eq!(a.read::<u64>(16).unwrap(), 0, "A's store is gone");
+    assert!(matches!(a.commit(), Err(Error::Aborted)));
+    // A commit must not carry bytes A did not write: B's 2 stays.
+    a.begin_with(TxnOptions::SNAPSHOT).unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 2);
+    a.write(16, &6u64).unwrap();
+    a.commit().unwrap();
+    b.begin_read().unwrap();
+    assert_eq!(
+        (b.read::<u64>(8).unwrap(), b.read::<u64>(16).unwrap()),
+        (2, 6)
+    );
+    b.commit().unwrap();
+    drop((a, b, r));
+    let r = Region::open(&d.join("r.txm"), Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(
+        (v.read::<u64>(8).unwrap(), v.read::<u64>(16).unwrap()),
+        (2, 6)
+    );
+    v.commit().unwrap();
+}

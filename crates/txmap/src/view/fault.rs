@@ -1,6 +1,6 @@
 //! Page-level work shared by the fault handler and the advisory call:
-//! installing a page's snapshot version, saving a twin before the first
-//! write, and changing protection.
+//! installing a page's snapshot version, recording the read and write sets,
+//! restoring a page's snapshot version on abort, and changing protection.
 //!
 //! Called from the SIGSEGV handler, so everything here is async-signal-safe:
 //! atomics, `memcpy` between our own mappings, and the raw `mprotect` call.
@@ -16,34 +16,74 @@ use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
 use crate::wal::format::HEADER_BYTES;
 
-impl ViewInner {
-    /// Copies the version of `page` visible at `snapshot` into the private
-    /// copy. Enters the MVCC read side for the copy only, so a long
-    /// transaction never holds back the freeing of versions.
-    pub(super) fn install(&self, page: usize, snapshot: u64) {
-        let mvcc = &self.region.mvcc;
-        let entered = mvcc.enter(self.slot);
-        let dst = self.mem.alias.base() as usize + page * PAGE;
-        let src = match mvcc.lookup(page, snapshot) {
+/// A turn on the MVCC read side: versions found during it stay in memory
+/// (a version is freed only after every reader that could see it left).
+/// Leaves on drop.
+pub(super) struct ReadSide<'a> {
+    view: &'a ViewInner,
+    entered: bool,
+}
+
+impl ReadSide<'_> {
+    /// Address of the content of `page` at snapshot `s`: its version, or
+    /// else the region file's image. Valid until the read side is left.
+    /// The caller has checked that `page` is below the mapped size.
+    pub(super) fn source(&self, page: usize, s: u64) -> *const u8 {
+        match self.view.region.mvcc.lookup(page, s) {
             Some(v) => v.data.as_ptr(),
             // SAFETY: the page lies below the region size, which the image maps.
             None => unsafe {
-                self.region
+                self.view
+                    .region
                     .image
                     .base()
                     .add(HEADER_BYTES as usize + page * PAGE)
             },
-        };
+        }
+    }
+}
+
+impl Drop for ReadSide<'_> {
+    fn drop(&mut self) {
+        if self.entered {
+            self.view.region.mvcc.leave(self.view.slot);
+        }
+    }
+}
+
+impl ViewInner {
+    /// Enters the MVCC read side until the returned token drops. Entered
+    /// only for as long as a copy or diff takes, so a long transaction
+    /// never holds back the freeing of versions.
+    pub(super) fn read_side(&self) -> ReadSide<'_> {
+        ReadSide {
+            entered: self.region.mvcc.enter(self.slot),
+            view: self,
+        }
+    }
+
+    /// Copies the content of `page` at `snapshot` over its private copy.
+    fn copy_snapshot(&self, page: usize, snapshot: u64) {
+        let side = self.read_side();
+        let src = side.source(page, snapshot);
         crate::debug::install_delay();
+        let dst = self.mem.alias.base() as usize + page * PAGE;
         // SAFETY: both are whole pages in live mappings; the alias is private to
         // this view and the source is an immutable version or the file image.
         unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, PAGE) };
-        if entered {
-            mvcc.leave(self.slot);
-        }
+    }
+
+    /// Makes the private copy of `page` the version visible at `snapshot`.
+    pub(super) fn install(&self, page: usize, snapshot: u64) {
+        self.copy_snapshot(page, snapshot);
         if let Some(v) = self.mem.valid.get(page) {
             v.store(1, Ordering::Release);
         }
+    }
+
+    /// Discards this transaction's stores to `page`: it reads its snapshot again.
+    pub(super) fn restore(&self, page: usize) {
+        self.copy_snapshot(page, self.snapshot.load(Ordering::Relaxed));
     }
 
     /// Makes `page` part of the current transaction with the given access;
@@ -76,12 +116,8 @@ impl ViewInner {
                 }
                 let n = self.write_n.load(Ordering::Relaxed);
                 if n < self.mem.write_set.capacity() {
-                    let twin = self.mem.twins.base() as usize + n * PAGE;
-                    let cur = self.mem.alias.base() as usize + page * PAGE;
-                    // SAFETY: a twin slot and a page of our alias, both mapped RW.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(cur as *const u8, twin as *mut u8, PAGE)
-                    };
+                    // No copy of the page is kept: commit diffs it against
+                    // its snapshot version, and abort copies that back.
                     // SAFETY: n < capacity of the reserved array.
                     unsafe { *self.mem.write_set.as_ptr().add(n) = page as u32 };
                     self.write_n.store(n + 1, Ordering::Relaxed);
@@ -125,7 +161,7 @@ impl ViewInner {
     }
 
     /// Accessor path: tracks `[off, off+len)` in software (install, read
-    /// set, twin) exactly as first touches would, and returns its address in
+    /// and write sets) exactly as first touches would, and returns its address in
     /// the always-writable alias. Takes no fault and changes no protection.
     /// The caller has checked the range and that a transaction is active.
     pub(super) fn access(&self, off: usize, len: usize, write: bool) -> *mut u8 {
@@ -156,24 +192,12 @@ impl ViewInner {
         }
     }
 
-    /// Calls `f(twin slot, page)` for each page written in this transaction.
-    pub(super) fn for_each_written(&self, mut f: impl FnMut(usize, usize)) {
+    /// Calls `f(page)` for each page written in this transaction.
+    pub(super) fn for_each_written(&self, mut f: impl FnMut(usize)) {
         for slot in 0..self.write_n.load(Ordering::Relaxed) {
             // SAFETY: entries below write_n were written by `touch`.
             let page = unsafe { *self.mem.write_set.as_ptr().add(slot) } as usize;
-            f(slot, page);
-        }
-    }
-
-    /// Copies twin `slot` back over `page`: the page reads its snapshot again.
-    pub(super) fn restore_twin(&self, slot: usize, page: usize) {
-        // SAFETY: a twin slot and a page of our alias, both mapped, not aliased.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.twins.base().add(slot * PAGE),
-                self.mem.alias.base().add(page * PAGE),
-                PAGE,
-            );
+            f(page);
         }
     }
 

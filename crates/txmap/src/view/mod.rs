@@ -8,7 +8,8 @@
 //! between transactions, and `begin` invalidates only pages that commits
 //! changed since (from the MVCC change journal). Stores land in the private
 //! file, never in the region file; at commit the written pages are diffed
-//! against their twins (copies taken at the first write) to form the log
+//! against their snapshot versions (still in the version store or the
+//! region file, since validation requires them unchanged) to form the log
 //! record.
 
 mod fault;
@@ -33,10 +34,8 @@ const TOUCH_BITS: u32 = 3;
 const DOOM_USER: u8 = 1;
 const DOOM_READ_ONLY_WRITE: u8 = 2;
 const DOOM_TOO_LARGE: u8 = 3;
-/// Most pages one transaction may write (twins are reserved address space).
+/// Most pages one transaction may write (the write set is reserved address space).
 pub const MAX_WRITE_PAGES: usize = 1 << 18;
-/// Twin slots allocated when a view opens (the rest on first use).
-const PREPARED_TWINS: usize = 64;
 /// Most pages one serializable transaction may read.
 pub const MAX_READ_PAGES: usize = 1 << 22;
 /// Readable pages kept mapped before a view re-protects everything, to stay
@@ -87,7 +86,6 @@ pub enum PageAccess {
 pub(crate) struct ViewMemory {
     user: Reservation,
     alias: Reservation,
-    twins: Reservation,
     memfd: OwnedFd,
     mapped: AtomicUsize,
     valid: ReservedArray<AtomicU8>,
@@ -117,14 +115,6 @@ impl ViewMemory {
                 }
             })?,
             alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
-            twins: {
-                let r =
-                    Reservation::new(MAX_WRITE_PAGES * PAGE, None).map_err(os("reserve twins"))?;
-                r.map_anonymous_rw(0, r.len()).map_err(os("map twins"))?;
-                // Typical transactions write few pages: have their twins ready.
-                r.populate(0, PREPARED_TWINS * PAGE, true);
-                r
-            },
             memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
             mapped: AtomicUsize::new(0),
             valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
@@ -493,21 +483,27 @@ impl View {
         let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
         let mut ranges = Vec::new();
         let mut versions: Vec<(u32, &[u8])> = Vec::with_capacity(n);
-        for (i, &page) in pages.iter().enumerate() {
-            // SAFETY: twin slot i and the page in our alias are mapped, and
-            // nothing else writes them during commit (the view is &mut self).
-            let (twin, cur) = unsafe {
+        let snapshot = v.snapshot.load(Ordering::Relaxed);
+        let side = v.read_side();
+        for &page in pages {
+            // SAFETY: the page in our alias is mapped, and nothing else writes
+            // it during commit (the view is &mut self). The snapshot's version
+            // is immutable while we are on the read side; if it is the file
+            // image, that changes only if a commit after the snapshot wrote
+            // the page, and then validation rejects this commit (diff unused).
+            let (old, cur) = unsafe {
                 (
-                    std::slice::from_raw_parts(v.mem.twins.base().add(i * PAGE), PAGE),
+                    std::slice::from_raw_parts(side.source(page as usize, snapshot), PAGE),
                     std::slice::from_raw_parts(v.mem.alias.base().add(page as usize * PAGE), PAGE),
                 )
             };
             let before = ranges.len();
-            diff(twin, cur, page as u64 * PAGE as u64, &mut ranges);
+            diff(old, cur, page as u64 * PAGE as u64, &mut ranges);
             if ranges.len() > before {
                 versions.push((page, cur));
             }
         }
+        drop(side);
         let read_pages = if v.track_reads.load(Ordering::Relaxed) {
             // SAFETY: the first read_n entries were written by `touch`.
             unsafe {
@@ -534,15 +530,14 @@ impl View {
     }
 
     /// Ends the outermost transaction: written pages become readable
-    /// (committed) or are restored from their twins (aborted).
+    /// (committed) or read their snapshot version again (aborted).
     fn finish(&mut self, committed: bool) {
         let v = &*self.inner;
         v.active.store(false, Ordering::Release);
-        let n = v.write_n.load(Ordering::Relaxed);
         let mut reset = v.doomed.load(Ordering::Relaxed) == DOOM_TOO_LARGE;
-        v.for_each_written(|slot, page| {
+        v.for_each_written(|page| {
             if !committed {
-                v.restore_twin(slot, page);
+                v.restore(page);
             }
             // Pages written through the accessors were never writable here.
             if v.touch_bits(page) & TOUCH_EXPOSED_RW != 0 {
@@ -550,7 +545,7 @@ impl View {
             }
         });
         if reset {
-            // Pages written without a twin cannot be restored: forget them all.
+            // Pages written beyond the write set are unknown: forget them all.
             let ok = v
                 .mem
                 .user
@@ -561,14 +556,6 @@ impl View {
             let _ = self.inner.mem.valid.clear();
         }
         let v = &*self.inner;
-        if n > 4096 {
-            // Give a large transaction's twins back; keep the prepared ones.
-            let used = n.min(MAX_WRITE_PAGES);
-            let _ = v
-                .mem
-                .twins
-                .discard(PREPARED_TWINS * PAGE, (used - PREPARED_TWINS) * PAGE);
-        }
         v.region.mvcc.end(v.slot);
         self.depth = 0;
     }
@@ -585,10 +572,10 @@ impl View {
         let v = &*self.inner;
         let serial = v.serial.load(Ordering::Relaxed);
         let mut protected = Ok(());
-        v.for_each_written(|slot, page| {
-            v.restore_twin(slot, page);
+        v.for_each_written(|page| {
+            v.restore(page);
             let exposed = v.touch_bits(page) & TOUCH_EXPOSED_RW != 0;
-            // Later stores fault (or go through `access`) again and take a new twin.
+            // Later stores fault (or go through `access`) again and are tracked anew.
             if let Some(t) = v.mem.touched.get(page) {
                 t.store(serial << TOUCH_BITS | TOUCH_READ, Ordering::Relaxed);
             }
@@ -692,8 +679,8 @@ impl View {
         }
         let o = self.check_range(off, len)?;
         let p = self.inner.access(o, len, true);
-        // SAFETY: in bounds of the alias (always writable); the pages have
-        // their twins; exclusive through &mut self.
+        // SAFETY: in bounds of the alias (always writable); the pages are in
+        // the write set; exclusive through &mut self.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
     }
 
