@@ -171,11 +171,15 @@ impl Drop for ViewInner {
         if self.region.check_owner().is_err() {
             return;
         }
-        let mut pool = self.region.view_pool();
-        if pool.len() < POOLED_VIEWS
-            && let Some(m) = mem.recycle(self.islands.load(Ordering::Relaxed) > 0)
-        {
-            pool.push(m);
+        if self.region.view_pool().len() >= POOLED_VIEWS {
+            return;
+        }
+        // Reset outside the pool's lock: it takes a few system calls.
+        if let Some(m) = mem.recycle(self.islands.load(Ordering::Relaxed) > 0) {
+            let mut pool = self.region.view_pool();
+            if pool.len() < POOLED_VIEWS {
+                pool.push(m);
+            }
         }
     }
 }
