@@ -213,35 +213,25 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
 
     // Scenario A: the first view of a region handle opened for the
     // repetition: its private memory is allocated on first touch.
-    for rep in 1..=ctx.reps {
-        ctx.progress(format!(
-            "page touch, first view, rep {rep}/{}, n=1..1024",
-            ctx.reps
-        ));
-        for (n, vals) in SIZES.iter().zip(&mut vals[0]) {
-            for (cell, vals) in CELLS.iter().zip(vals) {
-                let handle = Region::open(&path, opts.clone())?;
-                let mut v = handle.view()?;
-                let s = touch_once(&mut v, cell, *n, stamp)?;
-                check(ctx, "first view", cell, *n, &s, stamp);
-                vals.push(s.us_per_page);
-            }
-        }
-    }
-
     // Scenario B: a new view per repetition, on a region handle whose views
     // closed before: it takes over a closed view's memory (no page valid).
-    for rep in 1..=ctx.reps {
-        ctx.progress(format!(
-            "page touch, reopened view, rep {rep}/{}, n=1..1024",
-            ctx.reps
-        ));
-        for (n, vals) in SIZES.iter().zip(&mut vals[1]) {
-            for (cell, vals) in CELLS.iter().zip(vals) {
-                let mut v = region.view()?;
-                let s = touch_once(&mut v, cell, *n, stamp)?;
-                check(ctx, "reopened view", cell, *n, &s, stamp);
-                vals.push(s.us_per_page);
+    for (scenario, name) in [(0, "first view"), (1, "reopened view")] {
+        for rep in 1..=ctx.reps {
+            ctx.progress(format!(
+                "page touch, {name}, rep {rep}/{}, n=1..1024",
+                ctx.reps
+            ));
+            for (n, vals) in SIZES.iter().zip(&mut vals[scenario]) {
+                for (cell, vals) in CELLS.iter().zip(vals) {
+                    let handle = match scenario {
+                        0 => Region::open(&path, opts.clone())?,
+                        _ => region.clone(),
+                    };
+                    let mut v = handle.view()?;
+                    let s = touch_once(&mut v, cell, *n, stamp)?;
+                    check(ctx, name, cell, *n, &s, stamp);
+                    vals.push(s.us_per_page);
+                }
             }
         }
     }
