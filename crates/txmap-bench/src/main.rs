@@ -53,6 +53,10 @@ struct Args {
     /// `compare` only these stores (comma-separated ids, e.g. txmap-btree,lmdb).
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
+    /// `compare`: stop one store's redb workload after this many seconds
+    /// (default 300; 60 with --quick). The steps it finished are reported.
+    #[arg(long, value_name = "SECS")]
+    redb_deadline: Option<u64>,
     /// Internal: run as a worker process of the `procs` part.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -157,7 +161,13 @@ fn main() {
                 "/../../target/bench-report"
             ))
         });
-        let r = compare::run(&mut ctx, &out, &args.stores, &args.workloads);
+        let r = compare::run(
+            &mut ctx,
+            &out,
+            &args.stores,
+            &args.workloads,
+            args.redb_deadline,
+        );
         ctx.finish();
         let _ = std::fs::remove_dir_all(&dir);
         if let Err(e) = r {

@@ -58,3 +58,45 @@ fn compare_writes_a_report_with_plots_and_no_problems() {
     }
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// A store whose redb workload outlasts `--redb-deadline` is stopped, and
+/// the report says where instead of waiting (PMDK's full-size bulk load ran
+/// over 25 minutes once).
+#[test]
+fn compare_stops_a_redb_workload_at_its_deadline_and_says_where() {
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("compare-deadline-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_txmap-bench"))
+        .args([
+            "compare",
+            "--quick",
+            "--reps",
+            "2",
+            "--stores",
+            "txmap-btree",
+        ])
+        .args(["--workloads", "redb", "--redb-deadline", "0", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run txmap-bench");
+    assert!(
+        status.status.success(),
+        "txmap-bench failed: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let report = std::fs::read_to_string(out.join("README.md")).expect("report written");
+    // A 20,000-entry bulk load cannot end before a deadline of 0 s; the
+    // second run is skipped for the reason of the first.
+    let cell = "n/a: stopped in its bulk load at 0 s (run 1)";
+    assert_eq!(
+        report.matches(cell).count(),
+        8,
+        "every step names the stop:\n{report}"
+    );
+    assert!(
+        report.contains("- redb workload, txmap B+-tree: stopped in its bulk load at 0 s (run 1)"),
+        "the stop is listed:\n{report}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}

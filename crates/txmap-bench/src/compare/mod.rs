@@ -21,6 +21,9 @@ struct Plan {
     /// Longest one run's loop may take (s); slower stores report the rate
     /// of what they did.
     cap_secs: u64,
+    /// Longest one store's redb workload may take (s): its worker process
+    /// is killed then, and the steps it finished are kept.
+    redb_deadline_secs: u64,
     abc_txns: usize,
     abc_durabilities: Vec<Durability>,
     inserts: usize,
@@ -35,6 +38,7 @@ impl Plan {
         if quick {
             Plan {
                 cap_secs: 10,
+                redb_deadline_secs: 60,
                 abc_txns: 500,
                 abc_durabilities: vec![Durability::Durable],
                 inserts: 5_000,
@@ -53,6 +57,7 @@ impl Plan {
         } else {
             Plan {
                 cap_secs: 120,
+                redb_deadline_secs: 300,
                 abc_txns: 10_000,
                 abc_durabilities: vec![Durability::Durable, Durability::Async],
                 inserts: 250_000,
@@ -287,13 +292,22 @@ pub const WORKLOADS: [&str; 5] = ["inserts", "hash", "redb", "abc", "touch"];
 
 /// Runs the comparison; `out` receives `README.md` and the plots. `only`
 /// selects stores and `workloads` workloads (empty: all).
-pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> Res<()> {
+pub fn run(
+    ctx: &mut Ctx,
+    out: &Path,
+    only: &[String],
+    workloads: &[String],
+    redb_deadline: Option<u64>,
+) -> Res<()> {
     if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
         return Err(format!("no workload {w:?} (there are: {})", WORKLOADS.join(", ")).into());
     }
     let want = |w: &str| workloads.is_empty() || workloads.iter().any(|x| x == w);
     std::fs::create_dir_all(out)?;
-    let plan = Plan::new(ctx.quick);
+    let mut plan = Plan::new(ctx.quick);
+    if let Some(d) = redb_deadline {
+        plan.redb_deadline_secs = d;
+    }
     let peers = selected(only);
     if peers.is_empty() {
         return Err(format!("no store matches --stores {}", only.join(",")).into());
@@ -559,35 +573,42 @@ pub fn run(ctx: &mut Ctx, out: &Path, only: &[String], workloads: &[String]) -> 
                 }
             })
             .collect();
+        let mut stopped: Vec<Option<String>> = vec![None; n];
         for rep in 0..ctx.reps {
             for i in order(n, rep) {
                 let p = &r.peers[i];
                 ctx.progress(format!("redb workload: {}, run {}", p.name, rep + 1));
-                // This workload has no time cap, and PMDK's one-transaction
-                // bulk load of the full size was still running after 25
-                // minutes here (2026-11-22): say so instead of waiting.
-                let too_slow = (!ctx.quick && p.id == "pmemobj").then(|| {
-                    format!(
-                        "skipped in full mode (its bulk load of {} entries in one transaction \
-                         took over 25 min here; --quick runs it)",
-                        plan.redb.entries
-                    )
-                });
-                if let Some(w) = skip_reason[i].as_ref().or(too_slow.as_ref()) {
+                if let Some(w) = skip_reason[i].as_ref().or(stopped[i].as_ref()) {
                     for row in &mut redb {
                         row.skip(i, w.clone());
                     }
                     continue;
                 }
                 let dir = work::fresh(&base, p.id)?;
-                match work::redb_workload(p, &dir, plan.redb, 200 + rep as u64) {
-                    Ok((vals, problems)) => {
-                        r.problems.extend(problems);
-                        for (row, v) in redb.iter_mut().zip(vals) {
+                let deadline = std::time::Duration::from_secs(plan.redb_deadline_secs);
+                match work::redb_capped(p, &dir, plan.redb, 200 + rep as u64, deadline) {
+                    Ok(run) => {
+                        r.problems.extend(run.problems);
+                        let done = run.steps.len();
+                        for (row, v) in redb.iter_mut().zip(run.steps) {
                             match v {
                                 Some(v) => row.push(i, v),
                                 None => row.skip(i, "hash: no ranges"),
                             }
+                        }
+                        if run.stopped {
+                            // Later runs would stop at the same step: skip them.
+                            let step = work::REDB_STEPS.get(done).copied().unwrap_or("?");
+                            let why = format!(
+                                "stopped in its {step} at {} s (run {})",
+                                plan.redb_deadline_secs,
+                                rep + 1
+                            );
+                            r.capped.push(format!("redb workload, {}: {why}", p.name));
+                            for row in &mut redb[done..] {
+                                row.skip(i, why.clone());
+                            }
+                            stopped[i] = Some(why);
                         }
                     }
                     Err(e) => {
@@ -703,8 +724,9 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
     if !r.capped.is_empty() {
         let _ = writeln!(
             md,
-            "## Runs stopped by the time cap\n\nEach run's loop stops after {} s; these report the rate of what they did:\n",
-            plan.cap_secs
+            "## Runs stopped by the time cap\n\nEach run's loop stops after {} s, and these report the rate of what they did; \
+             one store's redb workload is stopped after {} s, and its unfinished steps are not reported:\n",
+            plan.cap_secs, plan.redb_deadline_secs
         );
         for c in &r.capped {
             let _ = writeln!(md, "- {c}");

@@ -326,6 +326,9 @@ fn worker_inner(spec: &str) -> Res<()> {
     if f.first() == Some(&"abc") {
         return abc_worker(&f).map_err(|e| format!("{e} (spec {spec:?})").into());
     }
+    if f.first() == Some(&"redb") {
+        return redb_worker(&f).map_err(|e| format!("{e} (spec {spec:?})").into());
+    }
     let [task, id, dir, n, seed] = f[..] else {
         return Err(bad().into());
     };
@@ -451,15 +454,150 @@ pub struct RedbSizes {
     pub range_len: usize,
 }
 
-/// Runs the redb workload on a fresh store: seconds per step (file size in
-/// MiB for the last), and whether every read found its key.
-pub fn redb_workload(
+/// What a capped run of the redb workload measured.
+pub struct RedbRun {
+    /// Seconds per step (MiB for the file size) for the steps done, in
+    /// order; `None` where the store has no such operation.
+    pub steps: Vec<Option<f64>>,
+    /// Reads that did not find their value, and the like.
+    pub problems: Vec<String>,
+    /// Set when the deadline stopped the run before its last step.
+    pub stopped: bool,
+}
+
+/// Runs the redb workload on a fresh store in a worker process, which the
+/// deadline kills: the workload's bulk load and removals are single
+/// transactions that a time cap inside the loop cannot stop (PMDK's bulk
+/// load of 500,000 entries ran over 25 minutes here). The steps done before
+/// the deadline are kept.
+pub fn redb_capped(
     p: &Peer,
     dir: &Path,
     z: RedbSizes,
     seed: u64,
-) -> Res<(Vec<Option<f64>>, Vec<String>)> {
-    let mut problems = Vec::new();
+    deadline: std::time::Duration,
+) -> Res<RedbRun> {
+    let spec = format!(
+        "redb|{}|{}|{},{},{},{},{},{}|{seed}",
+        p.id,
+        dir.display(),
+        z.entries,
+        z.individual,
+        z.batches,
+        z.batch,
+        z.ranges,
+        z.range_len
+    );
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("--peer-worker")
+        .arg(&spec)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = BufReader::new(child.stdout.take().ok_or("no worker stdout")?);
+    // A reader thread, so that the parent can wait with a deadline.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for l in stdout.lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let end = Instant::now() + deadline;
+    let mut run = RedbRun {
+        steps: Vec::new(),
+        problems: Vec::new(),
+        stopped: false,
+    };
+    let result = loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let l = match rx.recv_timeout(left) {
+            Ok(l) => l,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                run.stopped = true;
+                break Ok(());
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                break Err("the redb worker ended without reporting its end".into());
+            }
+        };
+        if let Some(v) = l.strip_prefix("step ") {
+            run.steps.push(v.trim().parse().ok());
+        } else if let Some(e) = l.strip_prefix("problem ") {
+            run.problems.push(e.to_string());
+        } else if l == "end" {
+            break Ok(());
+        } else if let Some(e) = l.strip_prefix("error ") {
+            break Err(format!("worker: {}", e.trim()).into());
+        } else {
+            break Err(format!("the redb worker said {l:?}").into());
+        }
+    };
+    if run.stopped || result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    let _ = reader.join();
+    result.map(|()| run)
+}
+
+/// The `redb` worker: runs the workload, printing `step <value>` (or `step
+/// none`) as each step ends, `problem <text>` lines, and `end`.
+fn redb_worker(f: &[&str]) -> Res<()> {
+    let [_, id, dir, sizes, seed] = f[..] else {
+        return Err("bad redb worker spec".into());
+    };
+    let z: Vec<usize> = sizes
+        .split(',')
+        .map(|x| x.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|_| "bad redb sizes")?;
+    let [entries, individual, batches, batch, ranges, range_len] = z[..] else {
+        return Err("bad redb sizes".into());
+    };
+    let z = RedbSizes {
+        entries,
+        individual,
+        batches,
+        batch,
+        ranges,
+        range_len,
+    };
+    let seed: u64 = seed.parse().map_err(|_| "bad redb seed")?;
+    let p = stores()
+        .into_iter()
+        .find(|p| p.id == id)
+        .ok_or_else(|| format!("no store {id}"))?;
+    let mut emit = |l: String| {
+        // Flushed at once: the parent keeps what arrived before a deadline.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{l}");
+        let _ = out.flush();
+    };
+    redb_workload(&p, Path::new(dir), z, seed, &mut emit)?;
+    emit("end".into());
+    Ok(())
+}
+
+/// A `redb` worker's line for one step's value.
+fn step_line(v: Option<f64>) -> String {
+    match v {
+        Some(v) => format!("step {v}"),
+        None => "step none".into(),
+    }
+}
+
+/// Runs the redb workload on a fresh store, reporting each step's seconds
+/// (file size in MiB for the last) and each problem through `emit`.
+fn redb_workload(
+    p: &Peer,
+    dir: &Path,
+    z: RedbSizes,
+    seed: u64,
+    emit: &mut dyn FnMut(String),
+) -> Res<()> {
     let total = z.entries + z.individual + z.batches * z.batch;
     let store = (p.open)(&config(dir, Durability::Durable, total as u64, 200, false))?;
     let mut s = store.session()?;
@@ -472,12 +610,11 @@ pub fn redb_workload(
         (k, v)
     };
     let loaded: Vec<([u8; 24], [u8; 150])> = (0..z.entries).map(|_| entry()).collect();
-    let mut out = Vec::new();
 
     let ops: Vec<Op> = loaded.iter().map(|(k, v)| Op::Put(k, v)).collect();
     let t = Instant::now();
     s.write(&ops)?;
-    out.push(Some(t.elapsed().as_secs_f64()));
+    emit(step_line(Some(t.elapsed().as_secs_f64())));
     drop(ops);
 
     let t = Instant::now();
@@ -485,7 +622,7 @@ pub fn redb_workload(
         let (k, v) = entry();
         s.write(&[Op::Put(&k, &v)])?;
     }
-    out.push(Some(t.elapsed().as_secs_f64()));
+    emit(step_line(Some(t.elapsed().as_secs_f64())));
 
     let t = Instant::now();
     for _ in 0..z.batches {
@@ -493,7 +630,7 @@ pub fn redb_workload(
         let ops: Vec<Op> = b.iter().map(|(k, v)| Op::Put(k, v)).collect();
         s.write(&ops)?;
     }
-    out.push(Some(t.elapsed().as_secs_f64()));
+    emit(step_line(Some(t.elapsed().as_secs_f64())));
 
     // Reads in a shuffled order of the loaded keys.
     let mut order: Vec<usize> = (0..loaded.len()).collect();
@@ -514,10 +651,10 @@ pub fn redb_workload(
     };
     let t = Instant::now();
     let missing = read_all(&mut *s, &order)?;
-    out.push(Some(t.elapsed().as_secs_f64()));
+    emit(step_line(Some(t.elapsed().as_secs_f64())));
     if missing > 0 {
-        problems.push(format!(
-            "{}: {missing} random reads did not find their value",
+        emit(format!(
+            "problem {}: {missing} random reads did not find their value",
             p.name
         ));
     }
@@ -545,10 +682,10 @@ pub fn redb_workload(
         }
         Ok(m)
     })?;
-    out.push(Some(t.elapsed().as_secs_f64()));
+    emit(step_line(Some(t.elapsed().as_secs_f64())));
     if missing2 > 0 {
-        problems.push(format!(
-            "{}: {missing2} two-thread reads did not find their value",
+        emit(format!(
+            "problem {}: {missing2} two-thread reads did not find their value",
             p.name
         ));
     }
@@ -566,7 +703,7 @@ pub fn redb_workload(
             Err(e) => return Err(e.into()),
         }
     }
-    out.push(ranged.map(|_| t.elapsed().as_secs_f64()));
+    emit(step_line(ranged.map(|_| t.elapsed().as_secs_f64())));
 
     let half: Vec<Op> = order[..order.len() / 2]
         .iter()
@@ -574,13 +711,12 @@ pub fn redb_workload(
         .collect();
     let t = Instant::now();
     s.write(&half)?;
-    out.push(Some(t.elapsed().as_secs_f64()));
+    emit(step_line(Some(t.elapsed().as_secs_f64())));
     drop(s);
     drop(store);
-    out.push(Some(
-        txmap_peers::dir_disk_bytes(dir)? as f64 / (1 << 20) as f64,
-    ));
-    Ok((out, problems))
+    let mib = txmap_peers::dir_disk_bytes(dir)? as f64 / (1 << 20) as f64;
+    emit(step_line(Some(mib)));
+    Ok(())
 }
 
 /// The thesis' concurrency tests on a key-value store: each process (or
