@@ -271,8 +271,17 @@ pub fn machine_table(dir: &Path) -> String {
     t.row(vec!["directory".into(), dir.display().to_string()]);
     t.row(vec!["date (UTC)".into(), utc(now)]);
     t.row(vec!["load average at start".into(), loadavg()]);
-    let cmd: Vec<String> = std::env::args().collect();
-    t.row(vec!["command".into(), format!("`{}`", cmd.join(" "))]);
+    // As a reader reruns it (`cargo run` builds the binary this ran as,
+    // which the row names too: a copy elsewhere cannot be mistaken for it).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let exe = std::env::current_exe().map_or_else(|_| "?".into(), |p| p.display().to_string());
+    t.row(vec![
+        "command".into(),
+        format!(
+            "`cargo run --release -p txmap-bench -- {}` (binary {exe})",
+            args.join(" ")
+        ),
+    ]);
     t.render()
 }
 

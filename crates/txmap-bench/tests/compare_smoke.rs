@@ -4,33 +4,43 @@
 
 use std::process::Command;
 
-#[test]
-fn compare_writes_a_report_with_plots_and_no_problems() {
+/// Runs `txmap-bench compare --quick ARGS --out DIR` (the time cap 2 s) and
+/// returns DIR and the report it wrote; fails the test if the program did.
+fn compare(name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compare-{}", std::process::id()));
+        .join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let status = Command::new(env!("CARGO_BIN_EXE_txmap-bench"))
-        .args([
-            "compare",
-            "--quick",
-            "--reps",
-            "1",
-            "--stores",
-            "txmap-btree,txmap-hash,lmdb",
-        ])
-        .args(["--workloads", "inserts,redb,abc"])
+    let run = Command::new(env!("CARGO_BIN_EXE_txmap-bench"))
+        .args(["compare", "--quick"])
+        .args(args)
         .arg("--out")
         .arg(&out)
         .env("TXMAP_BENCH_CAP", "2")
         .output()
         .expect("run txmap-bench");
-    let stdout = String::from_utf8_lossy(&status.stdout);
     assert!(
-        status.status.success(),
-        "txmap-bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&status.stderr)
+        run.status.success(),
+        "txmap-bench failed: {}\n{}",
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&run.stdout)
     );
     let report = std::fs::read_to_string(out.join("README.md")).expect("report written");
+    (out, report)
+}
+
+#[test]
+fn compare_writes_a_report_with_plots_and_no_problems() {
+    let (out, report) = compare(
+        "compare",
+        &[
+            "--reps",
+            "1",
+            "--stores",
+            "txmap-btree,txmap-hash,lmdb",
+            "--workloads",
+            "inserts,redb,abc",
+        ],
+    );
     for section in [
         "## Durable random inserts",
         "## The redb workload",
@@ -64,28 +74,19 @@ fn compare_writes_a_report_with_plots_and_no_problems() {
 /// over 25 minutes once).
 #[test]
 fn compare_stops_a_redb_workload_at_its_deadline_and_says_where() {
-    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compare-deadline-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let status = Command::new(env!("CARGO_BIN_EXE_txmap-bench"))
-        .args([
-            "compare",
-            "--quick",
+    let (out, report) = compare(
+        "compare-deadline",
+        &[
             "--reps",
             "2",
             "--stores",
             "txmap-btree",
-        ])
-        .args(["--workloads", "redb", "--redb-deadline", "0", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run txmap-bench");
-    assert!(
-        status.status.success(),
-        "txmap-bench failed: {}",
-        String::from_utf8_lossy(&status.stderr)
+            "--workloads",
+            "redb",
+            "--redb-deadline",
+            "0",
+        ],
     );
-    let report = std::fs::read_to_string(out.join("README.md")).expect("report written");
     // A 20,000-entry bulk load cannot end before a deadline of 0 s; the
     // second run is skipped for the reason of the first.
     let cell = "n/a: stopped in its bulk load at 0 s (run 1)";
