@@ -93,6 +93,61 @@ fn an_insert_into_a_leaf_with_room_logs_a_small_record() {
     v.commit().unwrap();
 }
 
+/// A delete takes the entry's slot out in place: the commit logs a small
+/// record, not a repacked node. The freed cells are holes that in-place
+/// inserts do not use, and the first insert that finds no room in the gap
+/// repacks the leaf and gets them back (the leaf does not split).
+#[test]
+fn a_delete_logs_a_small_record_and_a_repack_reclaims_its_hole() {
+    let d = ext4_dir("bt-delete-in-place");
+    let r = txmap::Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(BTree::create).unwrap();
+    // 80 cells of 8 + 5 + 24 bytes and 80 slots: 3,136 of 4,080 bytes.
+    let key = |i: u32| format!("k{i:04}").into_bytes();
+    let val = |i: u32| [i as u8; 24];
+    v.run(|v| {
+        for i in 0..80u32 {
+            t.put(v, &key(i), &val(i))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    // A middle key: repacking would move the 40 cells after it (~1.5 KiB).
+    let before = r.stats().log_bytes;
+    assert!(v.run(|v| t.delete(v, &key(40))).unwrap());
+    let logged = r.stats().log_bytes - before;
+    assert!(logged < 512, "one delete logged {logged} bytes");
+    // 19 more holes, then 30 inserts: the gap between the 60 slots and the
+    // lowest cell (984 bytes) takes 25 of them in place (39 bytes each); the
+    // 26th repacks. 90 entries (3,526 bytes) fit in one leaf only if the 20
+    // holes (740 bytes) came back.
+    v.run(|v| {
+        for i in 41..60u32 {
+            assert!(t.delete(v, &key(i))?);
+        }
+        for i in 100..130u32 {
+            t.put(v, &key(i), &val(i))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    v.begin_read().unwrap();
+    let rep = t.check(&v).unwrap();
+    assert_eq!((rep.entries, rep.leaves), (90, 1));
+    for i in (0..40).chain(60..80).chain(100..130) {
+        assert_eq!(
+            t.get(&v, &key(i)).unwrap(),
+            Some(val(i).to_vec()),
+            "key {i}"
+        );
+    }
+    for i in 40..60 {
+        assert_eq!(t.get(&v, &key(i)).unwrap(), None, "deleted key {i}");
+    }
+    v.commit().unwrap();
+}
+
 #[test]
 fn get_with_hands_over_inline_block_and_absent_values_like_get() {
     use txmap::collections::{AnyMap, Kind, Map};

@@ -6,7 +6,8 @@
 //! Node (one heap block of 4080 bytes, alone on its page):
 //! ```text
 //! 0  kind u8 (1 leaf, 2 internal)   2 count u16   8 link u64
-//! 16 slots: count × u16 cell offsets, in key order; cells packed from the end
+//! 16 slots: count × u16 cell offsets, in key order; cells below the node's
+//!    end, not overlapping, maybe with holes (an in-place delete frees a cell)
 //! leaf cell:     klen u16, flags u8 (1 = value in a block), 0 u8, vlen u32, key,
 //!                value bytes | block offset u64, value length u64
 //! internal cell: klen u16, 0 ×6, child u64, key
@@ -19,8 +20,8 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::node::{
-    Val, cell_at, cell_bytes, check_key, inline_at, put_cell, put_inline_cell, put16, put64,
-    u16_at, u64_at,
+    Val, cell_at, cell_bytes, cell_end, check_key, inline_at, put_cell, put_inline_cell, put16,
+    put64, u16_at, u64_at,
 };
 use crate::{Result, View};
 
@@ -175,6 +176,17 @@ impl<'a> Raw<'a> {
             Ok(i) => i + 1,
             Err(i) => i,
         })
+    }
+    /// Bytes a leaf's entries take (header, slots and cells), as
+    /// [`leaf_bytes`] counts them, without decoding: free space left by
+    /// in-place deletes is not counted.
+    fn leaf_used(&self) -> Option<usize> {
+        let mut used = HDR;
+        for i in 0..self.n {
+            let c = self.cell(i)?;
+            used += cell_end(self.b, c)? - c + 2;
+        }
+        Some(used)
     }
     fn to_leaf(&self) -> Option<Leaf> {
         let mut ents = Vec::with_capacity(self.n);
@@ -519,14 +531,26 @@ impl BTree {
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         check_key(key, MAX_KEY)?;
         let (node, path) = self.descend(v, key)?;
-        let mut leaf = self.leaf(v, node)?;
-        let Ok(i) = leaf.ents.binary_search_by(|e| e.0.as_slice().cmp(key)) else {
-            return Ok(false);
+        let (i, n, block) = {
+            let r = self.raw(v, node, LEAF)?;
+            let Ok(i) = r.search(key).ok_or_else(|| corrupt(v, node, "bad key"))? else {
+                return Ok(false);
+            };
+            let block = match r.inline(i) {
+                Some(_) => None,
+                None => Some(r.val(i).ok_or_else(|| corrupt(v, node, "bad value"))?),
+            };
+            (i, r.n, block)
         };
-        let (_, val) = leaf.ents.remove(i);
-        val.release(v)?;
-        let b = encode_leaf(&leaf).ok_or_else(|| corrupt(v, node, "leaf grew on delete"))?;
-        v.slice_mut(node, NODE)?.copy_from_slice(&b);
+        if let Some(val) = block {
+            val.release(v)?;
+        }
+        // In place: only the slot goes. The cell's bytes become free space
+        // that the next repack of the leaf reclaims; no decoding, and the
+        // log records the shifted slots instead of a repacked node.
+        let b = v.slice_mut(node, NODE)?;
+        b.copy_within(HDR + 2 * (i + 1)..HDR + 2 * n, HDR + 2 * i);
+        put16(b, 2, (n - 1) as u16);
         self.rebalance(v, path, node)?;
         Ok(true)
     }
@@ -550,7 +574,9 @@ impl BTree {
             };
             let is_leaf = path.len() + 2 == self.header(v)?.1 as usize;
             let used = if is_leaf {
-                leaf_bytes(&self.leaf(v, node)?.ents)
+                self.raw(v, node, LEAF)?
+                    .leaf_used()
+                    .ok_or_else(|| corrupt(v, node, "malformed B+-tree leaf"))?
             } else {
                 internal_bytes(&self.internal(v, node)?.ents)
             };

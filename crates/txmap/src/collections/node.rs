@@ -154,6 +154,18 @@ pub(crate) fn inline_at(b: &[u8], at: usize) -> Option<&[u8]> {
     b.get(vo..vo + u32_at(b, at + 4)? as usize)
 }
 
+/// The offset after the entry cell at `at` (without copying its value);
+/// `None` if it does not fit in `b`.
+pub(crate) fn cell_end(b: &[u8], at: usize) -> Option<usize> {
+    let vo = at + 8 + u16_at(b, at)? as usize;
+    let end = if *b.get(at + 2)? == 1 {
+        vo + 16
+    } else {
+        vo + u32_at(b, at + 4)? as usize
+    };
+    (end <= b.len()).then_some(end)
+}
+
 /// The entry cell at `at`: its key, value and the offset after it; `None`
 /// if it does not fit in `b`.
 pub(crate) fn cell_at(b: &[u8], at: usize) -> Option<(&[u8], Val, usize)> {
