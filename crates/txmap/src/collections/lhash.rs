@@ -91,10 +91,12 @@ fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64, u16)> {
 }
 
 /// A bucket page read in place, for one key: where that key's cell is
-/// (its offset and the offset after it), where the page's cells end, the
-/// page's count and its next overflow page. No copies.
+/// (its offset and the offset after it), where the last cell starts and
+/// where the page's cells end, the page's count and its next overflow page.
+/// No copies.
 struct PageScan {
     found: Option<(usize, usize)>,
+    last: usize,
     end: usize,
     count: u16,
     next: u64,
@@ -104,8 +106,10 @@ fn scan_page(b: &[u8], key: &[u8]) -> Option<PageScan> {
     let count = u16_at(b, 0)?;
     let next = u64_at(b, 8)?;
     let mut at = PAGE_HDR;
+    let mut last = PAGE_HDR;
     let mut found = None;
     for _ in 0..count {
+        last = at;
         let klen = u16_at(b, at)? as usize;
         let vo = at + 8 + klen;
         let end = match b.get(at + 2)? {
@@ -122,6 +126,7 @@ fn scan_page(b: &[u8], key: &[u8]) -> Option<PageScan> {
     }
     Some(PageScan {
         found,
+        last,
         end: at,
         count,
         next,
@@ -471,6 +476,9 @@ impl LinearHash {
         check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
+        if let Some(out) = self.delete_in_place(v, first, key)? {
+            return Ok((out.0, out.1 && m.buckets() > m.n0));
+        }
         let (mut ents, pages, depth) = self.read_chain(v, first)?;
         let Some(i) = ents.iter().position(|(k, _)| k == key) else {
             return Ok((false, false));
@@ -480,6 +488,40 @@ impl LinearHash {
         let n = self.write_chain(v, &ents, &pages, depth)?;
         let sparse = n == 1 && chain_bytes(&ents) < BUCKET / 4;
         Ok((true, sparse && m.buckets() > m.n0))
+    }
+
+    /// Deletes from a bucket of one page without decoding it: the last cell
+    /// (or, if it is not as long, every cell after the key's) moves into
+    /// the key's place, and only those bytes and the count change. Returns (found, the page is now under a quarter
+    /// full), or `None` for a chain of several pages (the caller rewrites
+    /// it, freeing a page that empties).
+    fn delete_in_place(&self, v: &mut View, page: u64, key: &[u8]) -> Result<Option<(bool, bool)>> {
+        let b = v.slice(page, BUCKET)?;
+        let s = scan_page(b, key).ok_or_else(|| corrupt(v, page, "malformed bucket page"))?;
+        if s.next != 0 {
+            return Ok(None);
+        }
+        let Some((at, end)) = s.found else {
+            return Ok(Some((false, false)));
+        };
+        if inline_at(b, at).is_none() {
+            let (_, val, _) =
+                cell_at(b, at).ok_or_else(|| corrupt(v, page, "malformed bucket page"))?;
+            val.release(v)?;
+        }
+        // Entries have no order: the last cell fills the hole when it is
+        // as long (the usual case, with fixed-size keys and values), so
+        // only one cell's bytes change and are logged; else the cells
+        // after the hole move down.
+        let b = v.slice_mut(page, BUCKET)?;
+        if s.end - s.last == end - at {
+            b.copy_within(s.last..s.end, at);
+        } else {
+            b.copy_within(end..s.end, at);
+        }
+        put16(b, 0, s.count - 1);
+        let left = s.end - (end - at);
+        Ok(Some((true, left < BUCKET / 4)))
     }
 
     /// Undoes splits, newest first (Litwin's merge): while the table has
