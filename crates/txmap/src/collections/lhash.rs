@@ -476,25 +476,28 @@ impl LinearHash {
         check_key(key, MAX_KEY)?;
         let m = self.meta(v)?;
         let first = self.bucket_page(v, &m, m.bucket_of(hash(key)))?;
-        if let Some(out) = self.delete_in_place(v, first, key)? {
-            return Ok((out.0, out.1 && m.buckets() > m.n0));
-        }
-        let (mut ents, pages, depth) = self.read_chain(v, first)?;
-        let Some(i) = ents.iter().position(|(k, _)| k == key) else {
-            return Ok((false, false));
+        let (had, sparse) = match self.delete_in_place(v, first, key)? {
+            Some(done) => done,
+            None => {
+                let (mut ents, pages, depth) = self.read_chain(v, first)?;
+                let Some(i) = ents.iter().position(|(k, _)| k == key) else {
+                    return Ok((false, false));
+                };
+                let (_, val) = ents.remove(i);
+                val.release(v)?;
+                let n = self.write_chain(v, &ents, &pages, depth)?;
+                (true, n == 1 && chain_bytes(&ents) < BUCKET / 4)
+            }
         };
-        let (_, val) = ents.remove(i);
-        val.release(v)?;
-        let n = self.write_chain(v, &ents, &pages, depth)?;
-        let sparse = n == 1 && chain_bytes(&ents) < BUCKET / 4;
-        Ok((true, sparse && m.buckets() > m.n0))
+        Ok((had, sparse && m.buckets() > m.n0))
     }
 
     /// Deletes from a bucket of one page without decoding it: the last cell
     /// (or, if it is not as long, every cell after the key's) moves into
-    /// the key's place, and only those bytes and the count change. Returns (found, the page is now under a quarter
-    /// full), or `None` for a chain of several pages (the caller rewrites
-    /// it, freeing a page that empties).
+    /// the key's place, and only those bytes and the count change. Returns
+    /// (found, the page is now under a quarter full), or `None` for a chain
+    /// of several pages (the caller rewrites it, freeing a page that
+    /// empties).
     fn delete_in_place(&self, v: &mut View, page: u64, key: &[u8]) -> Result<Option<(bool, bool)>> {
         let b = v.slice(page, BUCKET)?;
         let s = scan_page(b, key).ok_or_else(|| corrupt(v, page, "malformed bucket page"))?;
