@@ -12,6 +12,8 @@ use crate::report::{Ctx, Res, Summary, Table, num};
 
 const PAGE: u64 = 4096;
 pub const THREADS: [usize; 4] = [1, 2, 4, 8];
+/// The "slower device" rows: each log sync takes this much longer.
+const SLOW_SYNC_US: u64 = 1000;
 
 /// Mean time of one `pwrite(4 KiB) + fdatasync` over a burst, in µs.
 /// `append` grows the file every time (so the sync must also flush its size);
@@ -135,7 +137,7 @@ fn throughput(ctx: &mut Ctx, region: &Region, threads: usize, d: Duration) -> Re
 }
 
 pub fn steps(reps: usize) -> usize {
-    reps * (1 + THREADS.len())
+    reps * (1 + 2 * THREADS.len())
 }
 
 pub fn run(ctx: &mut Ctx) -> Res<()> {
@@ -150,6 +152,8 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     let (mut sync, mut append) = (Vec::new(), Vec::new());
     let mut rates = vec![Vec::new(); THREADS.len()];
     let mut groups = vec![Vec::new(); THREADS.len()];
+    let mut slow_rates = vec![Vec::new(); THREADS.len()];
+    let mut slow_groups = vec![Vec::new(); THREADS.len()];
     let (mut single_ratio, mut scale_ratio) = (Vec::new(), Vec::new());
     // Every repetition measures the fdatasync reference and all thread counts
     // back to back, so that each ratio compares numbers taken under the same
@@ -168,6 +172,24 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             groups[i].push(group);
             region.checkpoint()?;
         }
+        // The same with every log sync made SLOW_SYNC_US longer (a sleep
+        // after each fdatasync), as on a device whose flush costs ~1 ms.
+        txmap::debug::slow_syncs(SLOW_SYNC_US);
+        for (i, threads) in THREADS.into_iter().enumerate() {
+            ctx.progress(format!(
+                "rep {rep}/{}: durable commits, syncs {SLOW_SYNC_US} µs slower, {threads} writer thread(s)",
+                ctx.reps
+            ));
+            let r = throughput(ctx, &region, threads, d / 2);
+            if r.is_err() {
+                txmap::debug::slow_syncs(0);
+            }
+            let (rate, group) = r?;
+            slow_rates[i].push(rate);
+            slow_groups[i].push(group);
+        }
+        txmap::debug::slow_syncs(0);
+        region.checkpoint()?;
         let r1 = rates[0][rep - 1];
         single_ratio.push(1e6 / r1 / sync[rep - 1]);
         scale_ratio.push(rates[THREADS.len() - 1][rep - 1] / r1);
@@ -229,6 +251,33 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
          calls during the run (the benchmark interposes libc's `fdatasync` with a counting \
          wrapper): it is the group-commit factor, independent of how fast the disk is.\n",
         d.as_millis()
+    );
+    let slow: Vec<Summary> = slow_rates.iter().map(|r| Summary::of(r)).collect();
+    let mut t = Table::new(&[
+        "writer threads",
+        "durable commits/s, each sync 1 ms slower, median (min–max)",
+        "× 1 thread",
+        "commits per fdatasync call",
+    ]);
+    for ((threads, r), g) in THREADS.iter().zip(&slow).zip(&slow_groups) {
+        t.row(vec![
+            threads.to_string(),
+            r.cell(),
+            num(r.median / slow[0].median),
+            if g.iter().any(|x| x.is_nan()) {
+                "n/a (fdatasync calls not counted)".into()
+            } else {
+                Summary::of(g).cell()
+            },
+        ]);
+    }
+    t.print();
+    println!(
+        "The same writers for {} ms per repetition, with every log sync made {SLOW_SYNC_US} µs \
+         longer (`txmap::debug::slow_syncs`, a sleep after each `fdatasync`), as on a device \
+         whose flush costs about 1 ms: there a sync round is long beside the time woken \
+         writers need to commit again, which is what group commit's gathering is for.\n",
+        (d / 2).as_millis()
     );
     println!(
         "- single-writer commit time / fdatasync time, per repetition: **{}** (target ≤ 1.3: {}); \

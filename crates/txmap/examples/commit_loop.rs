@@ -1,5 +1,6 @@
 //! A tight loop of one-page commits, for profiling (`perf record`).
 //! Usage: commit_loop DIR [async|durable] [serializable|snapshot] [count] [threads]
+//! (`SLOW_SYNC_US=1000` makes each log sync 1 ms longer, as on a slower device.)
 use txmap::{Durability, Options, Region, TxnOptions};
 
 fn main() -> Result<(), txmap::Error> {
@@ -18,6 +19,12 @@ fn main() -> Result<(), txmap::Error> {
     };
     let n: u64 = arg(4).and_then(|a| a.parse().ok()).unwrap_or(100_000);
     let threads: u64 = arg(5).and_then(|a| a.parse().ok()).unwrap_or(1);
+    if let Some(us) = std::env::var("SLOW_SYNC_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        txmap::debug::slow_syncs(us);
+    }
     let path = dir.join(format!("commit-loop-{}.txm", std::process::id()));
     let r = Region::create(
         &path,

@@ -115,6 +115,22 @@ pub(crate) fn checkpoint_pause() {
     }
 }
 
+static SYNC_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's log syncs take `us` microseconds longer (a sleep
+/// after each `fdatasync`), to see group commit as it would run on a slower
+/// device (the benchmark's "slow device" rows, tests of gathering).
+pub fn slow_syncs(us: u64) {
+    SYNC_PAUSE_US.store(us, Ordering::Relaxed);
+}
+
+pub(crate) fn sync_pause() {
+    let us = SYNC_PAUSE_US.load(Ordering::Relaxed);
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}
+
 /// Makes `region` unusable with `msg`, as a failed log write would: every
 /// later commit in every process that has it open fails with
 /// `Error::Poisoned`. For tests of how that is reported.

@@ -536,7 +536,7 @@ impl Region {
                 spath.display()
             )));
         }
-        let theirs = if h.durability.load(Ordering::Acquire) == 1 {
+        let theirs = if h.durability.load(Ordering::Acquire) == crate::mvcc::layout::DURABLE {
             Durability::Durable
         } else {
             Durability::Async

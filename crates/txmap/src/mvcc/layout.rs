@@ -11,7 +11,11 @@ use crate::os::shm::SharedPod;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
+/// `Header::durability` of a region whose commits wait for their sync.
+pub const DURABLE: u32 = 1;
+/// `Header::durability` of a region whose commits return before it.
+pub const ASYNC: u32 = 2;
 /// Views (one slot each) open on one region at once, across all processes.
 pub const MAX_SLOTS: usize = 1024;
 /// The slot the checkpointer (one at a time, any process) reads versions under.
@@ -29,7 +33,7 @@ pub struct Header {
     pub layout_version: AtomicU32,
     pub page_size: AtomicU32,
     pub region_id: AtomicU64,
-    /// 1 = durable, 2 = async (every process must agree).
+    /// [`DURABLE`] or [`ASYNC`] (every process must agree).
     pub durability: AtomicU32,
     /// Set last by the initialiser.
     pub ready: AtomicU32,
@@ -49,6 +53,16 @@ pub struct Header {
     pub syncs: AtomicU64,
     /// Bumped after every group-commit round; followers futex-wait on it.
     pub sync_gen: AtomicU32,
+    /// Bumped when an append reaches `gather_target`; a gathering sync
+    /// leader futex-waits on it.
+    pub append_gen: AtomicU32,
+    /// While a sync leader gathers: the record it waits for (0: none).
+    pub gather_target: AtomicU64,
+    /// Records the next sync round expects: what the last one covered plus
+    /// what arrived during it.
+    pub sync_expect: AtomicU64,
+    /// How long the last `fdatasync` took, in nanoseconds (bounds a gather).
+    pub sync_nanos: AtomicU64,
     pub poisoned: AtomicU32,
     pub log_generation: AtomicU64,
     pub log_salt: AtomicU64,

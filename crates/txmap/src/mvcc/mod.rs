@@ -198,8 +198,10 @@ impl Mvcc {
         h.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
         h.page_size.store(PAGE as u32, Ordering::Relaxed);
         h.region_id.store(init.region_id, Ordering::Relaxed);
-        h.durability
-            .store(if init.durable { 1 } else { 2 }, Ordering::Relaxed);
+        h.durability.store(
+            if init.durable { DURABLE } else { ASYNC },
+            Ordering::Relaxed,
+        );
         h.max_pages.store(layout.max_pages, Ordering::Relaxed);
         h.arena_blocks.store(layout.arena_blocks, Ordering::Relaxed);
         for (f, v) in [

@@ -9,6 +9,7 @@
 //! dies too, the next locker repairs again (repairs are idempotent).
 
 use std::cell::UnsafeCell;
+use std::num::NonZeroU32;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
@@ -110,18 +111,34 @@ fn check(r: i32) -> std::io::Result<()> {
 }
 
 /// Sleeps while `word == expected`, at most `timeout` (a waker in another
-/// process may have died, so every wait is bounded).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+/// process may have died, so every wait is bounded). Only a wake whose bits
+/// meet `bits` ends the sleep (`FUTEX_WAIT_BITSET`), so a waker can pick
+/// whom it wakes.
+pub fn futex_wait_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits: NonZeroU32) {
+    // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline.
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let nanos = now.tv_nsec as u64 + u64::from(timeout.subsec_nanos());
     let ts = rustix::thread::futex::Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
+        tv_sec: now.tv_sec + timeout.as_secs() as i64 + (nanos / 1_000_000_000) as i64,
+        tv_nsec: (nanos % 1_000_000_000) as i64,
     };
-    // Shared futex (no PRIVATE flag): waiters are in several processes.
-    let _ = rustix::thread::futex::wait(
+    let _ = rustix::thread::futex::wait_bitset(
         word,
         rustix::thread::futex::Flags::empty(),
         expected,
         Some(&ts),
+        bits,
+    );
+}
+
+/// Wakes up to `count` waiters on `word` whose bits meet `bits`, in every
+/// process.
+pub fn futex_wake_bits(word: &AtomicU32, bits: NonZeroU32, count: u32) {
+    let _ = rustix::thread::futex::wake_bitset(
+        word,
+        rustix::thread::futex::Flags::empty(),
+        count.min(i32::MAX as u32),
+        bits,
     );
 }
 

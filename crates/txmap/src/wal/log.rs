@@ -10,15 +10,16 @@
 //! concurrent commits share one `fdatasync`, and a commit never needs more
 //! than one.
 
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::num::NonZeroU32;
+use std::sync::atomic::{Ordering, fence};
+use std::time::{Duration, Instant};
 
 use super::format::{self, HEADER_BYTES, LogHeader, Range};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::mvcc::Locked;
-use crate::mvcc::layout::Header;
-use crate::os::lock::{futex_wait, futex_wake_all};
+use crate::mvcc::layout::{DURABLE, Header};
+use crate::os::lock::{futex_wait_bits, futex_wake_all, futex_wake_bits};
 
 /// Log space is made real (zeros written) this much at a time, so that the
 /// per-commit sync has no file-size change to flush.
@@ -30,6 +31,22 @@ const PREALLOCATE: u64 = 4 << 20;
 const ZERO_PIECE: usize = 64 << 10;
 /// How long a follower sleeps before checking whether the leader died.
 const FOLLOWER_WAIT: Duration = Duration::from_millis(5);
+/// The longest a sync leader gathers records before syncing (a slow
+/// device's sync time does not make commits wait longer than this).
+const MAX_GATHER: Duration = Duration::from_millis(2);
+/// The futex bit a follower waiting for record `seq` sleeps on.
+fn seq_bit(seq: u64) -> u32 {
+    1 << (seq % 32)
+}
+
+/// The bits of the followers waiting for records `(before, after]`
+/// (`None`: there are none).
+fn seq_bits(before: u64, after: u64) -> Option<NonZeroU32> {
+    if after.saturating_sub(before) >= 32 {
+        return Some(NonZeroU32::MAX);
+    }
+    NonZeroU32::new((before + 1..=after).fold(0, |b, s| b | seq_bit(s)))
+}
 
 /// The log file of a region, as used by this process. Its position, salt and
 /// sync progress live in the shared header.
@@ -100,13 +117,24 @@ impl Log {
             return r;
         }
         h.log_end.store(end, Ordering::Release);
-        h.written_seq.store(seq, Ordering::Release);
+        h.written_seq.store(seq, Ordering::SeqCst);
+        let target = h.gather_target.load(Ordering::SeqCst);
+        if target != 0 && seq >= target {
+            h.append_gen.fetch_add(1, Ordering::SeqCst);
+            futex_wake_bits(&h.append_gen, NonZeroU32::MAX, 1);
+        }
         Ok(())
     }
 
     /// Sequence number of the last record written to the OS.
     pub fn written_seq(h: &Header) -> u64 {
         h.written_seq.load(Ordering::Acquire)
+    }
+
+    /// [`Log::written_seq`], ordered after every store before it (gathering
+    /// needs a store-then-load order on both sides).
+    fn written_seq_now(h: &Header) -> u64 {
+        h.written_seq.load(Ordering::SeqCst)
     }
 
     /// Sequence number of the last record known durable.
@@ -123,13 +151,22 @@ impl Log {
 
     /// Makes record `seq` durable (it reached the OS when it was appended).
     /// Group commit happens here, across processes.
+    ///
+    /// The leader of a round gathers (`gather`, below), syncs for every
+    /// record written so far, then wakes only the followers that round
+    /// covered (each sleeps on a futex bit, its sequence number modulo 32)
+    /// and one follower whose record arrived during the sync, to lead the
+    /// next round. Waking every follower cost each uncovered one two context
+    /// switches to find the lead taken and sleep again.
     pub fn flush(&self, h: &Header, seq: u64) -> Result<()> {
         loop {
+            // The generation is read before the check, so a round that ends
+            // in between changes it and the wait below returns at once.
+            let gen_before = h.sync_gen.load(Ordering::SeqCst);
             if Self::synced_seq(h) >= seq {
                 return Ok(());
             }
             check_poison(h)?;
-            let gen_before = h.sync_gen.load(Ordering::Acquire);
             let lead = h.sync_lock.try_lock().map_err(|e| {
                 Error::os(
                     "lock the log",
@@ -140,16 +177,94 @@ impl Log {
                 Some(g) => {
                     // A leader that died mid-round left nothing to repair: the
                     // sync it did not finish is simply done again.
-                    let r = self.sync_locked(h);
-                    h.sync_gen.fetch_add(1, Ordering::Release);
+                    let r = self.lead(h);
                     drop(g);
-                    futex_wake_all(&h.sync_gen);
-                    r?;
+                    // Records written after the last round's check, by
+                    // committers that found the lock held, need a new leader.
+                    fence(Ordering::SeqCst);
+                    let (synced, written) = (Self::synced_seq(h), Self::written_seq(h));
+                    let covered = match r {
+                        Ok(covered) => covered,
+                        Err(e) => {
+                            h.sync_gen.fetch_add(1, Ordering::SeqCst);
+                            futex_wake_all(&h.sync_gen);
+                            return Err(e);
+                        }
+                    };
+                    // First one follower whose record arrived during the
+                    // sync, to lead the next round (the disk idles until it
+                    // runs); the others sleep on until a round covers them.
+                    if let Some(bits) = seq_bits(synced, written) {
+                        h.sync_gen.fetch_add(1, Ordering::SeqCst);
+                        futex_wake_bits(&h.sync_gen, bits, 1);
+                    }
+                    if let Some(bits) = covered {
+                        futex_wake_bits(&h.sync_gen, bits, u32::MAX);
+                    }
                 }
-                // Follow: sleep until the current leader finishes a round.
-                None => futex_wait(&h.sync_gen, gen_before, FOLLOWER_WAIT),
+                // Follow: sleep until a round covers `seq` (or the lead is free).
+                None => {
+                    let bit = NonZeroU32::new(seq_bit(seq)).unwrap_or(NonZeroU32::MAX);
+                    futex_wait_bits(&h.sync_gen, gen_before, FOLLOWER_WAIT, bit);
+                }
             }
         }
+    }
+
+    /// One sync round: syncs every record written so far and wakes the
+    /// followers it covered.
+    fn lead(&self, h: &Header) -> Result<Option<NonZeroU32>> {
+        self.gather(h);
+        let before = Self::synced_seq(h);
+        self.sync_locked(h)?;
+        let after = Self::synced_seq(h);
+        // Those it woke will likely commit again, and those that arrived
+        // during the sync still wait.
+        let expect = (after - before) + Self::written_seq(h).saturating_sub(after);
+        h.sync_expect.store(expect, Ordering::Relaxed);
+        h.sync_gen.fetch_add(1, Ordering::SeqCst);
+        Ok(seq_bits(before, after))
+    }
+
+    /// Before a round, waits until as many records are written as the last
+    /// round expects (the committers it woke, appending again), for at most
+    /// as long as the last `fdatasync` took. Without this, followers woken
+    /// by one round append during the next round's sync and make the round
+    /// after it: committers split into two cohorts that alternate, and a
+    /// round covers about half of them. When one `fdatasync` costs more than
+    /// the woken committers need to append again, gathering them makes it
+    /// cover all. The wait is bounded by the last sync's time because waiting
+    /// longer would cost more than a second sync. Only in a durable region:
+    /// there every record's committer waits for a sync, while in an async
+    /// one only `Region::sync` and the background syncer do. Caller holds the
+    /// sync lock.
+    fn gather(&self, h: &Header) {
+        if h.durability.load(Ordering::Relaxed) != DURABLE {
+            return;
+        }
+        let expect = h.sync_expect.load(Ordering::Relaxed);
+        let limit = Duration::from_nanos(h.sync_nanos.load(Ordering::Relaxed)).min(MAX_GATHER);
+        // The synced sequence only moves under the sync lock, which we hold.
+        let target = Self::synced_seq(h) + expect;
+        if expect <= 1 || Self::written_seq(h) >= target {
+            return;
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let seen = h.append_gen.load(Ordering::SeqCst);
+            h.gather_target.store(target, Ordering::SeqCst);
+            // Appends store the written sequence, then read the target: one
+            // of the two sides sees the other's store.
+            if Self::written_seq_now(h) >= target {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            futex_wait_bits(&h.append_gen, seen, left, NonZeroU32::MAX);
+        }
+        h.gather_target.store(0, Ordering::SeqCst);
     }
 
     /// Syncs the file for every record written so far. Caller holds the sync lock.
@@ -159,11 +274,15 @@ impl Log {
             return Ok(());
         }
         crate::debug::hit(crate::debug::CrashPoint::SyncLeader);
+        let started = Instant::now();
         if let Err(e) = self.storage.sync() {
             let e = self.err("sync log", e);
             poison(h, &e);
             return Err(e);
         }
+        crate::debug::sync_pause();
+        let took = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        h.sync_nanos.store(took, Ordering::Relaxed);
         h.syncs.fetch_add(1, Ordering::Relaxed);
         h.synced_seq.fetch_max(hi, Ordering::AcqRel);
         Ok(())
