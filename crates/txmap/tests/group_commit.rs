@@ -43,9 +43,10 @@ fn a_slow_sync_covers_every_committer_it_woke_the_round_before() {
     let syncs = after.log_syncs - before.log_syncs;
     assert_eq!(commits, threads * rounds);
     // The first round covers whoever appended before it; every later one
-    // should cover all 8 (6 per sync leaves room for a thread that was late).
+    // should cover all 8 (7 syncs for 48 commits). Without gathering it takes
+    // about 12; 5 per sync leaves room for threads that were late.
     assert!(
-        commits >= 6 * syncs,
+        commits >= 5 * syncs,
         "{syncs} syncs for {commits} commits of {threads} threads: rounds did not gather"
     );
     // Every commit is in the log and reads back after reopening.

@@ -242,6 +242,11 @@ impl Log {
         if h.durability.load(Ordering::Relaxed) != DURABLE {
             return;
         }
+        // A leader that died while gathering left its target behind (only
+        // the sync lock's holder sets it): appends would go on waking nobody.
+        if h.gather_target.load(Ordering::Relaxed) != 0 {
+            h.gather_target.store(0, Ordering::SeqCst);
+        }
         let expect = h.sync_expect.load(Ordering::Relaxed);
         let limit = Duration::from_nanos(h.sync_nanos.load(Ordering::Relaxed)).min(MAX_GATHER);
         // The synced sequence only moves under the sync lock, which we hold.
