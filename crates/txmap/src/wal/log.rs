@@ -126,14 +126,9 @@ impl Log {
         Ok(())
     }
 
-    /// Sequence number of the last record written to the OS.
+    /// Sequence number of the last record written to the OS. (`SeqCst`:
+    /// gathering needs a store-then-load order on both sides.)
     pub fn written_seq(h: &Header) -> u64 {
-        h.written_seq.load(Ordering::Acquire)
-    }
-
-    /// [`Log::written_seq`], ordered after every store before it (gathering
-    /// needs a store-then-load order on both sides).
-    fn written_seq_now(h: &Header) -> u64 {
         h.written_seq.load(Ordering::SeqCst)
     }
 
@@ -182,7 +177,6 @@ impl Log {
                     // Records written after the last round's check, by
                     // committers that found the lock held, need a new leader.
                     fence(Ordering::SeqCst);
-                    let (synced, written) = (Self::synced_seq(h), Self::written_seq(h));
                     let covered = match r {
                         Ok(covered) => covered,
                         Err(e) => {
@@ -191,6 +185,7 @@ impl Log {
                             return Err(e);
                         }
                     };
+                    let (synced, written) = (Self::synced_seq(h), Self::written_seq(h));
                     // First one follower whose record arrived during the
                     // sync, to lead the next round (the disk idles until it
                     // runs); the others sleep on until a round covers them.
@@ -260,7 +255,7 @@ impl Log {
             h.gather_target.store(target, Ordering::SeqCst);
             // Appends store the written sequence, then read the target: one
             // of the two sides sees the other's store.
-            if Self::written_seq_now(h) >= target {
+            if Self::written_seq(h) >= target {
                 break;
             }
             let left = deadline.saturating_duration_since(Instant::now());
