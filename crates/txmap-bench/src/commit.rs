@@ -236,11 +236,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             num(1e6 / r.median),
             num(r.median / rates[0].median),
             num(r.median * sync.median / 1e6),
-            if g.iter().any(|x| x.is_nan()) {
-                "n/a (fdatasync calls not counted)".into()
-            } else {
-                Summary::of(g).cell()
-            },
+            per_sync_cell(g),
         ]);
     }
     t.print();
@@ -264,11 +260,7 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             threads.to_string(),
             r.cell(),
             num(r.median / slow[0].median),
-            if g.iter().any(|x| x.is_nan()) {
-                "n/a (fdatasync calls not counted)".into()
-            } else {
-                Summary::of(g).cell()
-            },
+            per_sync_cell(g),
         ]);
     }
     t.print();
@@ -321,6 +313,15 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(txmap::log_path(&path));
     Ok(())
+}
+
+/// Commits per fdatasync call over the repetitions (NaN: not counted).
+fn per_sync_cell(g: &[f64]) -> String {
+    if g.iter().any(|x| x.is_nan()) {
+        "n/a (fdatasync calls not counted)".into()
+    } else {
+        Summary::of(g).cell()
+    }
 }
 
 fn verdict(met: bool) -> &'static str {
