@@ -109,7 +109,12 @@ pub fn slow_checkpoints(us: u64) {
 }
 
 pub(crate) fn checkpoint_pause() {
-    let us = CHECKPOINT_PAUSE_US.load(Ordering::Relaxed);
+    sleep_for(&CHECKPOINT_PAUSE_US);
+}
+
+/// Sleeps as many microseconds as `knob` holds (none when 0).
+fn sleep_for(knob: &AtomicU64) {
+    let us = knob.load(Ordering::Relaxed);
     if us > 0 {
         std::thread::sleep(std::time::Duration::from_micros(us));
     }
@@ -125,10 +130,7 @@ pub fn slow_syncs(us: u64) {
 }
 
 pub(crate) fn sync_pause() {
-    let us = SYNC_PAUSE_US.load(Ordering::Relaxed);
-    if us > 0 {
-        std::thread::sleep(std::time::Duration::from_micros(us));
-    }
+    sleep_for(&SYNC_PAUSE_US);
 }
 
 /// Makes `region` unusable with `msg`, as a failed log write would: every
