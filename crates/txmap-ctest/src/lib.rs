@@ -38,6 +38,13 @@ unsafe extern "C" {
 
     pub fn ctest_xac_processes_counter(dir: *const c_char) -> c_int;
     pub fn ctest_xac_processes_conflict(dir: *const c_char) -> c_int;
+
+    pub fn ctest_xac_snapshot_stress(
+        dir: *const c_char,
+        durability: c_int,
+        txns: std::ffi::c_long,
+        workers: c_int,
+    ) -> c_int;
 }
 
 /// A fresh, empty directory `<base>/<name>-<pid>`.

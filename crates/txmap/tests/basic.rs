@@ -317,6 +317,14 @@ fn a_forked_child_cannot_use_its_parents_handles() {
         2,
         "the child changed the parent's transaction"
     );
+    // Dropping the inherited view must not release the parent's slot: its
+    // snapshot stays registered (else pruning takes versions it reads).
+    let live = r.stats().snapshots;
+    assert_eq!(
+        live.iter().map(|s| s.pid).collect::<Vec<_>>(),
+        vec![std::process::id()],
+        "the child unregistered the parent's snapshot"
+    );
     v.commit().unwrap();
     v.begin_read().unwrap();
     assert_eq!(v.read::<u64>(0).unwrap(), 2);

@@ -789,7 +789,14 @@ impl Drop for View {
         self.rollback();
         // Unregister before the memory the handler uses goes away.
         self.registration.take();
-        self.inner.region.mvcc.release_slot(self.inner.slot);
+        // The slot, its snapshot and its liveness lock (an open file
+        // description the child shares) are the parent's: releasing them
+        // here unregistered a live snapshot in the parent, or in whichever
+        // process claimed the slot next, and let pruning take versions it
+        // was reading (tests/xac_stress.rs).
+        if self.inner.region.check_owner().is_ok() {
+            self.inner.region.mvcc.release_slot(self.inner.slot);
+        }
     }
 }
 
