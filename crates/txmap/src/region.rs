@@ -798,6 +798,10 @@ pub(crate) struct CommitRequest<'a> {
     pub snapshot: u64,
     /// Pages whose reads must not have changed since the snapshot (serializable).
     pub read_pages: &'a [u32],
+    /// Serializable without a read set: tells which pages the transaction
+    /// may have read; it conflicts if a commit after the snapshot changed
+    /// one of them (or the change journal no longer reaches back).
+    pub untracked_reads: Option<&'a dyn Fn(u32) -> bool>,
     /// Pages written, each with its new content.
     pub pages: Vec<(u32, &'a [u8])>,
     pub ranges: Vec<Range<'a>>,
@@ -1016,6 +1020,16 @@ impl RegionInner {
             let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
             if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
                 return Err(Error::Conflict);
+            }
+            if let Some(maybe_read) = req.untracked_reads {
+                let mut hit = false;
+                let now = self.mvcc.commit_seq();
+                let complete = self
+                    .mvcc
+                    .changed_pages(req.snapshot, now, |p| hit |= maybe_read(p));
+                if hit || !complete {
+                    return Err(Error::Conflict);
+                }
             }
             // Room for the versions first: once the record is written, the
             // commit must be published.

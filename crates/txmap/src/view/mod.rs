@@ -153,6 +153,10 @@ pub(crate) struct ViewInner {
     active: AtomicBool,
     read_only: AtomicBool,
     track_reads: AtomicBool,
+    /// Serializable without a read set: pages readable at begin are read
+    /// without a fault, and commit conflicts if a commit since the snapshot
+    /// changed any page valid in this view (see `begin_with`).
+    untracked_reads: AtomicBool,
     snapshot: AtomicU64,
     serial: AtomicU32,
     doomed: AtomicU8,
@@ -254,6 +258,7 @@ impl View {
                 active: AtomicBool::new(false),
                 read_only: AtomicBool::new(false),
                 track_reads: AtomicBool::new(false),
+                untracked_reads: AtomicBool::new(false),
                 snapshot: AtomicU64::new(0),
                 serial: AtomicU32::new(1),
                 doomed: AtomicU8::new(0),
@@ -364,19 +369,30 @@ impl View {
         self.inner.region.check_owner()?;
         self.sync_size()?;
         let s = self.inner.region.mvcc.begin(self.inner.slot);
+        let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
+        // Commits by others since this view's last snapshot (its own last
+        // commit aside). With none, it probably runs alone: a serializable
+        // transaction then skips read tracking (no re-protection at begin,
+        // no fault on a page it holds valid) and validates at commit against
+        // the pages commits since its snapshot changed. A wrong guess costs
+        // one conflict, and the retry tracks its reads.
+        let v = &*self.inner;
+        let prev = v.valid_seq.load(Ordering::Relaxed);
+        let own = u64::from(v.last_commit.load(Ordering::Relaxed) > prev);
+        let untracked = serializable && s.saturating_sub(prev) <= own;
+        let track_reads = serializable && !untracked;
         // For `txmap info` (coarse clock: a few nanoseconds).
         let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
         self.inner
             .region
             .mvcc
             .stamp(self.inner.slot, now.tv_sec as u64);
-        if let Err(e) = self.refresh(s, opts) {
+        if let Err(e) = self.refresh(s, track_reads) {
             // Do not leave a snapshot registered: it would hold back checkpoints.
             self.inner.region.mvcc.end(self.inner.slot);
             return Err(e);
         }
         let v = &*self.inner;
-        let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
         v.valid_seq.store(s, Ordering::Relaxed);
         let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> TOUCH_BITS);
         if serial == 0
@@ -392,6 +408,7 @@ impl View {
         v.doomed.store(0, Ordering::Relaxed);
         v.read_only.store(opts.read_only, Ordering::Relaxed);
         v.track_reads.store(track_reads, Ordering::Relaxed);
+        v.untracked_reads.store(untracked, Ordering::Relaxed);
         v.active.store(true, Ordering::Release);
         self.depth = 1;
         Ok(())
@@ -403,11 +420,10 @@ impl View {
     /// readable islands accumulated. A view whose pages were only used
     /// through the accessors has nothing accessible at the user address
     /// (`islands == 0`) and needs no protection call at all.
-    fn refresh(&mut self, s: u64, opts: TxnOptions) -> Result<()> {
+    fn refresh(&mut self, s: u64, track_reads: bool) -> Result<()> {
         let v = &*self.inner;
         let mvcc = &v.region.mvcc;
         v.snapshot.store(s, Ordering::Relaxed);
-        let track_reads = !opts.read_only && opts.isolation == Isolation::Serializable;
         let islands = v.islands.load(Ordering::Relaxed);
         let exposed = islands > 0;
         let protect_all = exposed && (track_reads || islands > MAX_ISLANDS);
@@ -522,9 +538,25 @@ impl View {
         if versions.is_empty() {
             return Ok(()); // stores that changed nothing
         }
+        // Untracked reads: a page touched in this transaction may have been
+        // read, and so may any valid page while anything is accessible at
+        // the user address (plain loads of such pages take no fault).
+        let exposed = v.islands.load(Ordering::Relaxed) > 0;
+        let maybe_read = |p: u32| {
+            v.touch_bits(p as usize) != 0
+                || (exposed
+                    && v.mem
+                        .valid
+                        .get(p as usize)
+                        .is_none_or(|x| x.load(Ordering::Relaxed) == 1))
+        };
         let seq = v.region.commit(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
             read_pages,
+            untracked_reads: v
+                .untracked_reads
+                .load(Ordering::Relaxed)
+                .then_some(&maybe_read as &dyn Fn(u32) -> bool),
             pages: versions,
             ranges,
             slot: v.slot,
