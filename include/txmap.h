@@ -492,11 +492,11 @@ int xInit(const char *dir,
           int durability);
 
 // Rolls back the calling thread's open transaction (if any), unmaps every
-// region and closes it (checkpointing it, so the log is empty and
-// consistent). Afterwards `xInit` may be called again. Returns 0, or -1 with
-// errno `EBUSY` if another thread's transaction is open, `EINVAL` if not
-// initialized, or the errno of a failed checkpoint (shut down anyway; the
-// log keeps every commit).
+// region and closes it. Only the last process to close a region
+// checkpoints it (so the log is empty); the others return at once and
+// leave the log to it (it keeps every commit). Afterwards `xInit` may be
+// called again. Returns 0, or -1 with errno `EBUSY` if another thread's
+// transaction is open, `EINVAL` if not initialized.
 int xShutdown(void);
 
 // Maps the region `name` of the `xInit` directory and returns its address.
@@ -519,10 +519,9 @@ int xShutdown(void);
 // `name` is NULL or a NUL-terminated string.
 void *xMmap(const char *name, size_t length);
 
-// Unmaps the region `name` and closes it (checkpointing it). Returns 0, or
-// -1 with errno `EINVAL` (not mapped), `EBUSY` (a transaction is open), or
-// the errno of a failed checkpoint (the region is unmapped anyway and its
-// log keeps every commit).
+// Unmaps the region `name` and closes it (the last process to close it
+// checkpoints it, as `xShutdown`). Returns 0, or -1 with errno `EINVAL`
+// (not mapped) or `EBUSY` (a transaction is open).
 //
 // # Safety
 // `name` is NULL or a NUL-terminated string.

@@ -1242,18 +1242,21 @@ impl Drop for RegionInner {
         if self.check_owner().is_err() {
             return; // a forked child: the parent's state is not ours to touch
         }
-        // A clean close leaves an empty log; if this fails the log still has
-        // everything and the next open recovers.
-        let _ = self.checkpoint();
-        let Some(l) = &self.locks else { return };
+        // Only the last process out checkpoints (below): the others leave
+        // the log to it, so closing in a busy region costs no checkpoint.
+        let Some(l) = &self.locks else {
+            let _ = self.checkpoint(); // a region opened over test storage
+            return;
+        };
         use rustix::fs::FlockOperation as F;
         if rustix::fs::flock(&l.transition, F::LockExclusive).is_err() {
             return;
         }
         let _ = rustix::fs::flock(&l.users, F::Unlock);
         if rustix::fs::flock(&l.users, F::NonBlockingLockExclusive).is_ok() {
-            // The last one out: everything is in the region file and log
-            // (the next opener recovers from them), so the shared state goes.
+            // The last one out: a clean close leaves an empty log (if the
+            // checkpoint fails, the log still has everything and the next
+            // opener recovers), and the shared state goes.
             let _ = self.checkpoint();
             let _ = std::fs::remove_file(self.mvcc.path());
             let _ = rustix::fs::flock(&l.users, F::Unlock);

@@ -561,3 +561,33 @@ fn pages_grown_by_another_opener_read_back_after_a_checkpoint() {
     }
     va.commit().unwrap();
 }
+
+/// Closing a region that another opener keeps open does not checkpoint
+/// (xShutdown in a busy region returns at once); the last one out does, and
+/// leaves an empty log.
+#[test]
+fn only_the_last_opener_to_close_checkpoints() {
+    let d = ext4_dir("lastout");
+    let p = d.join("r.txm");
+    let first = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
+    let second = Region::open(&p, Options::default()).unwrap();
+    let mut v = second.view().unwrap();
+    v.run(|v| v.write(0, &5u64)).unwrap();
+    drop(v);
+    drop(second);
+    let s = first.stats();
+    assert_eq!(s.commit_seq, 1);
+    assert!(
+        s.checkpoint_seq < 1 && s.log_bytes > 0,
+        "an opener that was not the last checkpointed as it closed: {s:?}"
+    );
+    drop(first);
+    // The commit is in the region file itself, not only in the log.
+    let bytes = std::fs::read(&p).unwrap();
+    let at = txmap::wal::format::HEADER_BYTES as usize;
+    assert_eq!(
+        u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap()),
+        5,
+        "the last one out did not checkpoint"
+    );
+}

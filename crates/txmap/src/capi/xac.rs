@@ -140,11 +140,11 @@ pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
 }
 
 /// Rolls back the calling thread's open transaction (if any), unmaps every
-/// region and closes it (checkpointing it, so the log is empty and
-/// consistent). Afterwards `xInit` may be called again. Returns 0, or -1 with
-/// errno `EBUSY` if another thread's transaction is open, `EINVAL` if not
-/// initialized, or the errno of a failed checkpoint (shut down anyway; the
-/// log keeps every commit).
+/// region and closes it. Only the last process to close a region
+/// checkpoints it (so the log is empty); the others return at once and
+/// leave the log to it (it keeps every commit). Afterwards `xInit` may be
+/// called again. Returns 0, or -1 with errno `EBUSY` if another thread's
+/// transaction is open, `EINVAL` if not initialized.
 #[unsafe(no_mangle)]
 #[allow(non_snake_case)]
 pub extern "C" fn xShutdown() -> c_int {
@@ -158,11 +158,7 @@ pub extern "C" fn xShutdown() -> c_int {
         }
         let st = g.take().expect("checked above");
         drop(g);
-        if let Some(m) = st.mapped {
-            let region = m.view.region();
-            drop(m);
-            region.checkpoint()?;
-        }
+        drop(st); // the last process out checkpoints as it closes
         Ok(0)
     })
 }
@@ -284,10 +280,9 @@ fn open_when_created(path: &std::path::Path, opts: &Options) -> Result<Region, E
     }
 }
 
-/// Unmaps the region `name` and closes it (checkpointing it). Returns 0, or
-/// -1 with errno `EINVAL` (not mapped), `EBUSY` (a transaction is open), or
-/// the errno of a failed checkpoint (the region is unmapped anyway and its
-/// log keeps every commit).
+/// Unmaps the region `name` and closes it (the last process to close it
+/// checkpoints it, as `xShutdown`). Returns 0, or -1 with errno `EINVAL`
+/// (not mapped) or `EBUSY` (a transaction is open).
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string.
@@ -309,12 +304,7 @@ pub unsafe extern "C" fn xMunmap(name: *const c_char) -> c_int {
             }
             _ => return Err(Failure::invalid(format!("{name:?} is not mapped"))),
         }
-        let m = st.mapped.take().expect("checked above");
-        let region = m.view.region();
-        drop(m);
-        let checkpoint = region.checkpoint();
-        drop(region);
-        checkpoint?;
+        drop(st.mapped.take()); // the last process out checkpoints as it closes
         Ok(0)
     })
 }
