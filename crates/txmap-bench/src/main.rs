@@ -9,6 +9,7 @@ mod compare;
 mod longreader;
 mod procs;
 mod report;
+mod stamp;
 mod sys;
 mod touch;
 mod txn;
@@ -60,6 +61,9 @@ struct Args {
     /// Internal: run as a worker process of the `procs` part.
     #[arg(long, hide = true)]
     worker: Option<String>,
+    /// Internal: run as a worker process of the `stamp` part.
+    #[arg(long, hide = true)]
+    stamp_worker: Option<String>,
     /// Internal: run as a worker process of the `compare` part.
     #[arg(long, hide = true)]
     peer_worker: Option<String>,
@@ -87,15 +91,18 @@ enum Section {
     Compare,
     /// Log size and version memory with a long-running reader (not part of core).
     Longreader,
+    /// STAMP-style reservations and clustering, sequential vs transactional, 1 and 2 processes.
+    Stamp,
 }
 
-const PARTS: [Section; 6] = [
+const PARTS: [Section; 7] = [
     Section::Floor,
     Section::Touch,
     Section::Txn,
     Section::Commit,
     Section::Uffd,
     Section::Procs,
+    Section::Stamp,
 ];
 
 fn steps(s: Section, reps: usize) -> usize {
@@ -110,6 +117,7 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Procs => procs::steps(reps),
         Section::Compare => 0,
         Section::Longreader => longreader::steps(reps),
+        Section::Stamp => stamp::steps(reps),
     }
 }
 
@@ -117,6 +125,9 @@ fn main() {
     let mut args = Args::parse();
     if let Some(spec) = &args.worker {
         std::process::exit(procs::worker(spec));
+    }
+    if let Some(spec) = &args.stamp_worker {
+        std::process::exit(stamp::worker(spec));
     }
     if let Some(spec) = &args.peer_worker {
         std::process::exit(compare::worker(spec));
@@ -191,6 +202,7 @@ fn main() {
             Section::Commit => commit::run(&mut ctx),
             Section::Uffd => vm::run_uffd(&mut ctx),
             Section::Procs => procs::run(&mut ctx),
+            Section::Stamp => stamp::run(&mut ctx),
             Section::Core | Section::Aborts | Section::Compare | Section::Longreader => {
                 unreachable!()
             }

@@ -71,7 +71,8 @@ fn options(durability: Durability) -> Options {
     }
 }
 
-fn dur_name(d: Durability) -> &'static str {
+/// The worker-spec and table name of a durability.
+pub fn dur_name(d: Durability) -> &'static str {
     match d {
         Durability::Durable => "durable",
         Durability::Async => "async",
@@ -215,16 +216,19 @@ fn body(v: &mut View, test: Test, off: u64) -> txmap::Result<()> {
 
 // ---------------------------------------------------------------- parent side
 
-struct Worker {
+/// A worker process: this program run with a hidden worker flag, talking
+/// by lines on its stdin and stdout.
+pub struct Worker {
     child: Child,
-    stdin: ChildStdin,
+    pub stdin: ChildStdin,
     out: BufReader<ChildStdout>,
 }
 
 impl Worker {
-    fn spawn(exe: &Path, spec: &str) -> Res<Worker> {
+    /// Runs `exe FLAG SPEC` (`FLAG` is e.g. `--worker`).
+    pub fn spawn(exe: &Path, flag: &str, spec: &str) -> Res<Worker> {
         let mut child = Command::new(exe)
-            .arg("--worker")
+            .arg(flag)
             .arg(spec)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -235,7 +239,8 @@ impl Worker {
         Ok(Worker { child, stdin, out })
     }
 
-    fn line(&mut self) -> Res<String> {
+    /// The worker's next line (an `error ...` line or none is an error).
+    pub fn line(&mut self) -> Res<String> {
         let mut s = String::new();
         self.out.read_line(&mut s)?;
         let s = s.trim().to_string();
@@ -247,6 +252,23 @@ impl Worker {
         }
         Ok(s)
     }
+}
+
+/// Waits for `workers` after a run that ended with `result`: on an error
+/// kills them first; a worker that failed after a good run fails it.
+pub fn reap<T>(workers: Vec<Worker>, result: Res<T>) -> Res<T> {
+    for mut w in workers {
+        if result.is_err() {
+            // Only our own children, by handle.
+            let _ = w.child.kill();
+        }
+        drop(w.stdin);
+        let status = w.child.wait()?;
+        if result.is_ok() && !status.success() {
+            return Err(format!("a worker exited with {status}").into());
+        }
+    }
+    result
 }
 
 /// What one run of P processes did.
@@ -277,7 +299,7 @@ fn run_procs(region: &Region, dur: Durability, test: Test, procs: usize, count: 
                 i + 1,
                 path.display()
             );
-            ws.push(Worker::spawn(&exe, &spec)?);
+            ws.push(Worker::spawn(&exe, "--worker", &spec)?);
         }
         for w in &mut ws {
             let l = w.line()?;
@@ -319,18 +341,7 @@ fn run_procs(region: &Region, dur: Durability, test: Test, procs: usize, count: 
         run.syncs = region.stats().log_syncs - syncs;
         Ok::<Run, Box<dyn std::error::Error>>(run)
     })();
-    for mut w in ws {
-        if result.is_err() {
-            // Only our own children, by handle.
-            let _ = w.child.kill();
-        }
-        drop(w.stdin);
-        let status = w.child.wait()?;
-        if result.is_ok() && !status.success() {
-            return Err(format!("a worker exited with {status}").into());
-        }
-    }
-    result
+    reap(ws, result)
 }
 
 /// The integers a test touches on `page`: first and last (test A: first only).
@@ -496,7 +507,8 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     Ok(())
 }
 
-fn remove(path: &Path) {
+/// Deletes a region file and its log (whatever of them exists).
+pub fn remove(path: &Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(txmap::log_path(path));
 }

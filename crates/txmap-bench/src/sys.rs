@@ -1,6 +1,7 @@
 //! Every `unsafe` operation of the benchmark program: raw mappings, a trivial
 //! SIGSEGV handler for the signal+protect floor, userfaultfd and PAGEMAP_SCAN
-//! ioctls, and `uname`. Everything outside this module is safe code.
+//! ioctls, `uname`, and the plain loads and stores of the STAMP-style
+//! workloads ([`Flat`]). Everything outside this module is safe code.
 
 use std::fs::File;
 use std::io;
@@ -114,6 +115,83 @@ impl Mapping {
         assert!(off < self.len);
         // SAFETY: as for `write_byte`.
         unsafe { std::ptr::read_volatile(self.ptr.add(off)) }
+    }
+}
+
+/// What a [`Flat`] memory is: ordinary memory or a txmap view.
+enum Backing {
+    /// Kept only to be unmapped with the `Flat`.
+    #[allow(dead_code)]
+    Heap(Mapping),
+    View(txmap::View),
+}
+
+/// Memory addressed by byte offsets from its base with plain loads and stores
+/// of `u64` words, as a LIBXAC program uses its mapping: either an anonymous
+/// mapping (the sequential version) or a txmap view's user address range,
+/// where the first touch of a page in a transaction faults into txmap's
+/// handler. It owns what it points into, so the base stays mapped.
+pub struct Flat {
+    base: *mut u8,
+    len: usize,
+    backing: Backing,
+}
+
+impl Flat {
+    /// `len` bytes of zeroed ordinary memory.
+    pub fn heap(len: usize) -> io::Result<Flat> {
+        let m = Mapping::anon(len, Prot::ReadWrite)?;
+        Ok(Flat {
+            base: m.ptr,
+            len,
+            backing: Backing::Heap(m),
+        })
+    }
+
+    /// The region as mapped in `view` (its size when this is called).
+    pub fn view(view: txmap::View) -> Flat {
+        Flat {
+            base: view.base(),
+            len: view.len(),
+            backing: Backing::View(view),
+        }
+    }
+
+    /// The view, for `begin`/`commit` (None for heap memory).
+    pub fn view_mut(&mut self) -> Option<&mut txmap::View> {
+        match &mut self.backing {
+            Backing::View(v) => Some(v),
+            Backing::Heap(_) => None,
+        }
+    }
+
+    /// Loads the word at byte offset `off` (8-aligned, in bounds).
+    #[inline]
+    pub fn load(&self, off: u64) -> u64 {
+        let o = off as usize;
+        assert!(
+            o.is_multiple_of(8) && o + 8 <= self.len,
+            "word {off} outside the memory"
+        );
+        // SAFETY: aligned and in bounds of memory we own (the base of a view
+        // stays mapped while the view lives). A view page not yet touched in
+        // this transaction faults into txmap's handler, which installs it and
+        // lets the load re-execute.
+        unsafe { self.base.add(o).cast::<u64>().read() }
+    }
+
+    /// Stores `x` at byte offset `off` (8-aligned, in bounds). On a view,
+    /// only inside a transaction (outside, txmap's handler kills the process).
+    #[inline]
+    pub fn store(&self, off: u64, x: u64) {
+        let o = off as usize;
+        assert!(
+            o.is_multiple_of(8) && o + 8 <= self.len,
+            "word {off} outside the memory"
+        );
+        // SAFETY: as for `load`; no Rust reference into this memory exists
+        // (every access goes through these two calls).
+        unsafe { self.base.add(o).cast::<u64>().write(x) }
     }
 }
 
