@@ -348,7 +348,7 @@ pub fn describe_mappings(addr: usize, len: usize) -> String {
     let mut s = hits
         .iter()
         .take(4)
-        .map(|l| l.trim_end())
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect::<Vec<_>>()
         .join("; ");
     if hits.len() > 4 {
