@@ -86,6 +86,11 @@
 // /dev/shm is full); the commit did not happen.
 #define TXMAP_ENOSPACE -12
 
+// A view could not be mapped at its address: something else is mapped
+// there (`txmap_errmsg` names the range, the region and what holds it).
+// Nothing was mapped elsewhere instead.
+#define TXMAP_EADDR -13
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -325,6 +330,19 @@ uint64_t txmap_array_len(txmap_view *view, const txmap_array *a);
 // `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
 int txmap_region_create(const char *path, uint64_t size, int flags, txmap_region **out);
 
+// Like `txmap_region_create`, recording `address` as the region's fixed
+// address (`txmap_region_address`; 0: chosen at random as by
+// `txmap_region_create`). It must be a multiple of 4096 with room for the
+// view reservation (64 GiB) below 128 TiB, else `TXMAP_EINVAL`.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+int txmap_region_create_at(const char *path,
+                           uint64_t size,
+                           int flags,
+                           size_t address,
+                           txmap_region **out);
+
 // Opens the existing region at `path`, recovering it from its log if a
 // process died with it open. Other processes (and handles) may have it open
 // at once; `flags` (0 or `TXMAP_ASYNC`) must then match theirs, else
@@ -393,6 +411,30 @@ int txmap_region_sync(txmap_region *region);
 // # Safety
 // `region` is NULL or a live region handle; `out` is NULL or writable.
 int txmap_view_open(txmap_region *region, txmap_view **out);
+
+// Opens a new view of the region at address `addr`, or at the region's
+// fixed address (`txmap_region_address`) when `addr` is 0, so that raw
+// pointers stored in the region are valid in every process and execution
+// that maps it there. It is never mapped elsewhere: when something is
+// mapped in the range (another view of this process at that address, or
+// one inherited through `fork` and not closed) it fails with `TXMAP_EADDR`,
+// and `txmap_errmsg` names the range, the region and what holds it. One
+// view per process can be at an address at a time; its memory is freed
+// when it closes. On failure `*out` is set to NULL.
+//
+// # Safety
+// `region` is NULL or a live region handle; `out` is NULL or writable.
+int txmap_view_open_at(txmap_region *region, size_t addr, txmap_view **out);
+
+// The region's fixed address: where `txmap_view_open_at(region, 0, ...)`
+// and `xMmap` map it in every process and every execution. It is chosen
+// at random in 17–64 TiB when the region is created (or given to
+// `txmap_region_create_at`) and recorded in the region file. 0 if
+// `region` is NULL (or the region has none).
+//
+// # Safety
+// `region` is NULL or a live region handle.
+size_t txmap_region_address(const txmap_region *region);
 
 // Closes a view, rolling back its open transaction if any. Its memory is
 // unmapped: pointers into it become invalid. NULL is accepted and ignored.
@@ -499,8 +541,13 @@ int xInit(const char *dir,
 // transaction is open, `EINVAL` if not initialized.
 int xShutdown(void);
 
-// Maps the region `name` of the `xInit` directory and returns its address.
-// It is created zero-filled with `length` rounded up to 4096 bytes if
+// Maps the region `name` of the `xInit` directory and returns its address:
+// the region's fixed address, the same in every process and every
+// execution (chosen at random in 17–64 TiB when the region is created and
+// recorded in its file), so raw pointers into the region may be stored in
+// it. It is never mapped elsewhere: if something else is mapped there, this
+// fails with errno `EEXIST` and `txmap_errmsg` names the range and what
+// holds it. It is created zero-filled with `length` rounded up to 4096 bytes if
 // absent, and grown if smaller. Mapping the same name again returns the same
 // address. Only one region may be mapped at a time: another name fails with
 // errno `ENOTSUP` (atomic commit across regions is not supported yet). On

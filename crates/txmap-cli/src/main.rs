@@ -205,6 +205,14 @@ fn info_text(r: &Report) -> String {
             ),
         ),
         (
+            "fixed address",
+            if r.address == 0 {
+                "none recorded (the next open assigns one)".to_string()
+            } else {
+                format!("{:#x}", r.address)
+            },
+        ),
+        (
             "pages in use",
             format!("{} of {} in the data file", r.pages_in_use, r.pages()),
         ),
@@ -384,6 +392,7 @@ fn info_json(r: &Report) -> String {
             r.region_header_generation.to_string(),
         ),
         ("checkpoint_seq", r.checkpoint_seq.to_string()),
+        ("address", r.address.to_string()),
         ("commits", r.last_seq.to_string()),
         ("last_seq", r.last_seq.to_string()),
         ("log_len", r.log_len.to_string()),

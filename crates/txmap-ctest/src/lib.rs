@@ -39,6 +39,15 @@ unsafe extern "C" {
     pub fn ctest_xac_processes_counter(dir: *const c_char) -> c_int;
     pub fn ctest_xac_processes_conflict(dir: *const c_char) -> c_int;
 
+    pub fn ctest_xac_addr_forks(
+        dir: *const c_char,
+        durability: c_int,
+        children: c_int,
+        base_out: *mut usize,
+    ) -> c_int;
+    pub fn ctest_xac_addr_follow(dir: *const c_char, durability: c_int, base: usize) -> c_int;
+    pub fn ctest_addr_taken(dir: *const c_char) -> c_int;
+
     pub fn ctest_xac_snapshot_stress(
         dir: *const c_char,
         durability: c_int,

@@ -57,6 +57,21 @@ pub enum Error {
         versions: u64,
         reason: String,
     },
+    /// A view could not be mapped at its address (the region's fixed
+    /// address, or one the program asked for): something else is mapped
+    /// there (`holder`, from `/proc/self/maps`). Nothing was mapped
+    /// elsewhere instead.
+    #[error(
+        "{}: address range {addr:#x}..{:#x} for a view is not free: {holder}",
+        path.display(),
+        addr + len
+    )]
+    AddressTaken {
+        path: PathBuf,
+        addr: usize,
+        len: usize,
+        holder: String,
+    },
     /// An earlier write or sync failed; the data on disk may be behind memory.
     /// Close and reopen the region to recover from the log.
     #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]

@@ -43,6 +43,8 @@ pub struct Report {
     /// Every commit up to this one is in the data file.
     pub checkpoint_seq: u64,
     pub region_header_generation: u64,
+    /// The region's fixed address (0: none recorded; the next open assigns one).
+    pub address: u64,
     /// Length of the log file (header page and preallocated space included).
     pub log_len: u64,
     pub log_header_generation: u64,
@@ -602,6 +604,7 @@ fn examine(path: &Path) -> Result<Examined> {
         file_len,
         checkpoint_seq: rh.checkpoint_seq,
         region_header_generation: rh.generation,
+        address: rh.address,
         log_len,
         log_header_generation: lh.generation,
         log_start_seq: lh.start_seq,

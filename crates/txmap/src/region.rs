@@ -47,6 +47,15 @@ pub struct Options {
     /// to open the region sets it; a later opener asking for another one
     /// fails, one leaving the default takes the region's.
     pub snapshot_limit: SnapshotLimit,
+    /// The region's fixed address, where [`Region::view_fixed`] (and
+    /// `xMmap`) map it in every process. `None` keeps the one recorded in
+    /// the region file; at create, one is then chosen at random in
+    /// 17–64 TiB. `Some` sets it at create, and on open changes the
+    /// recorded one when no other process has the region open (pointers
+    /// stored in the region then point to the old place); when others
+    /// have it open it must equal theirs. Page-aligned, with room for
+    /// `max_size` below the top of the user address space.
+    pub address: Option<usize>,
 }
 
 /// How far behind long-running transactions may fall.
@@ -111,6 +120,7 @@ impl Default for Options {
             async_sync_interval: Duration::from_millis(50),
             on_recovery_progress: None,
             snapshot_limit: SnapshotLimit::default(),
+            address: None,
         }
     }
 }
@@ -186,6 +196,9 @@ pub(crate) struct RegionInner {
     locks: Option<OpenLocks>,
     /// Memory of closed views, for the next views opened (`View::open`).
     view_pool: Mutex<Vec<crate::view::ViewMemory>>,
+    /// The fixed address recorded in the region file (0: none); written
+    /// back with every region header.
+    pub address: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -225,6 +238,23 @@ pub fn shared_path(path: &Path, region_id: u64) -> Result<PathBuf> {
     }
 }
 
+/// Checks an address asked for in `Options::address`: page-aligned, not
+/// zero, with room for `max` bytes below the top of the user address space.
+fn check_address(addr: usize, max: u64) -> Result<()> {
+    let fits = usize::try_from(max)
+        .ok()
+        .and_then(|m| addr.checked_add(m))
+        .is_some_and(|end| end <= crate::os::mem::USER_TOP);
+    if addr == 0 || !addr.is_multiple_of(PAGE) || !fits {
+        return Err(Error::Invalid(format!(
+            "Options::address {addr:#x}: must be a nonzero multiple of {PAGE} with room for \
+             max_size ({max} bytes) below {:#x}",
+            crate::os::mem::USER_TOP
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a region size: whole pages, at least one, at most `max`.
 pub(crate) fn check_size(size: u64, max: u64) -> Result<()> {
     if size == 0 || !size.is_multiple_of(PAGE as u64) {
@@ -254,6 +284,9 @@ impl Region {
     /// ```
     pub fn create(path: &Path, size: u64, opts: Options) -> Result<Region> {
         check_size(size, opts.max_size)?;
+        if let Some(a) = opts.address {
+            check_address(a, opts.max_size)?;
+        }
         let exists = || Error::Invalid(format!("{} already exists", path.display()));
         if path.try_exists().map_err(|e| Error::io("stat", path, e))? {
             return Err(exists());
@@ -280,7 +313,7 @@ impl Region {
         let made = (|| {
             let _ = std::fs::remove_file(&tmp);
             let data = FileStorage::create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
-            Self::format(&data, &log, size)?;
+            Self::format_at(&data, &log, size, opts.address, opts.max_size)?;
             let cwd = rustix::fs::CWD;
             match rustix::fs::renameat_with(
                 cwd,
@@ -305,20 +338,29 @@ impl Region {
         Self::open(path, opts)
     }
 
-    /// Writes an empty region's header and log header to fresh storages.
+    /// Writes an empty region's header and log header to fresh storages
+    /// (with a fixed address chosen for the default `max_size`).
     pub fn format(data: &dyn Storage, log: &dyn Storage, size: u64) -> Result<()> {
-        let region_id = crate::io::sim::SplitMix(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                ^ u64::from(std::process::id()) << 40,
-        )
-        .next();
+        Self::format_at(data, log, size, None, Options::default().max_size)
+    }
+
+    /// `format`, recording `address`, or one chosen at random for views of
+    /// `max_size` bytes.
+    fn format_at(
+        data: &dyn Storage,
+        log: &dyn Storage,
+        size: u64,
+        address: Option<usize>,
+        max_size: u64,
+    ) -> Result<()> {
+        let region_id = random_seed();
+        let address = address.or_else(|| crate::os::mem::fixed_address(random_seed(), max_size));
         let header = RegionHeader {
             region_id,
             generation: 1,
             checkpoint_seq: 0,
             data_size: size,
+            address: address.unwrap_or(0) as u64,
         };
         let e = |op, err| Error::io(op, data.path(), err);
         data.set_len(HEADER_BYTES + size)
@@ -411,12 +453,13 @@ impl Region {
                 Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
                 None => true,
             };
-            let (mvcc, recovered) = if alone {
+            let (mvcc, recovered, address) = if alone {
                 Self::first_open(&*data, &*log, &opts, locks.is_some())?
             } else {
-                (Self::join(&*data, &*log, &opts)?, 0)
+                let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
+                (mvcc, 0, address)
             };
-            let recovered = (recovered, alone);
+            let recovered = (recovered, alone, address);
             if let Some(l) = &locks {
                 // Converting is not atomic, but nobody can look meanwhile:
                 // we hold the transition lock.
@@ -460,6 +503,7 @@ impl Region {
             opts,
             locks,
             view_pool: Mutex::new(Vec::new()),
+            address: recovered.2,
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
@@ -476,10 +520,27 @@ impl Region {
         log: &dyn Storage,
         opts: &Options,
         shared: bool,
-    ) -> Result<(Mvcc, u64)> {
+    ) -> Result<(Mvcc, u64, usize)> {
         let limit = opts.snapshot_limit.encode()?;
-        let rec = recover(data, log, opts.on_recovery_progress)?;
+        let mut rec = recover(data, log, opts.on_recovery_progress)?;
         let max_size = opts.max_size.max(rec.header.data_size);
+        if let Some(a) = opts.address {
+            check_address(a, max_size)?;
+        }
+        // A region made before addresses were recorded gets one now; the
+        // program may move it while nobody else has it open.
+        let want = match opts.address {
+            Some(a) => a as u64,
+            None if rec.header.address == 0 => {
+                crate::os::mem::fixed_address(random_seed(), max_size).unwrap_or(0) as u64
+            }
+            None => rec.header.address,
+        };
+        if want != rec.header.address {
+            rec.header.address = want;
+            rec.header.generation += 1;
+            write_region_header(data, &rec.header)?;
+        }
         let (lh, allocated) =
             crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
         let init = crate::mvcc::Init {
@@ -512,13 +573,23 @@ impl Region {
         if !shared {
             let _ = std::fs::remove_file(&spath);
         }
-        Ok((mvcc, rec.replayed))
+        Ok((mvcc, rec.replayed, want as usize))
     }
 
     /// Others have the region open: map their shared state and check that
     /// we agree with it.
-    fn join(data: &dyn Storage, log: &dyn Storage, opts: &Options) -> Result<Mvcc> {
+    fn join(data: &dyn Storage, log: &dyn Storage, opts: &Options) -> Result<(Mvcc, usize)> {
         let (header, _) = read_headers(data, log)?;
+        if let Some(a) = opts.address
+            && a as u64 != header.address
+        {
+            return Err(Error::Invalid(format!(
+                "{} is open by other processes at fixed address {:#x}; Options::address \
+                 {a:#x} can change it only when no other process has it open",
+                data.path().display(),
+                header.address
+            )));
+        }
         let spath = shared_path(data.path(), header.region_id)?;
         let mvcc = Mvcc::attach(&spath, file_mode(data)).map_err(|e| match e {
             crate::mvcc::AttachError::Io(e) => Error::io("open shared state", &spath, e),
@@ -558,7 +629,7 @@ impl Region {
                 SnapshotLimit::decode(lag, versions)
             )));
         }
-        Ok(mvcc)
+        Ok((mvcc, header.address as usize))
     }
 
     /// Bytes in the region.
@@ -588,6 +659,33 @@ impl Region {
     /// processes that do the same.
     pub fn view_at(&self, addr: usize) -> Result<crate::View> {
         crate::View::open(self.inner.clone(), Some(addr))
+    }
+
+    /// The region's fixed address: where [`Region::view_fixed`] maps it in
+    /// every process and every execution (recorded in the region file).
+    /// `None` only when `Options::max_size` is too large for one to be chosen.
+    pub fn address(&self) -> Option<usize> {
+        (self.inner.address != 0).then_some(self.inner.address)
+    }
+
+    /// Opens a view at the region's fixed address ([`Region::address`]),
+    /// so raw pointers stored in the region stay valid in every process
+    /// and execution that maps it this way. Fails with
+    /// [`Error::AddressTaken`] (naming the range and what holds it) when
+    /// something is mapped there, such as another view of this process at
+    /// that address (one per process at a time); it never maps elsewhere.
+    /// The view's memory is freed when it closes, so the address is free
+    /// again at once.
+    pub fn view_fixed(&self) -> Result<crate::View> {
+        let addr = self.address().ok_or_else(|| {
+            Error::Invalid(format!(
+                "{} has no fixed address (Options::max_size {} leaves no room for one); \
+                 give one with Options::address",
+                self.inner.path.display(),
+                self.inner.opts.max_size
+            ))
+        })?;
+        self.view_at(addr)
     }
 
     /// Copies committed versions into the data file and empties the log when
@@ -810,6 +908,20 @@ pub(crate) struct CommitRequest<'a> {
 }
 
 static PRIVATE: AtomicU64 = AtomicU64::new(0);
+
+/// A seed that differs between calls, processes and times (for region ids
+/// and fixed addresses).
+fn random_seed() -> u64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    crate::io::sim::SplitMix(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()) << 40
+            ^ CALLS.fetch_add(1, Ordering::Relaxed).rotate_left(20),
+    )
+    .next()
+}
 
 /// Permission bits for the shared state: those of the region file.
 fn file_mode(data: &dyn Storage) -> u32 {
@@ -1150,6 +1262,7 @@ impl RegionInner {
                     generation: h.region_generation.load(Ordering::Acquire) + 1,
                     checkpoint_seq: t,
                     data_size: self.size(),
+                    address: self.address as u64,
                 };
                 write_region_header(&*self.data, &next)?;
                 h.region_generation

@@ -48,9 +48,9 @@ proptest! {
     }
 
     #[test]
-    fn headers_round_trip(id in any::<u64>(), generation in 1u64..u64::MAX, a in any::<u64>(), pages in 1u64..(1 << 40)) {
+    fn headers_round_trip(id in any::<u64>(), generation in 1u64..u64::MAX, a in any::<u64>(), pages in 1u64..(1 << 40), address in any::<u64>()) {
         let mut page = vec![0u8; 4096];
-        let rh = RegionHeader { region_id: id, generation, checkpoint_seq: a, data_size: pages * 4096 };
+        let rh = RegionHeader { region_id: id, generation, checkpoint_seq: a, data_size: pages * 4096, address };
         let (off, slot) = rh.encode();
         page[off as usize..off as usize + 64].copy_from_slice(&slot);
         prop_assert_eq!(RegionHeader::decode(&page).unwrap(), rh);

@@ -64,6 +64,11 @@ pub const TXMAP_ESNAPSHOT: c_int = -11;
 /// /dev/shm is full); the commit did not happen.
 pub const TXMAP_ENOSPACE: c_int = -12;
 
+/// A view could not be mapped at its address: something else is mapped
+/// there (`txmap_errmsg` names the range, the region and what holds it).
+/// Nothing was mapped elsewhere instead.
+pub const TXMAP_EADDR: c_int = -13;
+
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
 pub(crate) struct Failure {
@@ -103,6 +108,7 @@ impl From<Error> for Failure {
             Error::Poisoned(_) => (TXMAP_EPOISONED, libc::EIO),
             Error::SnapshotTooOld { .. } => (TXMAP_ESNAPSHOT, libc::ESTALE),
             Error::VersionStoreFull { .. } => (TXMAP_ENOSPACE, libc::ENOSPC),
+            Error::AddressTaken { .. } => (TXMAP_EADDR, libc::EEXIST),
         };
         Failure::new(code, errno, e.to_string())
     }

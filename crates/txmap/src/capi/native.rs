@@ -103,10 +103,30 @@ pub unsafe extern "C" fn txmap_region_create(
     flags: c_int,
     out: *mut *mut txmap_region,
 ) -> c_int {
-    status(guarded("txmap_region_create", || {
+    // SAFETY: the same contract.
+    unsafe { txmap_region_create_at(path, size, flags, 0, out) }
+}
+
+/// Like `txmap_region_create`, recording `address` as the region's fixed
+/// address (`txmap_region_address`; 0: chosen at random as by
+/// `txmap_region_create`). It must be a multiple of 4096 with room for the
+/// view reservation (64 GiB) below 128 TiB, else `TXMAP_EINVAL`.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_create_at(
+    path: *const c_char,
+    size: u64,
+    flags: c_int,
+    address: usize,
+    out: *mut *mut txmap_region,
+) -> c_int {
+    status(guarded("txmap_region_create_at", || {
         // SAFETY: per this function's contract.
         let path = unsafe { path_arg(path, "path") }?;
-        let opts = region_options(flags)?;
+        let mut opts = region_options(flags)?;
+        opts.address = (address != 0).then_some(address);
         // SAFETY: per this function's contract.
         unsafe { put_region(out, || Region::create(path, size, opts)) }
     }))
@@ -247,18 +267,77 @@ pub unsafe extern "C" fn txmap_view_open(
     out: *mut *mut txmap_view,
 ) -> c_int {
     status(guarded("txmap_view_open", || {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
-        // SAFETY: non-null and writable per this function's contract.
-        unsafe { *out = std::ptr::null_mut() };
         // SAFETY: per this function's contract.
-        let view = unsafe { region_ref(region) }?.region.view()?;
-        let h = Box::into_raw(Box::new(txmap_view { view }));
-        // SAFETY: as above.
-        unsafe { *out = h };
-        Ok(())
+        unsafe { put_view(region, out, Region::view) }
     }))
+}
+
+/// Opens a new view of the region at address `addr`, or at the region's
+/// fixed address (`txmap_region_address`) when `addr` is 0, so that raw
+/// pointers stored in the region are valid in every process and execution
+/// that maps it there. It is never mapped elsewhere: when something is
+/// mapped in the range (another view of this process at that address, or
+/// one inherited through `fork` and not closed) it fails with `TXMAP_EADDR`,
+/// and `txmap_errmsg` names the range, the region and what holds it. One
+/// view per process can be at an address at a time; its memory is freed
+/// when it closes. On failure `*out` is set to NULL.
+///
+/// # Safety
+/// `region` is NULL or a live region handle; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_open_at(
+    region: *mut txmap_region,
+    addr: usize,
+    out: *mut *mut txmap_view,
+) -> c_int {
+    status(guarded("txmap_view_open_at", || {
+        // SAFETY: per this function's contract.
+        unsafe {
+            put_view(region, out, |r| match addr {
+                0 => r.view_fixed(),
+                a => r.view_at(a),
+            })
+        }
+    }))
+}
+
+/// Opens a view of `region` with `open` and stores its handle in `*out`.
+///
+/// # Safety
+/// `region` is NULL or a live region handle; `out` is NULL or writable.
+unsafe fn put_view(
+    region: *mut txmap_region,
+    out: *mut *mut txmap_view,
+    open: impl FnOnce(&Region) -> Result<View, Error>,
+) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::null("out"));
+    }
+    // SAFETY: non-null and writable per the caller's contract.
+    unsafe { *out = std::ptr::null_mut() };
+    // SAFETY: per the caller's contract.
+    let view = open(&unsafe { region_ref(region) }?.region)?;
+    let h = Box::into_raw(Box::new(txmap_view { view }));
+    // SAFETY: as above.
+    unsafe { *out = h };
+    Ok(())
+}
+
+/// The region's fixed address: where `txmap_view_open_at(region, 0, ...)`
+/// and `xMmap` map it in every process and every execution. It is chosen
+/// at random in 17–64 TiB when the region is created (or given to
+/// `txmap_region_create_at`) and recorded in the region file. 0 if
+/// `region` is NULL (or the region has none).
+///
+/// # Safety
+/// `region` is NULL or a live region handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_region_address(region: *const txmap_region) -> usize {
+    guarded("txmap_region_address", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { region_ref(region) }?.region.address().unwrap_or(0))
+    })
+    .unwrap_or(0)
 }
 
 /// Closes a view, rolling back its open transaction if any. Its memory is

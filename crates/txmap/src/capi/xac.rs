@@ -163,8 +163,13 @@ pub extern "C" fn xShutdown() -> c_int {
     })
 }
 
-/// Maps the region `name` of the `xInit` directory and returns its address.
-/// It is created zero-filled with `length` rounded up to 4096 bytes if
+/// Maps the region `name` of the `xInit` directory and returns its address:
+/// the region's fixed address, the same in every process and every
+/// execution (chosen at random in 17–64 TiB when the region is created and
+/// recorded in its file), so raw pointers into the region may be stored in
+/// it. It is never mapped elsewhere: if something else is mapped there, this
+/// fails with errno `EEXIST` and `txmap_errmsg` names the range and what
+/// holds it. It is created zero-filled with `length` rounded up to 4096 bytes if
 /// absent, and grown if smaller. Mapping the same name again returns the same
 /// address. Only one region may be mapped at a time: another name fails with
 /// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
@@ -248,7 +253,9 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
         if region.size() < size {
             region.grow(size)?;
         }
-        let view = region.view()?;
+        // The same address in every process and execution: pointers stored
+        // in the region stay valid.
+        let view = region.view_fixed()?;
         let base = view.base().cast::<c_void>();
         st.mapped = Some(Mapped {
             name: name.to_owned(),

@@ -300,3 +300,65 @@ pub fn round_up(n: usize) -> usize {
 pub fn check_page_size() -> bool {
     rustix::param::page_size() == PAGE
 }
+
+/// Fixed region addresses are chosen in `[FIXED_LOW, FIXED_HIGH)`: above
+/// the shadow memory of AddressSanitizer (which ends just past 16 TiB) and
+/// far below where Linux puts programs, the heap, `mmap` and stacks on
+/// x86-64 (from about 85 TiB up to 128 TiB), so nothing else lands there
+/// by chance.
+pub const FIXED_LOW: usize = 17 << 40;
+/// See [`FIXED_LOW`].
+pub const FIXED_HIGH: usize = 64 << 40;
+/// End of the x86-64 user address space (4-level page tables).
+pub const USER_TOP: usize = 0x7fff_ffff_f000;
+
+/// A fixed address for a region whose views reserve `max` bytes, picked by
+/// `seed` among the slots of `[FIXED_LOW, FIXED_HIGH)` aligned to `max`
+/// rounded up to a power of two (at least 1 GiB), so that two regions of
+/// the same maximum size either coincide or do not overlap. `None` when
+/// `max` does not fit there.
+pub fn fixed_address(seed: u64, max: u64) -> Option<usize> {
+    let align = usize::try_from(max)
+        .ok()?
+        .max(1 << 30)
+        .checked_next_power_of_two()?;
+    let slots = (FIXED_HIGH - FIXED_LOW) / align;
+    (slots > 0).then(|| FIXED_LOW + (seed % slots as u64) as usize * align)
+}
+
+/// What `/proc/self/maps` says is mapped in `[addr, addr + len)`, one
+/// mapping per line (at most 4, then how many more); for error messages.
+pub fn describe_mappings(addr: usize, len: usize) -> String {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return "(cannot read /proc/self/maps)".into();
+    };
+    let end = addr.saturating_add(len);
+    let hits: Vec<&str> = maps
+        .lines()
+        .filter(|l| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let mut it = range.split('-').map(|x| usize::from_str_radix(x, 16));
+            matches!((it.next(), it.next()), (Some(Ok(s)), Some(Ok(e))) if s < end && e > addr)
+        })
+        .collect();
+    if hits.is_empty() {
+        return "nothing mapped there now (it was taken while we tried)".into();
+    }
+    let view = hits.iter().any(|l| l.contains("memfd:txmap-view"));
+    let mut s = hits
+        .iter()
+        .take(4)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if hits.len() > 4 {
+        s.push_str(&format!("; and {} more", hits.len() - 4));
+    }
+    if view {
+        s.push_str(
+            " (a txmap view: one of this process at that address, or one inherited \
+             through fork that was not closed)",
+        );
+    }
+    s
+}

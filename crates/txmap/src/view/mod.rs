@@ -100,19 +100,19 @@ const POOLED_VIEWS: usize = 4;
 const POOLED_BYTES: u64 = 64 << 20;
 
 impl ViewMemory {
-    fn new(max: usize, at: Option<usize>) -> Result<ViewMemory> {
+    /// `path` names the region in the error when `at` is taken.
+    fn new(max: usize, at: Option<usize>, path: &std::path::Path) -> Result<ViewMemory> {
         let pages = max / PAGE;
         let os = |op| move |e| Error::os(op, e);
         Ok(ViewMemory {
-            user: Reservation::new(max, at).map_err(|e| {
-                if e == rustix::io::Errno::EXIST {
-                    Error::Invalid(format!(
-                        "address {:#x} is not free for a view",
-                        at.unwrap_or(0)
-                    ))
-                } else {
-                    Error::os("reserve view address space", e)
-                }
+            user: Reservation::new(max, at).map_err(|e| match at {
+                Some(addr) if e == rustix::io::Errno::EXIST => Error::AddressTaken {
+                    path: path.to_path_buf(),
+                    addr,
+                    len: max,
+                    holder: crate::os::mem::describe_mappings(addr, max),
+                },
+                _ => Error::os("reserve view address space", e),
             })?,
             alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
             memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
@@ -146,6 +146,11 @@ impl ViewMemory {
 pub(crate) struct ViewInner {
     region: Arc<RegionInner>,
     slot: usize,
+    /// Opened at an address the caller chose: its memory is freed at close,
+    /// never pooled, so the address is free again at once whatever else
+    /// holds the region (a flusher thread's handle; in a forked child, the
+    /// parent's handles).
+    fixed: bool,
     /// Taken back in `drop` (to be pooled), never touched after.
     mem: ManuallyDrop<ViewMemory>,
     read_n: AtomicUsize,
@@ -172,7 +177,7 @@ impl Drop for ViewInner {
         // SAFETY: `mem` is taken here once and the struct is never used again.
         let mem = unsafe { ManuallyDrop::take(&mut self.mem) };
         // A forked child must not hand its parent's view memory to a view of its own.
-        if self.region.check_owner().is_err() {
+        if self.fixed || self.region.check_owner().is_err() {
             return;
         }
         if self.region.view_pool().len() >= POOLED_VIEWS {
@@ -239,7 +244,7 @@ impl View {
         };
         let inner = match pooled {
             Some(m) => Ok(m),
-            None => ViewMemory::new(max, at).or_else(|e| {
+            None => ViewMemory::new(max, at, &region.path).or_else(|e| {
                 // The address may be held by a closed view's memory: free it all.
                 let mut pool = region.view_pool();
                 if at.is_none() || pool.is_empty() {
@@ -247,7 +252,7 @@ impl View {
                 }
                 pool.clear();
                 drop(pool);
-                ViewMemory::new(max, at)
+                ViewMemory::new(max, at, &region.path)
             }),
         }
         .map(|mem| {
@@ -267,6 +272,7 @@ impl View {
                 valid_seq: AtomicU64::new(region.mvcc.commit_seq()),
                 last_commit: AtomicU64::new(0),
                 slot,
+                fixed: at.is_some(),
                 region: region.clone(),
             })
         });

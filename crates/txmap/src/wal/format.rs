@@ -12,6 +12,11 @@ pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"TXR1");
 pub const HEADER_BYTES: u64 = PAGE as u64;
 pub const SLOT_OFFSETS: [usize; 2] = [0, 2048];
 const SLOT_BODY: usize = 48;
+/// Optional tail of a slot (region headers only): bytes 52..56 hold a CRC-32C
+/// of bytes 0..52 and 56..64, bytes 56..64 the region's fixed address. Older
+/// builds leave all 12 bytes zero and do not read them.
+const SLOT_EXT_CRC: usize = 52;
+const SLOT_EXT: usize = 56;
 
 pub const RECORD_HEADER: usize = 40;
 pub const KIND_COMMIT: u8 = 1;
@@ -27,6 +32,9 @@ pub struct RegionHeader {
     pub checkpoint_seq: u64,
     /// Bytes of data after the header page at the checkpoint.
     pub data_size: u64,
+    /// Where every process maps the region's views (`Region::address`);
+    /// 0 = none recorded (a region made before addresses were).
+    pub address: u64,
 }
 
 /// The header of a log file: which records belong to the current epoch.
@@ -52,8 +60,9 @@ fn get32(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
 }
 
-/// Encodes one header slot: magic, version, page size, four u64 fields, CRC.
-fn encode_slot(magic: &[u8; 8], fields: [u64; 4]) -> [u8; 64] {
+/// Encodes one header slot: magic, version, page size, four u64 fields, CRC,
+/// and the optional tail (`ext`, left all zero when `ext` is 0).
+fn encode_slot(magic: &[u8; 8], fields: [u64; 4], ext: u64) -> [u8; 64] {
     let mut s = [0u8; 64];
     s[..8].copy_from_slice(magic);
     s[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -63,7 +72,25 @@ fn encode_slot(magic: &[u8; 8], fields: [u64; 4]) -> [u8; 64] {
     }
     let crc = crc32c::crc32c(&s[..SLOT_BODY]);
     s[SLOT_BODY..SLOT_BODY + 4].copy_from_slice(&crc.to_le_bytes());
+    if ext != 0 {
+        put(&mut s, SLOT_EXT, ext);
+        let crc = ext_crc(&s);
+        s[SLOT_EXT_CRC..SLOT_EXT].copy_from_slice(&crc.to_le_bytes());
+    }
     s
+}
+
+/// The tail's checksum: covers the whole slot but itself.
+fn ext_crc(s: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&s[..SLOT_EXT_CRC]), &s[SLOT_EXT..64])
+}
+
+/// The tail's value: 0 when absent (all zero), `None` when its checksum fails.
+fn decode_ext(s: &[u8]) -> Option<u64> {
+    if s[SLOT_EXT_CRC..64].iter().all(|&b| b == 0) {
+        return Some(0);
+    }
+    (ext_crc(s) == get32(s, SLOT_EXT_CRC)).then(|| get(s, SLOT_EXT))
 }
 
 /// Why a header page could not be used.
@@ -94,8 +121,8 @@ impl std::fmt::Display for HeaderError {
 }
 
 /// Decodes the newest valid slot of a header page.
-fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 4]), HeaderError> {
-    let mut best: Option<[u64; 4]> = None;
+fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 5]), HeaderError> {
+    let mut best: Option<[u64; 5]> = None;
     let mut seen_magic = false;
     let mut err = None;
     for off in SLOT_OFFSETS {
@@ -107,6 +134,9 @@ fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 4]), HeaderE
         if crc32c::crc32c(&s[..SLOT_BODY]) != get32(s, SLOT_BODY) {
             continue;
         }
+        let Some(ext) = decode_ext(s) else {
+            continue;
+        };
         let version = get32(s, 8);
         if version != FORMAT_VERSION {
             err = Some(HeaderError::Version(version));
@@ -117,7 +147,7 @@ fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 4]), HeaderE
             err = Some(HeaderError::PageSize(ps));
             continue;
         }
-        let f = [get(s, 16), get(s, 24), get(s, 32), get(s, 40)];
+        let f = [get(s, 16), get(s, 24), get(s, 32), get(s, 40), ext];
         if best.is_none_or(|b| f[1] > b[1]) {
             best = Some(f);
         }
@@ -141,6 +171,7 @@ impl RegionHeader {
                 self.checkpoint_seq,
                 self.data_size,
             ],
+            self.address,
         );
         (SLOT_OFFSETS[(self.generation % 2) as usize] as u64, s)
     }
@@ -152,6 +183,7 @@ impl RegionHeader {
             generation: f[1],
             checkpoint_seq: f[2],
             data_size: f[3],
+            address: f[4],
         })
     }
 }
@@ -161,6 +193,7 @@ impl LogHeader {
         let s = encode_slot(
             LOG_MAGIC,
             [self.region_id, self.generation, self.salt, self.start_seq],
+            0,
         );
         (SLOT_OFFSETS[(self.generation % 2) as usize] as u64, s)
     }
@@ -389,5 +422,35 @@ mod tests {
             LogHeader::decode(&page).unwrap_err(),
             HeaderError::BadChecksum
         );
+    }
+
+    #[test]
+    fn region_address_is_optional_and_checked() {
+        let h = RegionHeader {
+            region_id: 7,
+            generation: 4,
+            checkpoint_seq: 3,
+            data_size: PAGE as u64,
+            address: 0x1234_5678_9000,
+        };
+        let (off, s) = h.encode();
+        let off = off as usize;
+        let mut page = vec![0u8; PAGE];
+        page[off..off + 64].copy_from_slice(&s);
+        assert_eq!(RegionHeader::decode(&page).unwrap(), h);
+        // A slot written before addresses were (tail all zero) reads as none;
+        // with no address, the slot is byte for byte the old format.
+        let old = RegionHeader { address: 0, ..h };
+        let (_, s0) = old.encode();
+        assert!(s0[SLOT_EXT_CRC..].iter().all(|&b| b == 0));
+        page[off..off + 64].copy_from_slice(&s0);
+        assert_eq!(RegionHeader::decode(&page).unwrap(), old);
+        // A damaged address invalidates its slot: the other one is used.
+        let prev = RegionHeader { generation: 3, ..h };
+        let (poff, ps) = prev.encode();
+        page[poff as usize..poff as usize + 64].copy_from_slice(&ps);
+        page[off..off + 64].copy_from_slice(&s);
+        page[off + SLOT_EXT + 2] ^= 1;
+        assert_eq!(RegionHeader::decode(&page).unwrap(), prev);
     }
 }
