@@ -8,7 +8,7 @@
 use std::ffi::{CString, c_long};
 use std::path::Path;
 
-use txmap::collections::alloc;
+use txmap::collections::{alloc, check_region};
 use txmap::{Durability, Options, Region};
 use txmap_ctest::*;
 
@@ -23,14 +23,20 @@ fn open(dir: &Path, name: &str) -> Region {
     Region::open(&dir.join(name), opts).expect("open region")
 }
 
-/// The heap report of region `name` in `dir`, and its size.
-fn heap(dir: &Path, name: &str) -> (alloc::HeapReport, u64) {
+/// The heap report of region `name` in `dir` from the check `txmap check
+/// --structures` runs, the blocks in use that no structure or the root
+/// object owns (the program's), and the region's size.
+fn heap(dir: &Path, name: &str) -> (alloc::HeapReport, u64, u64) {
     let region = open(dir, name);
     let mut v = region.view().expect("view");
-    v.begin_read().expect("begin");
-    let report = alloc::check(&v).unwrap_or_else(|e| panic!("heap of {name} is damaged: {e}"));
-    v.commit().expect("commit");
-    (report, region.size())
+    let c = check_region(&mut v)
+        .expect("check")
+        .unwrap_or_else(|| panic!("{name} has no heap"));
+    let report = c
+        .heap
+        .unwrap_or_else(|e| panic!("heap of {name} is damaged: {e}"));
+    let unowned = c.unowned_blocks.expect("every block accounted for");
+    (report, unowned, region.size())
 }
 
 fn step(f: CTest, dir: &Path, name: &str) {
@@ -43,8 +49,9 @@ fn xmalloc_and_xfree_from_c() {
     let dir = fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "ctest-xac-alloc");
 
     step(ctest_xac_alloc_errors, &dir, "ctest_xac_alloc_errors");
-    let (h, _) = heap(&dir, "errors");
+    let (h, unowned, _) = heap(&dir, "errors");
     assert_eq!(h.used_blocks, 2, "the root object and one block: {h:?}");
+    assert_eq!(unowned, 1);
 
     let txns: c_long = std::env::var("TXMAP_XALLOC_TXNS")
         .ok()
@@ -62,16 +69,16 @@ fn xmalloc_and_xfree_from_c() {
         "ctest_xac_alloc_processes failed at c/xac_alloc.c:{line}"
     );
     assert_eq!(commits, 4 * txns);
-    let (h, size) = heap(&dir, "heap");
+    let (h, unowned, size) = heap(&dir, "heap");
     assert_eq!(
-        h.used_blocks,
-        live as u64 + 1,
+        (h.used_blocks, unowned),
+        (live as u64 + 1, live as u64),
         "blocks in use must be the live ones and the root object (no leak): {h:?}"
     );
     assert!(size > 64 * 1024, "the region grew: {size}");
 
     step(ctest_xac_alloc_grow, &dir, "ctest_xac_alloc_grow");
-    let (h, grown) = heap(&dir, "grow");
+    let (h, _, grown) = heap(&dir, "grow");
     assert_eq!(h.used_blocks, 2, "{h:?}");
     assert!(grown >= 4 << 20, "{grown}");
     step(
@@ -79,7 +86,7 @@ fn xmalloc_and_xfree_from_c() {
         &dir,
         "ctest_xac_alloc_grow_abort",
     );
-    let (h2, after) = heap(&dir, "grow");
+    let (h2, _, after) = heap(&dir, "grow");
     assert_eq!(h2.used_blocks, 2, "the aborted block is gone: {h2:?}");
     assert!(
         after > grown,
