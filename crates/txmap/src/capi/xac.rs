@@ -8,6 +8,9 @@
 //! fails with `EBUSY`, and only the owning thread may touch the region (any
 //! access to the region's memory belongs to the open transaction).
 //!
+//! `xMalloc`, `xFree` and `xRoot` allocate in the mapped region from the
+//! transactional heap (`collections::alloc`), inside the open transaction.
+//!
 //! Calls that fail return `-1` (or NULL) and set `errno`; `txmap_errmsg`
 //! says more.
 
