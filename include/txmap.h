@@ -553,8 +553,11 @@ int xShutdown(void);
 // errno `ENOTSUP` (atomic commit across regions is not supported yet). On
 // failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 // name: it must be a plain file name not ending in "-log";
-// `EBUSY`: the region must grow while a transaction is open; file errors
-// keep their errno). Other processes may map the same region at once; if
+// `EBUSY`: the region must grow while another thread's transaction is open;
+// file errors keep their errno). Inside the calling thread's transaction a
+// larger `length` grows the region at once, at the same address; the growth
+// stays if the transaction aborts (the file is just larger, the new bytes
+// zero). Other processes may map the same region at once; if
 // one is creating it, this waits for it to be in place.
 //
 // Inside a transaction the memory may be read and written freely; outside
@@ -604,6 +607,50 @@ int xabort(void);
 // Returns 0, or -1 with errno `EINVAL` (outside a transaction, a bad access
 // or a range outside the region) or `EPERM` (another thread's transaction).
 int setPageAccess(void *addr, size_t length, int access);
+
+// Allocates `size` zeroed bytes in the mapped region, inside the calling
+// thread's transaction, and returns a pointer to them (16-byte aligned;
+// blocks of 4080 bytes or more start 16 bytes into a page). The
+// allocation is part of the transaction: if it aborts (conflict, `xabort`)
+// the block is free again and nothing of it remains. The first call in a
+// region formats the transactional heap in its first 40 KiB (which must
+// still be zero: keep the program's own data in heap blocks, found again
+// through `xRoot`). Each process allocates from an arena of its own, so
+// allocating transactions of different processes do not conflict over the
+// heap's bookkeeping. When the heap is full the region grows (doubling),
+// inside the transaction, at the same address; growth is not undone if the
+// transaction aborts (the file is just larger, the new bytes zero).
+//
+// Returns NULL with errno `EINVAL` outside a transaction (or if no region
+// is mapped, or the region's first 40 KiB hold other data), `EPERM` if the
+// transaction belongs to another thread, `ENOMEM` if `size` cannot fit in
+// the region's maximum size, or the errno of a failed growth; the
+// transaction stays open, and may have changed the heap if the error came
+// from damaged heap bytes (abort it then).
+void *xMalloc(size_t size);
+
+// Frees a block `xMalloc` returned, inside the calling thread's
+// transaction: its bytes are zeroed and it goes on this process's free
+// list. Undone if the transaction aborts. `xFree(NULL)` does nothing and
+// returns 0 (also outside a transaction). Returns 0, or -1 with errno
+// `EINVAL` outside a transaction or when `ptr` is not a live allocation
+// (outside the region, not the start of a block, already freed, or the
+// root object) — the heap is left as it was — and `EPERM` if the
+// transaction belongs to another thread. The heap recognises its blocks by
+// their headers, aligned to their size: a pointer into the middle of a
+// block whose bytes there mimic such a header cannot be told apart.
+int xFree(void *ptr);
+
+// The region's root object, where a program keeps what it needs to find
+// its data again (pointers into the region stay valid as long as the
+// region is mapped at the same address; offsets from the base always do):
+// `size` zeroed bytes allocated in the calling thread's transaction on
+// first use (formatting the heap, as `xMalloc` does); later calls, in any
+// process, return the same object and fail if `size` is larger than the
+// first. Returns NULL with errno `EINVAL` (outside a transaction, or
+// `size` larger than the first), `EPERM` (another thread's transaction)
+// or `ENOMEM` (as `xMalloc`).
+void *xRoot(size_t size);
 
 #ifdef __cplusplus
 }  // extern "C"

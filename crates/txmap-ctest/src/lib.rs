@@ -48,6 +48,19 @@ unsafe extern "C" {
     pub fn ctest_xac_addr_follow(dir: *const c_char, durability: c_int, base: usize) -> c_int;
     pub fn ctest_addr_taken(dir: *const c_char) -> c_int;
 
+    pub fn ctest_xac_alloc_errors(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_alloc_processes(
+        dir: *const c_char,
+        txns: std::ffi::c_long,
+        live: *mut std::ffi::c_long,
+        conflicts: *mut std::ffi::c_long,
+        commits: *mut std::ffi::c_long,
+    ) -> c_int;
+    pub fn ctest_xac_alloc_grow(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_alloc_grow_abort(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_mmap_grow(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_mmap_grow_abort(dir: *const c_char) -> c_int;
+
     pub fn ctest_xac_snapshot_stress(
         dir: *const c_char,
         durability: c_int,

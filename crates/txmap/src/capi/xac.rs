@@ -8,6 +8,9 @@
 //! fails with `EBUSY`, and only the owning thread may touch the region (any
 //! access to the region's memory belongs to the open transaction).
 //!
+//! `xMalloc`, `xFree` and `xRoot` allocate in the mapped region from the
+//! transactional heap (`collections::alloc`), inside the open transaction.
+//!
 //! Calls that fail return `-1` (or NULL) and set `errno`; `txmap_errmsg`
 //! says more.
 
@@ -17,7 +20,10 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use super::{Failure, TXMAP_EBUSY, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno};
+use super::{
+    Failure, TXMAP_EBUSY, TXMAP_EINVAL, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno,
+};
+use crate::collections::alloc;
 use crate::{Durability, Error, Options, Region, View, log_path};
 
 /// `xInit` durability: commits are atomic and isolated and survive a crash
@@ -175,8 +181,11 @@ pub extern "C" fn xShutdown() -> c_int {
 /// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
 /// failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 /// name: it must be a plain file name not ending in "-log";
-/// `EBUSY`: the region must grow while a transaction is open; file errors
-/// keep their errno). Other processes may map the same region at once; if
+/// `EBUSY`: the region must grow while another thread's transaction is open;
+/// file errors keep their errno). Inside the calling thread's transaction a
+/// larger `length` grows the region at once, at the same address; the growth
+/// stays if the transaction aborts (the file is just larger, the new bytes
+/// zero). Other processes may map the same region at once; if
 /// one is creating it, this waits for it to be in place.
 ///
 /// Inside a transaction the memory may be read and written freely; outside
@@ -221,12 +230,17 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
                     ),
                 ));
             }
-            if size > m.view.region().size() {
-                if m.owner.is_some() {
+            // Compared with what this view maps (another process may have
+            // grown the region already): growing maps the new pages here.
+            if size > m.view.len() as u64 {
+                if m.owner.is_some_and(|o| o != std::thread::current().id()) {
                     return Err(busy(format!(
-                        "cannot grow {name:?} while a transaction is open"
+                        "cannot grow {name:?} while another thread's transaction is open"
                     )));
                 }
+                // Inside the caller's own transaction too: the base stays
+                // (the view reserved the maximum size), and growth is not
+                // undone if the transaction aborts.
                 m.view.grow(size)?;
             }
             return Ok(m.view.base().cast::<c_void>());
@@ -393,4 +407,145 @@ pub extern "C" fn setPageAccess(addr: *mut c_void, length: usize, access: c_int)
         native::set_page_access(&mut m.view, addr, length, access)?;
         Ok(0)
     })
+}
+
+/// The calling thread's open transaction on the mapped region, for `call`.
+fn in_transaction<'a>(g: &'a mut Option<Xac>, call: &str) -> Result<&'a mut Mapped, Failure> {
+    let m = mapped(g).map_err(|e| Failure::invalid(format!("{call}: {}", e.msg)))?;
+    own_transaction(m, call)?;
+    Ok(m)
+}
+
+/// The heap arena the LIBXAC calls of this process allocate from and free
+/// to: one per view slot, and a slot is held by one live view in all
+/// processes (lowest free first), so up to `ARENAS` processes each get an
+/// arena of their own and their allocating transactions touch no common
+/// heap page (the heap's per-thread choice is offset by the process id, so
+/// processes meet in one arena whenever their ids agree modulo `ARENAS`).
+fn arena(m: &Mapped) -> u64 {
+    m.view.slot() as u64
+}
+
+/// Region offset of `ptr`, which must point into the mapped region.
+fn offset_of(m: &Mapped, ptr: *mut c_void, call: &str) -> Result<u64, Failure> {
+    let base = m.view.base() as usize;
+    let p = ptr as usize;
+    if p < base || p - base >= m.view.len() {
+        return Err(Failure::invalid(format!(
+            "{call}: {ptr:p} is not in the mapped region ({:p}, {} bytes)",
+            m.view.base(),
+            m.view.len()
+        )));
+    }
+    Ok((p - base) as u64)
+}
+
+fn no_memory(msg: String) -> Failure {
+    Failure::new(TXMAP_EINVAL, libc::ENOMEM, msg)
+}
+
+/// Allocates `size` zeroed bytes in the mapped region, inside the calling
+/// thread's transaction, and returns a pointer to them (16-byte aligned;
+/// blocks of 4080 bytes or more start 16 bytes into a page). The
+/// allocation is part of the transaction: if it aborts (conflict, `xabort`)
+/// the block is free again and nothing of it remains. The first call in a
+/// region formats the transactional heap in its first 40 KiB (which must
+/// still be zero: keep the program's own data in heap blocks, found again
+/// through `xRoot`). Each process allocates from an arena of its own, so
+/// allocating transactions of different processes do not conflict over the
+/// heap's bookkeeping. When the heap is full the region grows (doubling),
+/// inside the transaction, at the same address; growth is not undone if the
+/// transaction aborts (the file is just larger, the new bytes zero).
+///
+/// Returns NULL with errno `EINVAL` outside a transaction (or if no region
+/// is mapped, or the region's first 40 KiB hold other data), `EPERM` if the
+/// transaction belongs to another thread, `ENOMEM` if `size` cannot fit in
+/// the region's maximum size, or the errno of a failed growth; the
+/// transaction stays open, and may have changed the heap if the error came
+/// from damaged heap bytes (abort it then).
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub extern "C" fn xMalloc(size: usize) -> *mut c_void {
+    heap_call("xMalloc", size, alloc::alloc_in)
+}
+
+/// Runs heap call `call` (`xMalloc`, `xRoot`) for `size` bytes in the
+/// calling thread's transaction; a pointer to the offset it returns, or
+/// NULL and errno.
+fn heap_call(
+    call: &str,
+    size: usize,
+    f: impl FnOnce(&mut View, u64, u64) -> Result<u64, Error>,
+) -> *mut c_void {
+    let r = guarded(call, || {
+        let mut g = state();
+        let m = in_transaction(&mut g, call)?;
+        let max = m.view.region().inner.opts.max_size;
+        let size = size as u64;
+        if size > alloc::MAX_ALLOC || size >= max.saturating_sub(alloc::HEAP_START) {
+            return Err(no_memory(format!(
+                "{size} bytes do not fit in the region's maximum size of {max} bytes"
+            )));
+        }
+        let a = arena(m);
+        let off = f(&mut m.view, size, a)?;
+        // SAFETY: `off` lies inside the view's mapped range (the heap
+        // checked it against the view's length), so the pointer stays in
+        // the view's reservation.
+        Ok(unsafe { m.view.base().add(off as usize) }.cast::<c_void>())
+    });
+    r.unwrap_or_else(|e| {
+        set_errno(e.errno);
+        std::ptr::null_mut()
+    })
+}
+
+/// Frees a block `xMalloc` returned, inside the calling thread's
+/// transaction: its bytes are zeroed and it goes on this process's free
+/// list. Undone if the transaction aborts. `xFree(NULL)` does nothing and
+/// returns 0 (also outside a transaction). Returns 0, or -1 with errno
+/// `EINVAL` outside a transaction or when `ptr` is not a live allocation
+/// (outside the region, not the start of a block, already freed, or the
+/// root object) — the heap is left as it was — and `EPERM` if the
+/// transaction belongs to another thread. The heap recognises its blocks by
+/// their headers, aligned to their size: a pointer into the middle of a
+/// block whose bytes there mimic such a header cannot be told apart.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub extern "C" fn xFree(ptr: *mut c_void) -> c_int {
+    if ptr.is_null() {
+        return 0;
+    }
+    int_call("xFree", || {
+        let mut g = state();
+        let m = in_transaction(&mut g, "xFree")?;
+        let off = offset_of(m, ptr, "xFree")?;
+        if alloc::root_offset(&m.view).ok().flatten() == Some(off) {
+            return Err(Failure::invalid(format!(
+                "xFree: {ptr:p} is the root object (xRoot), which is never freed"
+            )));
+        }
+        let a = arena(m);
+        alloc::free_in(&mut m.view, off, a).map_err(|e| {
+            let mut f = Failure::from(e);
+            f.msg = format!("{ptr:p}: {}", f.msg);
+            f
+        })?;
+        Ok(0)
+    })
+}
+
+/// The region's root object, where a program keeps what it needs to find
+/// its data again (pointers into the region stay valid as long as the
+/// region is mapped at the same address; offsets from the base always do):
+/// `size` zeroed bytes allocated in the calling thread's transaction on
+/// first use (formatting the heap, as `xMalloc` does); later calls, in any
+/// process, return the same object and fail if `size` is larger than the
+/// first. Returns NULL with errno `EINVAL` (outside a transaction, or
+/// `size` larger than the first), `EPERM` (another thread's transaction)
+/// or `ENOMEM` (as `xMalloc`).
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub extern "C" fn xRoot(size: usize) -> *mut c_void {
+    heap_call("xRoot", size, alloc::root_in)
 }

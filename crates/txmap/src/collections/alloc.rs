@@ -211,8 +211,14 @@ fn class_for(size: u64) -> Result<u64> {
 /// allocation is part of the current transaction. The first allocation in a
 /// fresh region formats the heap.
 pub fn alloc(v: &mut View, size: u64) -> Result<u64> {
+    alloc_in(v, size, thread_arena())
+}
+
+/// [`alloc`] from arena `a % ARENAS` instead of this thread's (the LIBXAC
+/// calls pick one per view, so per process).
+pub fn alloc_in(v: &mut View, size: u64, a: u64) -> Result<u64> {
     let class = class_for(size)?;
-    let a = thread_arena();
+    let a = a % ARENAS;
     let ao = arena_off(a);
     if (v.len() as u64) < HEAP_START || v.read::<u64>(ao + A_MAGIC)? != ARENA_MAGIC {
         if is_formatted(v)? {
@@ -307,7 +313,8 @@ fn bump(v: &mut View, a: u64, class: u64) -> Result<u64> {
         .ok_or_else(|| invalid("heap offset overflow"))?;
     if new_top > v.len() as u64 {
         let want = new_top.max((v.len() as u64).saturating_mul(2).min(new_top + (1 << 30)));
-        v.grow(want)?;
+        // Doubling may pass the region's maximum size where the chunk alone fits.
+        v.grow(want).or_else(|_| v.grow(new_top))?;
     }
     v.write(H_TOP, &new_top)?;
     v.write(ao + A_CUR, &(top + bs))?;
@@ -318,6 +325,11 @@ fn bump(v: &mut View, a: u64, class: u64) -> Result<u64> {
 /// Frees the block at `off` (as returned by [`alloc`]): zeroes it and puts it
 /// on this thread's arena's free list, in the current transaction.
 pub fn free(v: &mut View, off: u64) -> Result<()> {
+    free_in(v, off, thread_arena())
+}
+
+/// [`free`] onto arena `a % ARENAS`'s free list instead of this thread's.
+pub fn free_in(v: &mut View, off: u64, a: u64) -> Result<()> {
     let not_block = || invalid(format!("free of offset {off}: not an allocated heap block"));
     let block = off.checked_sub(BLOCK_HEADER).ok_or_else(not_block)?;
     if !block_addr_ok(v, block) {
@@ -331,8 +343,13 @@ pub fn free(v: &mut View, off: u64) -> Result<()> {
         )));
     }
     let bs = block_size(m.class);
+    // A header the heap wrote sits aligned to its class, inside the region:
+    // a block-like pattern in user data elsewhere is refused, not freed.
+    if !block.is_multiple_of(bs.min(PAGE)) || block + bs > v.len() as u64 {
+        return Err(not_block());
+    }
     v.slice_mut(off, (bs - BLOCK_HEADER) as usize)?.fill(0);
-    let a = thread_arena();
+    let a = a % ARENAS;
     let ao = arena_off(a);
     let head_at = ao + A_HEADS + m.class * 8;
     let head: u64 = v.read(head_at)?;
@@ -365,6 +382,11 @@ pub fn usable_size(v: &View, off: u64) -> Result<u64> {
 /// (formatting the heap if needed); later calls return the same offset and
 /// fail if `size` is larger than the first.
 pub fn root(v: &mut View, size: u64) -> Result<u64> {
+    root_in(v, size, thread_arena())
+}
+
+/// [`root`], allocating it (on first use) from arena `a % ARENAS`.
+pub fn root_in(v: &mut View, size: u64, a: u64) -> Result<u64> {
     // Only the catalog page is read once the heap exists: page 0 changes
     // whenever an arena takes a chunk.
     if !catalog_ok(v)? {
@@ -380,7 +402,7 @@ pub fn root(v: &mut View, size: u64) -> Result<u64> {
         }
         return Ok(r);
     }
-    let r = alloc(v, size)?;
+    let r = alloc_in(v, size, a)?;
     v.write(CATALOG + C_ROOT, &r)?;
     v.write(CATALOG + C_ROOT_SIZE, &size)?;
     Ok(r)

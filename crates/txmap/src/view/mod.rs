@@ -350,6 +350,12 @@ impl View {
         self.depth > 0
     }
 
+    /// The view's slot in the region's shared state: unique among the views
+    /// open at once in every process (lowest free first).
+    pub(crate) fn slot(&self) -> usize {
+        self.inner.slot
+    }
+
     /// Page faults this view has handled (first touches).
     pub fn faults(&self) -> u64 {
         self.inner.faults.load(Ordering::Relaxed)
