@@ -6,7 +6,7 @@
  * LIBXAC program does; then it works too. Each forked worker calls xInit and
  * xMmap again (dropping the state it inherited) and runs
  * transactions that read the tags of 30 random pages and move one unit
- * between two counters; every 64th one also sums every counter. A
+ * between two counters; every 16th one also sums every counter. A
  * checkpointer process checkpoints all the while. Every value read is checked
  * inside the transaction, before xend, so a torn view counts even when the
  * transaction aborts. Run by tests/xac_stress.rs. */
@@ -24,7 +24,7 @@
 #define WORDS (PAGE_SIZE / 8)
 #define START 1000 /* each counter's first value */
 #define READS 30
-#define SUM_EVERY 64
+#define SUM_EVERY 16
 
 /* What a worker sends back through the pipe when it is done. */
 struct report {

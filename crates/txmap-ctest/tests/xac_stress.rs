@@ -2,7 +2,7 @@
 //! will abort, while forked worker processes commit and another process
 //! checkpoints (c/xac_stress.c). Its own test binary: the C code forks.
 //!
-//! `TXMAP_STRESS_TXNS` sets the transactions per worker (default 3,000);
+//! `TXMAP_STRESS_TXNS` sets the transactions per worker (default 5,000);
 //! run two or three copies at once to load the machine.
 
 use std::ffi::CString;
@@ -15,7 +15,7 @@ fn stress(durability: i32, name: &str) {
     let txns = std::env::var("TXMAP_STRESS_TXNS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3_000);
+        .unwrap_or(5_000);
     let c = CString::new(dir.as_os_str().as_encoded_bytes()).expect("no NUL in path");
     // SAFETY: a NUL-terminated path that outlives the call.
     let line = unsafe { ctest_xac_snapshot_stress(c.as_ptr(), durability, txns, 4) };
