@@ -440,56 +440,70 @@ fn an_aborted_store_gives_back_the_snapshot_not_a_later_commit() {
     v.commit().unwrap();
 }
 
-/// A view that ran alone (no commit by others since its last snapshot)
-/// reads the pages it holds valid without a fault; commit then validates
-/// against the pages commits since its snapshot changed: a stale read
-/// conflicts, a commit elsewhere does not.
+/// A serializable transaction reads the pages its view holds valid without
+/// a fault (untracked); its commit then validates against the pages commits
+/// since its snapshot changed: a stale read conflicts, a commit elsewhere
+/// does not. After such a conflict the next transaction tracks its reads.
 #[test]
-fn a_view_running_alone_reads_without_faults_and_still_validates() {
+fn untracked_reads_take_no_fault_and_still_validate() {
     let d = ext4_dir("untracked");
     let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
     let mut a = r.view().unwrap();
     let mut b = r.view().unwrap();
     let base = a.base() as *mut u64;
     let (x, y) = (0usize, PAGE as usize / 8);
-    // A brings x and y in (valid, readable) and commits; B changes z.
     // SAFETY (all raw accesses below): inside the region, in a transaction.
+    let read_x = || unsafe { std::ptr::read_volatile(base.add(x)) };
+    let write_y = |n: u64| unsafe { std::ptr::write_volatile(base.add(y), n) };
+    // A brings x and y in (valid, readable at its address) and commits.
     let touch = |v: &mut View| -> Result<(), Error> {
         v.begin()?;
-        unsafe {
-            let n = std::ptr::read_volatile(base.add(x));
-            std::ptr::write_volatile(base.add(y), n + 1);
-        }
+        write_y(read_x() + 1);
         v.commit()
     };
     touch(&mut a).unwrap();
     b.run(|v| v.write(2 * PAGE, &7u64)).unwrap();
-    // Foreign commits since A's last snapshot: this one tracks its reads.
-    touch(&mut a).unwrap();
-    // Now A ran alone since: x is read without a fault.
     a.begin().unwrap();
     let f = a.faults();
-    assert_eq!(unsafe { std::ptr::read_volatile(base.add(x)) }, 0);
+    assert_eq!(read_x(), 0);
     assert_eq!(a.faults(), f, "a valid page was read with a fault");
-    // A commit elsewhere (z, not valid in A) does not conflict with A.
+    // A commit elsewhere (a page not valid in A) does not conflict with A.
     b.run(|v| v.write(2 * PAGE, &8u64)).unwrap();
-    unsafe { std::ptr::write_volatile(base.add(y), 100) };
+    write_y(100);
     a.commit().unwrap();
 
-    // Alone again... until B changes x, which A read without a fault.
-    touch(&mut a).unwrap();
+    // B changes x, which A read without a fault: A must not commit.
     a.begin().unwrap();
     let f = a.faults();
-    let seen = unsafe { std::ptr::read_volatile(base.add(x)) };
+    let seen = read_x();
     assert_eq!(a.faults(), f);
     b.run(|v| v.write(0, &(seen + 5))).unwrap();
-    unsafe { std::ptr::write_volatile(base.add(y), seen) };
+    write_y(seen);
     assert!(
         matches!(a.commit(), Err(Error::Conflict)),
         "a read of a page changed since the snapshot committed"
     );
-    // The retry sees B's commit and tracks its reads.
-    touch(&mut a).unwrap();
+    // The retry tracks its reads: a load of y, valid and unchanged, faults
+    // (x faults either way: B's commit made it stale).
+    a.begin().unwrap();
+    let f = a.faults();
+    let now = read_x();
+    assert_eq!(now, seen + 5);
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::ptr::read_volatile(base.add(y)) }, 100);
+    assert_eq!(
+        a.faults(),
+        f + 2,
+        "the retry of an untracked conflict did not track its reads"
+    );
+    write_y(now + 1);
+    a.commit().unwrap();
+    // Then untracked again.
+    a.begin().unwrap();
+    let f = a.faults();
+    assert_eq!(read_x(), seen + 5);
+    assert_eq!(a.faults(), f);
+    a.commit().unwrap();
     a.begin_read().unwrap();
     assert_eq!(a.read::<u64>(PAGE).unwrap(), seen + 6);
     a.commit().unwrap();

@@ -162,6 +162,10 @@ pub(crate) struct ViewInner {
     /// without a fault, and commit conflicts if a commit since the snapshot
     /// changed any page valid in this view (see `begin_with`).
     untracked_reads: AtomicBool,
+    /// Serializable transactions to run with tracked reads before trying
+    /// untracked ones again, and how many the next untracked conflict sets.
+    tracked_left: AtomicU32,
+    tracked_penalty: AtomicU32,
     snapshot: AtomicU64,
     serial: AtomicU32,
     doomed: AtomicU8,
@@ -264,6 +268,8 @@ impl View {
                 read_only: AtomicBool::new(false),
                 track_reads: AtomicBool::new(false),
                 untracked_reads: AtomicBool::new(false),
+                tracked_left: AtomicU32::new(0),
+                tracked_penalty: AtomicU32::new(1),
                 snapshot: AtomicU64::new(0),
                 serial: AtomicU32::new(1),
                 doomed: AtomicU8::new(0),
@@ -382,16 +388,18 @@ impl View {
         self.sync_size()?;
         let s = self.inner.region.mvcc.begin(self.inner.slot);
         let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
-        // Commits by others since this view's last snapshot (its own last
-        // commit aside). With none, it probably runs alone: a serializable
-        // transaction then skips read tracking (no re-protection at begin,
-        // no fault on a page it holds valid) and validates at commit against
-        // the pages commits since its snapshot changed. A wrong guess costs
-        // one conflict, and the retry tracks its reads.
+        // A serializable transaction skips read tracking (no re-protection
+        // at begin, no fault on a page the view holds valid) and validates
+        // at commit against the pages commits since its snapshot changed,
+        // unless such a guess conflicted lately: then the next transactions
+        // (1, 2, 4, ... up to 64 after repeated conflicts) track their
+        // reads, so a retry never repeats an untracked conflict.
         let v = &*self.inner;
-        let prev = v.valid_seq.load(Ordering::Relaxed);
-        let own = u64::from(v.last_commit.load(Ordering::Relaxed) > prev);
-        let untracked = serializable && s.saturating_sub(prev) <= own;
+        let tracked_left = v.tracked_left.load(Ordering::Relaxed);
+        let untracked = serializable && tracked_left == 0;
+        if serializable && tracked_left > 0 {
+            v.tracked_left.store(tracked_left - 1, Ordering::Relaxed);
+        }
         let track_reads = serializable && !untracked;
         // For `txmap info` (coarse clock: a few nanoseconds).
         let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
@@ -486,6 +494,18 @@ impl View {
             }
         }
         let r = self.commit_outermost();
+        let v = &*self.inner;
+        if v.untracked_reads.load(Ordering::Relaxed) {
+            let penalty = v.tracked_penalty.load(Ordering::Relaxed);
+            if matches!(r, Err(Error::Conflict)) {
+                v.tracked_left.store(penalty, Ordering::Relaxed);
+                v.tracked_penalty
+                    .store((penalty * 2).min(64), Ordering::Relaxed);
+            } else {
+                v.tracked_penalty
+                    .store((penalty / 2).max(1), Ordering::Relaxed);
+            }
+        }
         self.finish(r.is_ok());
         r
     }
