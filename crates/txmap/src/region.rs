@@ -213,6 +213,69 @@ fn flock(f: &std::fs::File, op: rustix::fs::FlockOperation, path: &Path) -> Resu
     }
 }
 
+/// True if `fd` is the file now at `path` (same device and inode).
+fn same_file(fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> bool {
+    match (rustix::fs::fstat(fd), rustix::fs::stat(path)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
+}
+
+/// Cleans up after a creator of the region at `path` that died before the
+/// region was in place: removes its log `lp` if nobody holds it locked (a
+/// live creator does until the region is renamed into place), the region
+/// is still missing, and the log holds no more than a new region's header
+/// (so no commit is lost with it); and the temporary data files of dead
+/// creators. Returns true if the create may be tried again, false if a
+/// live process is creating or has the region, and an error naming the
+/// log if it holds more than a header.
+fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
+    use rustix::fs::FlockOperation as F;
+    let f = match std::fs::File::open(lp) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(Error::io("open", lp, e)),
+    };
+    if !flock(&f, F::NonBlockingLockExclusive, lp)? {
+        return Ok(false); // being created, or the region is open
+    }
+    if path.try_exists().map_err(|e| Error::io("stat", path, e))? {
+        return Ok(false); // a whole region
+    }
+    if !same_file(std::os::fd::AsFd::as_fd(&f), lp) {
+        return Ok(true); // replaced meanwhile: look again
+    }
+    let len = f.metadata().map_err(|e| Error::io("stat", lp, e))?.len();
+    if len > HEADER_BYTES {
+        return Err(Error::Invalid(format!(
+            "{} does not exist but its log {} does, with {len} bytes (more than a new \
+             region's header): if the region was removed on purpose, remove its log too",
+            path.display(),
+            lp.display()
+        )));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    if let (Some(name), Ok(entries)) = (path.file_name(), std::fs::read_dir(dir)) {
+        let mut prefix = name.to_owned();
+        prefix.push(".creating-");
+        let prefix = prefix.as_encoded_bytes();
+        for e in entries.flatten() {
+            let n = e.file_name();
+            let Some(pid) = n.as_encoded_bytes().strip_prefix(prefix) else {
+                continue;
+            };
+            let pid = std::str::from_utf8(pid).ok().and_then(|p| p.parse().ok());
+            if pid.is_some_and(|p| !crate::os::shm::process_alive(p)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    std::fs::remove_file(lp).map_err(|e| Error::io("remove abandoned log", lp, e))?;
+    crate::io::sync_dir(dir).map_err(|e| Error::io("sync directory of", lp, e))?;
+    Ok(true)
+}
+
 /// The log file that belongs to a region file.
 pub fn log_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -294,17 +357,30 @@ impl Region {
         // The log is created with O_EXCL first: of two processes creating
         // one region, exactly one gets it and formats the region. The data
         // file is formatted under a temporary name and renamed into place
-        // last, so whoever sees `path` sees a whole region.
+        // last, so whoever sees `path` sees a whole region. The creator
+        // holds an exclusive lock on the log until then, so a log without
+        // its region and without that lock was left by a creator that died.
         let lp = log_path(path);
-        let log = match FileStorage::create_new(&lp) {
-            Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::Invalid(format!(
-                    "{} already exists (or is being created by another process)",
-                    path.display()
-                )));
+        let log = loop {
+            match FileStorage::create_new(&lp) {
+                Ok(l) => {
+                    rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
+                        .map_err(|e| Error::io("lock", &lp, e.into()))?;
+                    // A cleaner may have removed it before we locked it.
+                    if same_file(l.fd(), &lp) {
+                        break l;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    if !remove_abandoned_create(path, &lp)? {
+                        return Err(Error::Invalid(format!(
+                            "{} already exists (or is being created by another process)",
+                            path.display()
+                        )));
+                    }
+                }
+                Err(e) => return Err(Error::io("create", &lp, e)),
             }
-            Err(e) => return Err(Error::io("create", &lp, e)),
         };
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".creating-{}", std::process::id()));
@@ -314,6 +390,7 @@ impl Region {
             let _ = std::fs::remove_file(&tmp);
             let data = FileStorage::create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
             Self::format_at(&data, &log, size, opts.address, opts.max_size)?;
+            crate::debug::hit(crate::debug::CrashPoint::Creating);
             let cwd = rustix::fs::CWD;
             match rustix::fs::renameat_with(
                 cwd,

@@ -438,3 +438,55 @@ fn a_checkpoint_whose_fallback_snapshot_ended_still_writes_every_page() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A process killed while creating a region (log made, data file not yet
+/// renamed into place) does not block the path: the next create cleans up
+/// after it and makes the region; its temporary file goes too. A log that
+/// holds more than a new region's header is never removed that way.
+#[test]
+fn a_create_killed_before_the_region_is_in_place_does_not_block_the_path() {
+    let test = "a_create_killed_before_the_region_is_in_place_does_not_block_the_path";
+    if role().is_some() {
+        let p = std::path::PathBuf::from(std::env::var("TXMAP_CREATE_PATH").unwrap());
+        txmap::debug::crash_at(txmap::debug::CrashPoint::Creating, 1);
+        let _ = Region::create(&p, 4 * PAGE, Options::default());
+        unreachable!("the crash point did not kill the creator");
+    }
+    let d = ext4_dir("create-killed");
+    let p = d.join("r.txm");
+    let status = child(
+        test,
+        "creator",
+        &[("TXMAP_CREATE_PATH", p.display().to_string())],
+    )
+    .status()
+    .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    assert!(!p.exists() && txmap::log_path(&p).exists());
+    let leftovers = || {
+        std::fs::read_dir(d.path())
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                n.to_string_lossy().contains(".creating-")
+            })
+            .count()
+    };
+    assert_eq!(leftovers(), 1, "the killed creator left no temporary file");
+    let r = Region::create(&p, 4 * PAGE, Options::default())
+        .expect("a dead creator's leftovers blocked the create");
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(0, &9u64)).unwrap();
+    drop(v);
+    drop(r);
+    assert_eq!(leftovers(), 0, "the dead creator's temporary file stayed");
+
+    // A region removed by hand with its log left behind: the log has
+    // commits' room in it, so create refuses and says what to do.
+    std::fs::remove_file(&p).unwrap();
+    let e = Region::create(&p, 4 * PAGE, Options::default()).err();
+    let e = e.expect("a region was created over a log with commits in it");
+    assert!(e.to_string().contains("remove its log too"), "{e}");
+    assert!(txmap::log_path(&p).exists());
+}
