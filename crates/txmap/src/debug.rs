@@ -146,3 +146,15 @@ pub(crate) fn sync_pause() {
 pub fn poison(region: &crate::Region, msg: &str) {
     region.inner.mvcc.hdr().poison(msg);
 }
+
+static NO_RENAME_NOREPLACE: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process's creates behave as on a file system without
+/// `renameat2(RENAME_NOREPLACE)` (NFS): they fall back to a hard link.
+pub fn no_rename_noreplace(on: bool) {
+    NO_RENAME_NOREPLACE.store(on, Ordering::Relaxed);
+}
+
+pub(crate) fn rename_noreplace() -> bool {
+    !NO_RENAME_NOREPLACE.load(Ordering::Relaxed)
+}

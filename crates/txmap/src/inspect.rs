@@ -154,7 +154,13 @@ struct Examined {
 
 /// Opens `path` read-only; refuses directories and other non-regular files.
 fn open_ro(path: &Path, missing: Option<&str>) -> Result<(File, Metadata)> {
-    let f = File::open(path).map_err(|e| match (e.kind(), missing) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+    let f = f.map_err(|e| match (e.kind(), missing) {
         (std::io::ErrorKind::NotFound, Some(why)) => {
             Error::io("open", path, std::io::Error::new(e.kind(), why))
         }

@@ -392,15 +392,28 @@ impl Region {
             Self::format_at(&data, &log, size, opts.address, opts.max_size)?;
             crate::debug::hit(crate::debug::CrashPoint::Creating);
             let cwd = rustix::fs::CWD;
-            match rustix::fs::renameat_with(
-                cwd,
-                &tmp,
-                cwd,
-                path,
-                rustix::fs::RenameFlags::NOREPLACE,
-            ) {
+            let renamed = if crate::debug::rename_noreplace() {
+                rustix::fs::renameat_with(cwd, &tmp, cwd, path, rustix::fs::RenameFlags::NOREPLACE)
+            } else {
+                Err(rustix::io::Errno::INVAL)
+            };
+            match renamed {
                 Ok(()) => {}
                 Err(rustix::io::Errno::EXIST) => return Err(exists()),
+                // No renameat2 flags here (NFS, some FUSE): a hard link
+                // also never replaces, then the temporary name goes.
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                    match std::fs::hard_link(&tmp, path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                            return Err(exists());
+                        }
+                        Err(e) => return Err(Error::io("link into place", path, e)),
+                    }
+                    // The region is in place: a temporary name that
+                    // stays is only clutter.
+                    let _ = std::fs::remove_file(&tmp);
+                }
                 Err(e) => return Err(Error::io("rename into place", path, e.into())),
             }
             crate::io::sync_dir(dir).map_err(|e| Error::io("sync directory of", path, e))
@@ -474,6 +487,14 @@ impl Region {
         let data = FileStorage::open(path, false).map_err(|e| Error::io("open", path, e))?;
         let lp = log_path(path);
         if !lp.exists() {
+            let mut page = vec![0u8; HEADER_BYTES as usize];
+            let txmap = data.read_at(&mut page, 0).is_ok() && RegionHeader::decode(&page).is_ok();
+            if !txmap {
+                return Err(Error::Invalid(format!(
+                    "{} is not a txmap region: it has no valid region header (and no log file)",
+                    path.display()
+                )));
+            }
             return Err(Error::io(
                 "open log",
                 &lp,

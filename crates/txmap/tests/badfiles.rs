@@ -235,3 +235,67 @@ fn random_bytes_never_panic_the_opener() {
         let _ = std::fs::remove_file(log_path(&p));
     }
 }
+
+/// A FIFO (or other special file) named as a region is refused at once by
+/// `open`, `inspect` and `check` (opening one used to wait for a writer).
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let d = ext4_dir("fifo");
+    let p = d.join("pipe.txm");
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let q = p.clone();
+    std::thread::spawn(move || {
+        let open = Region::open(&q, Options::default())
+            .err()
+            .map(|e| e.to_string());
+        let info = txmap::inspect::inspect(&q).err().map(|e| e.to_string());
+        let check = txmap::inspect::check(&q).err().map(|e| e.to_string());
+        let _ = tx.send((open, info, check));
+    });
+    // A liveness bound, not a timing assertion: before, this never returned.
+    let (open, info, check) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("opening a FIFO blocked");
+    for e in [open, info, check] {
+        let e = e.expect("a FIFO was accepted as a region");
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+}
+
+/// A file that is not a region at all (and has no log) is named as such,
+/// not as a region whose log is missing.
+#[test]
+fn a_file_that_is_not_a_region_says_so() {
+    let d = ext4_dir("notregion");
+    let p = d.join("notes.txt");
+    std::fs::write(&p, b"shopping list: apples, pears\n".repeat(400)).unwrap();
+    let e = Region::open(&p, Options::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("is not a txmap region"), "{e}");
+}
+
+/// Where `renameat2(RENAME_NOREPLACE)` is missing (NFS), create falls back
+/// to a hard link, which never replaces either.
+#[test]
+fn create_works_without_rename_noreplace() {
+    let d = ext4_dir("norename2");
+    let p = d.join("r.txm");
+    txmap::debug::no_rename_noreplace(true);
+    let made = Region::create(&p, 4 * 4096, Options::default());
+    let again = Region::create(&p, 4 * 4096, Options::default()).err();
+    txmap::debug::no_rename_noreplace(false);
+    let r = made.unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(0, &3u64)).unwrap();
+    assert!(again.unwrap().to_string().contains("already exists"));
+    let names: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains(".creating-")), "{names:?}");
+}

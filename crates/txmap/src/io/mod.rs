@@ -61,14 +61,23 @@ pub struct FileStorage {
 }
 
 impl FileStorage {
-    /// Opens `path` read-write, creating it if `create` is set.
+    /// Opens `path` read-write, creating it if `create` is set. Anything
+    /// but a regular file is refused (`O_NONBLOCK`: a FIFO does not block).
     pub fn open(path: &Path, create: bool) -> std::io::Result<FileStorage> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(create)
             .truncate(false)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
         Ok(FileStorage {
             file,
             path: path.to_path_buf(),
