@@ -89,6 +89,9 @@ enum Cmd {
         /// The region file (its log is PATH-log)
         path: PathBuf,
     },
+    /// Remove shared state files in /dev/shm that no process uses (left by a
+    /// killed last user of a region); files in use are never removed
+    Clean,
 }
 
 /// A command's failure: one line for standard error and the exit status.
@@ -611,7 +614,26 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
             op,
         } => kv::kv(&path, &name, kind, op),
         Cmd::Recover { path } => recover(&path).map(|s| (s, 0)),
+        Cmd::Clean => clean().map(|s| (s, 0)),
     }
+}
+
+fn clean() -> Result<String, Fail> {
+    let sweep = txmap::remove_stale_shared_state()?;
+    let mut out = String::new();
+    for p in &sweep.removed {
+        out.push_str(&format!("removed {}\n", p.display()));
+    }
+    out.push_str(&format!(
+        "{} removed, {} in use (or made by another txmap version) kept\n",
+        plural(
+            sweep.removed.len() as u64,
+            "shared state file",
+            "shared state files"
+        ),
+        sweep.kept.len()
+    ));
+    Ok(out)
 }
 
 /// A clap error as one line: its first paragraph, without the `error: ` prefix.
@@ -619,7 +641,8 @@ fn clap_line(e: &clap::Error) -> String {
     if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         || e.kind() == ErrorKind::MissingSubcommand
     {
-        return "missing command (create, info, check, kv or recover); see 'txmap --help'".into();
+        return "missing command (create, info, check, kv, recover or clean); see 'txmap --help'"
+            .into();
     }
     let text = e.render().to_string();
     let first = text.split("\n\n").next().unwrap_or_default();

@@ -322,3 +322,20 @@ fn info_shows_why_a_region_open_elsewhere_cannot_commit() {
         "{json}"
     );
 }
+
+/// `txmap clean` keeps the shared state of a region that is open (here,
+/// by this test process) and reports what it removed and kept.
+#[test]
+fn clean_keeps_the_shared_state_of_an_open_region() {
+    let d = ext4_dir("cli-clean");
+    let p = d.join("r.txm");
+    let r = txmap::Region::create(&p, 4096, txmap::Options::default()).unwrap();
+    let shm = r.stats().shared_path;
+    let out = succeeds(&txmap(&["clean"]));
+    assert!(out.contains("kept"), "{out}");
+    assert!(!out.contains(&shm.display().to_string()), "{out}");
+    assert!(
+        shm.exists(),
+        "clean removed the shared state of an open region"
+    );
+}

@@ -46,7 +46,10 @@ mod view;
 pub mod wal;
 
 pub use error::{Error, Result};
-pub use region::{Durability, Options, Region, SnapshotLimit, Stats, log_path, shared_path};
+pub use region::{
+    Durability, Options, Region, SharedStateSweep, SnapshotLimit, Stats, log_path,
+    remove_stale_shared_state, shared_path,
+};
 pub use view::{
     Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Pod, Ptr, TxnOptions, View,
 };

@@ -301,6 +301,44 @@ pub fn shared_path(path: &Path, region_id: u64) -> Result<PathBuf> {
     }
 }
 
+/// What [`remove_stale_shared_state`] found in `/dev/shm`.
+#[derive(Debug, Default)]
+pub struct SharedStateSweep {
+    /// Files removed: no process had their region open.
+    pub removed: Vec<PathBuf>,
+    /// Files kept: their region is open, or another txmap version made them.
+    pub kept: Vec<PathBuf>,
+}
+
+/// Removes the shared state files in `/dev/shm` that no process uses: a
+/// SIGKILLed last user of a region leaves its file (megabytes of version
+/// pages) until that region is opened again. Every process with a region
+/// open holds a lock on its file, so one in use is never removed; files of
+/// other txmap versions are kept (`txmap clean`).
+pub fn remove_stale_shared_state() -> Result<SharedStateSweep> {
+    let dir = Path::new("/dev/shm");
+    let mut sweep = SharedStateSweep::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(sweep),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    for e in entries {
+        let e = e.map_err(|e| Error::io("list", dir, e))?;
+        if !e.file_name().as_encoded_bytes().starts_with(b"txmap-") {
+            continue;
+        }
+        let p = e.path();
+        match Mvcc::remove_stale(&p) {
+            Ok(true) => sweep.removed.push(p),
+            Ok(false) => sweep.kept.push(p),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(Error::io("remove stale shared state", &p, err)),
+        }
+    }
+    Ok(sweep)
+}
+
 /// Checks an address asked for in `Options::address`: page-aligned, not
 /// zero, with room for `max` bytes below the top of the user address space.
 fn check_address(addr: usize, max: u64) -> Result<()> {

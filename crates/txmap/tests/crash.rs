@@ -490,3 +490,60 @@ fn a_create_killed_before_the_region_is_in_place_does_not_block_the_path() {
     assert!(e.to_string().contains("remove its log too"), "{e}");
     assert!(txmap::log_path(&p).exists());
 }
+
+/// A last user killed with SIGKILL leaves its shared state in /dev/shm;
+/// `remove_stale_shared_state` removes it, never one whose region is open,
+/// and the region then opens as after any crash.
+#[test]
+fn stale_shared_state_of_a_killed_last_user_is_removed_and_live_state_kept() {
+    let test = "stale_shared_state_of_a_killed_last_user_is_removed_and_live_state_kept";
+    if role().is_some() {
+        let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+        let r = Region::open(&p, Options::default()).unwrap();
+        let mut v = r.view().unwrap();
+        v.run(|v| v.write(0, &77u64)).unwrap();
+        println!("committed");
+        // SAFETY: the test kills this process now, holding the region.
+        let _ =
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        unreachable!();
+    }
+    let d = ext4_dir("stale-shm");
+    let dead = d.join("dead.txm");
+    let live = d.join("live.txm");
+    let id = |r: &Region| r.stats().shared_path;
+    let dead_shm = {
+        let r = Region::create(&dead, 4 * PAGE, Options::default()).unwrap();
+        id(&r)
+    };
+    let status = child(
+        test,
+        "user",
+        &[("TXMAP_REGION", dead.display().to_string())],
+    )
+    .stdout(Stdio::piped())
+    .output()
+    .unwrap();
+    assert!(String::from_utf8_lossy(&status.stdout).contains("committed"));
+    assert!(
+        dead_shm.exists(),
+        "the killed user's shared state is gone already"
+    );
+    let keep = Region::create(&live, 4 * PAGE, Options::default()).unwrap();
+    let live_shm = id(&keep);
+    let sweep = txmap::remove_stale_shared_state().unwrap();
+    assert!(sweep.removed.contains(&dead_shm), "{sweep:?}");
+    assert!(!dead_shm.exists());
+    assert!(
+        live_shm.exists() && sweep.kept.contains(&live_shm),
+        "{sweep:?}"
+    );
+    // Both regions still work: the dead one recovers its commit.
+    let r = Region::open(&dead, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(0).unwrap(), 77);
+    v.commit().unwrap();
+    let mut w = keep.view().unwrap();
+    w.run(|v| v.write(0, &1u64)).unwrap();
+}

@@ -167,6 +167,10 @@ impl Drop for CheckpointPin<'_> {
     }
 }
 
+/// The byte of the shared file every process with the region open holds a
+/// shared lock on (far beyond the slots' bytes; locks need no file there).
+const OPENER_BYTE: u64 = 1 << 40;
+
 fn link(b: u64) -> u64 {
     b + 1
 }
@@ -177,7 +181,14 @@ impl Mvcc {
     /// region's exclusive open lock: nobody else maps the file meanwhile.
     pub fn create(path: &std::path::Path, init: &Init, mode: u32) -> std::io::Result<Mvcc> {
         let layout = Layout::new(init.max_pages);
-        let file = SharedFile::open(path, layout.total, mode)?;
+        let file = loop {
+            let file = SharedFile::open(path, layout.total, mode)?;
+            // Held while open (see `remove_stale`); a cleaner that removed
+            // the file before we locked it makes us start again.
+            if file.share_byte(OPENER_BYTE)? && file.still_at_path() {
+                break file;
+            }
+        };
         file.set_len(0)?; // forget a dead session's state entirely
         file.set_len(layout.total as u64)?;
         file.allocate(0, layout.pages as u64)?;
@@ -265,7 +276,38 @@ impl Mvcc {
         }
         drop(probe);
         let file = SharedFile::open(path, layout.total, mode).map_err(AttachError::Io)?;
+        let held = file.share_byte(OPENER_BYTE).map_err(AttachError::Io)?;
+        if !held || !file.still_at_path() {
+            return Err(AttachError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the shared state was removed as stale while this process attached",
+            )));
+        }
         Ok(Mvcc::from_file(file, layout))
+    }
+
+    /// Removes the shared state file at `path` if no process has its region
+    /// open (none holds the opener lock every opener takes) and it was made
+    /// by this layout version (older ones took no such lock). Returns
+    /// whether it was removed. A SIGKILLed last user leaves its file until
+    /// the region is opened again; `txmap clean` calls this for each.
+    pub fn remove_stale(path: &std::path::Path) -> std::io::Result<bool> {
+        let f = SharedFile::open_existing(path, PAGE)?;
+        if f.file_len()? < PAGE as u64 {
+            return Ok(false);
+        }
+        let h: &Header = f.at(0);
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || h.layout_version.load(Ordering::Relaxed) != LAYOUT_VERSION
+        {
+            return Ok(false);
+        }
+        // Exclusive while held: no opener can take its shared lock meanwhile.
+        if !f.lock_byte(OPENER_BYTE)? || !f.still_at_path() {
+            return Ok(false);
+        }
+        std::fs::remove_file(path)?;
+        Ok(true)
     }
 
     fn from_file(file: SharedFile, layout: Layout) -> Mvcc {

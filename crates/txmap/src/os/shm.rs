@@ -52,6 +52,20 @@ impl SharedFile {
         })
     }
 
+    /// Opens an existing `path` (never creates it) and maps `len` bytes.
+    pub fn open_existing(path: &Path, len: usize) -> std::io::Result<SharedFile> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        let len = round_up(len);
+        let map = Reservation::new(len, None)?;
+        map.map_shared(0, len, fd.as_fd(), 0, Access::ReadWrite)?;
+        Ok(SharedFile {
+            fd,
+            map,
+            path: path.to_path_buf(),
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -125,6 +139,22 @@ impl SharedFile {
     /// dies. Returns false if another holder has it.
     pub fn lock_byte(&self, off: u64) -> std::io::Result<bool> {
         ofd_lock(&self.fd, off, libc::F_OFD_SETLK, libc::F_WRLCK as i16)
+    }
+
+    /// Takes a shared lock on byte `off` (many holders; `lock_byte` by
+    /// anyone else fails while one is held). Returns false if an exclusive
+    /// holder has it.
+    pub fn share_byte(&self, off: u64) -> std::io::Result<bool> {
+        ofd_lock(&self.fd, off, libc::F_OFD_SETLK, libc::F_RDLCK as i16)
+    }
+
+    /// True if the file at `self.path()` is still the one this maps (it
+    /// was not removed or replaced meanwhile).
+    pub fn still_at_path(&self) -> bool {
+        match (rustix::fs::fstat(&self.fd), rustix::fs::stat(&self.path)) {
+            (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+            _ => false,
+        }
     }
 
     /// Releases a byte lock taken by `lock_byte`.
