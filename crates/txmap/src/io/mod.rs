@@ -190,5 +190,25 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     } else {
         dir
     };
-    File::open(d)?.sync_all()
+    File::open(d)?.sync_all()?;
+    crate::debug::note_dir_sync(dir);
+    Ok(())
+}
+
+/// Creates `dir` and its missing ancestors, each made durable (its parent
+/// synced) before this returns: otherwise a power loss could take the
+/// directory, and every region and commit in it, with it.
+pub fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir.parent().unwrap_or(Path::new(""));
+    create_dir_durable(parent)?;
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        // Another process made it: it may not have synced it yet.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(e) => return Err(e),
+    }
+    sync_dir(parent)
 }
