@@ -158,3 +158,30 @@ pub fn no_rename_noreplace(on: bool) {
 pub(crate) fn rename_noreplace() -> bool {
     !NO_RENAME_NOREPLACE.load(Ordering::Relaxed)
 }
+
+std::thread_local! {
+    static DIR_SYNCS: std::cell::RefCell<Option<Vec<std::path::PathBuf>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Starts recording, on this thread, the directories txmap syncs (after
+/// creating a directory or a file in one), for tests of directory
+/// durability; `dir_syncs` returns them.
+pub fn record_dir_syncs() {
+    DIR_SYNCS.with(|d| *d.borrow_mut() = Some(Vec::new()));
+}
+
+/// The directories synced on this thread since `record_dir_syncs`, in order
+/// (as txmap named them: an empty path is the working directory); stops
+/// recording.
+pub fn dir_syncs() -> Vec<std::path::PathBuf> {
+    DIR_SYNCS.with(|d| d.borrow_mut().take().unwrap_or_default())
+}
+
+pub(crate) fn note_dir_sync(dir: &std::path::Path) {
+    DIR_SYNCS.with(|d| {
+        if let Some(v) = d.borrow_mut().as_mut() {
+            v.push(dir.to_path_buf());
+        }
+    });
+}

@@ -491,8 +491,10 @@ impl Region {
             address: address.unwrap_or(0) as u64,
         };
         let e = |op, err| Error::io(op, data.path(), err);
+        // Allocated, not sparse: the image reads every page, and reading a
+        // hole of a full tmpfs is SIGBUS.
         data.set_len(HEADER_BYTES + size)
-            .map_err(|x| e("size", x))?;
+            .map_err(|x| e("allocate disk space for", x))?;
         let mut page = vec![0u8; HEADER_BYTES as usize];
         for g in [1, 2] {
             let (off, slot) = RegionHeader {
@@ -658,6 +660,14 @@ impl Region {
         shared: bool,
     ) -> Result<(Mvcc, u64, usize)> {
         let limit = opts.snapshot_limit.encode()?;
+        // Recovery maps the log and the image maps the region file: holes
+        // (a sparse copy, or a file extended by an older txmap) are
+        // allocated first, so a full file system fails here, not with
+        // SIGBUS on a read.
+        for s in [data, log] {
+            s.allocate()
+                .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
+        }
         let mut rec = recover(data, log, opts.on_recovery_progress)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
@@ -995,7 +1005,7 @@ pub(crate) fn recover(
         if r.data_size > size {
             size = r.data_size;
             data.set_len(HEADER_BYTES + size)
-                .map_err(|e| Error::io("grow", data.path(), e))?;
+                .map_err(|e| Error::io("allocate disk space to grow", data.path(), e))?;
         }
         for range in &r.ranges {
             data.write_at(range.bytes, HEADER_BYTES + range.offset)
@@ -1249,7 +1259,7 @@ impl RegionInner {
         crate::wal::log::check_poison(h)?;
         self.data
             .set_len(HEADER_BYTES + size)
-            .map_err(|e| Error::io("grow", &self.path, e))?;
+            .map_err(|e| Error::io("allocate disk space to grow", &self.path, e))?;
         self.mvcc
             .back_tables(size / PAGE as u64)
             .map_err(|e| Error::io("grow shared state", self.mvcc.path(), e))?;

@@ -130,7 +130,7 @@ pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
             // Dropping them neither rolls back nor checkpoints in a child.
             *g = None;
         }
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        crate::io::create_dir_durable(dir).map_err(|e| Error::io("create directory", dir, e))?;
         let dir = std::path::absolute(dir).map_err(|e| Error::io("resolve", dir, e))?;
         *g = Some(Xac {
             pid: std::process::id(),

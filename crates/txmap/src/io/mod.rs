@@ -19,8 +19,19 @@ pub trait Storage: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
     /// Writes all of `buf` at `offset` (not yet durable).
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()>;
-    /// Changes the length (not yet durable); new bytes read as zeros.
+    /// Changes the length (not yet durable); new bytes read as zeros and,
+    /// in a file, have disk blocks allocated: touching them through a shared
+    /// mapping never needs an allocation (on tmpfs a failed one is SIGBUS).
+    /// A failed extension leaves the old length.
     fn set_len(&self, len: u64) -> std::io::Result<()>;
+    /// Allocates disk blocks for every hole below the current length (a
+    /// sparse copy, or a file extended by an older txmap), without changing
+    /// any byte. Fails (ENOSPC) when the file system has no room. Only while
+    /// nobody else writes the storage: where the file system cannot allocate,
+    /// holes are filled by writing zeros.
+    fn allocate(&self) -> std::io::Result<()> {
+        Ok(())
+    }
     /// Makes every earlier write and resize durable (`fdatasync`).
     fn sync(&self) -> std::io::Result<()>;
     /// A descriptor whose shared mapping shows the current contents.
@@ -113,7 +124,39 @@ impl Storage for FileStorage {
         self.file.write_all_at(buf, offset)
     }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.file.set_len(len)
+        let old = self.len()?;
+        if len <= old {
+            return self.file.set_len(len);
+        }
+        allocate_range(&self.file, old, len - old).inspect_err(|_| {
+            // Give back what a partial allocation took.
+            let _ = self.file.set_len(old);
+        })
+    }
+    fn allocate(&self) -> std::io::Result<()> {
+        use rustix::fs::SeekFrom;
+        let len = self.len()?;
+        let mut at = 0;
+        while at < len {
+            let hole = match rustix::fs::seek(&self.file, SeekFrom::Hole(at)) {
+                Ok(h) => h,
+                // No way to find holes here: such file systems read them
+                // as zeros without allocating.
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::NXIO) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            if hole >= len {
+                return Ok(());
+            }
+            let data = match rustix::fs::seek(&self.file, SeekFrom::Data(hole)) {
+                Ok(d) => d.min(len),
+                Err(rustix::io::Errno::NXIO) => len,
+                Err(e) => return Err(e.into()),
+            };
+            allocate_range(&self.file, hole, data - hole)?;
+            at = data;
+        }
+        Ok(())
     }
     fn sync(&self) -> std::io::Result<()> {
         self.file.sync_data()
@@ -126,6 +169,29 @@ impl Storage for FileStorage {
     }
 }
 
+/// Allocates disk blocks for `[off, off + len)` of `file` (a hole or past
+/// its end), extending it if needed; where the file system cannot allocate
+/// (`EOPNOTSUPP`), writes zeros there instead.
+fn allocate_range(file: &File, off: u64, len: u64) -> std::io::Result<()> {
+    use rustix::io::Errno;
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), off, len) {
+        Ok(()) => return Ok(()),
+        Err(Errno::OPNOTSUPP | Errno::NOSYS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if file.metadata()?.len() < off + len {
+        file.set_len(off + len)?;
+    }
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = off;
+    while at < off + len {
+        let n = (off + len - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Makes a directory entry durable (after creating or renaming a file in it).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     let d = if dir.as_os_str().is_empty() {
@@ -133,5 +199,25 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     } else {
         dir
     };
-    File::open(d)?.sync_all()
+    File::open(d)?.sync_all()?;
+    crate::debug::note_dir_sync(dir);
+    Ok(())
+}
+
+/// Creates `dir` and its missing ancestors, each made durable (its parent
+/// synced) before this returns: otherwise a power loss could take the
+/// directory, and every region and commit in it, with it.
+pub fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir.parent().unwrap_or(Path::new(""));
+    create_dir_durable(parent)?;
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        // Another process made it: it may not have synced it yet.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(e) => return Err(e),
+    }
+    sync_dir(parent)
 }
