@@ -88,6 +88,10 @@ enum Cmd {
     Recover {
         /// The region file (its log is PATH-log)
         path: PathBuf,
+        /// Recover from a damaged log too: replay the commits before the damage, rebuild a
+        /// damaged log header from its records, drop the rest and say what was dropped
+        #[arg(long)]
+        accept_loss: bool,
     },
 }
 
@@ -567,10 +571,11 @@ fn show_recovery_progress(done: u64, total: u64) {
     bar.set_position(done);
 }
 
-fn recover(path: &Path) -> Result<String, Fail> {
+fn recover(path: &Path, accept_loss: bool) -> Result<String, Fail> {
     // Open reserves address space for whatever size the files say.
     let opts = Options {
         on_recovery_progress: Some(show_recovery_progress),
+        accept_loss,
         ..Options::default()
     };
     let region = Region::open(path, opts)?;
@@ -588,11 +593,17 @@ fn recover(path: &Path) -> Result<String, Fail> {
             path.display()
         ));
     }
-    Ok(format!(
+    let mut out: String = st
+        .recovery_loss
+        .iter()
+        .map(|l| format!("damaged log: {l}\n"))
+        .collect();
+    out.push_str(&format!(
         "{}: {} replayed; checkpoint at commit {ckpt}\n",
         path.display(),
         plural(st.recovered_commits, "commit", "commits")
-    ))
+    ));
+    Ok(out)
 }
 
 fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
@@ -610,7 +621,7 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
             kind,
             op,
         } => kv::kv(&path, &name, kind, op),
-        Cmd::Recover { path } => recover(&path).map(|s| (s, 0)),
+        Cmd::Recover { path, accept_loss } => recover(&path, accept_loss).map(|s| (s, 0)),
     }
 }
 

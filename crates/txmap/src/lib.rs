@@ -45,7 +45,7 @@ mod region;
 mod view;
 pub mod wal;
 
-pub use error::{Error, Result};
+pub use error::{Error, Lost, Result};
 pub use region::{Durability, Options, Region, SnapshotLimit, Stats, log_path, shared_path};
 pub use view::{
     Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Pod, Ptr, TxnOptions, View,
