@@ -4,7 +4,8 @@
 //! `info` and `check` only read (no lock is taken, nothing is written), so
 //! they work while a program has the region open; `check --structures`
 //! opens the region to verify the heap and data structures in it. `recover` opens the region
-//! like a program would, which replays the log, and closes it again.
+//! like a program would, which replays the log, and closes it again; a damaged log (not
+//! merely torn by a crash) makes it fail unless `--accept-loss` is given.
 //!
 //! Exit status: 0 success (`check`: sound), 1 the region is damaged
 //! (`check`: unsound), 2 usage, I/O or any other error, 3 `kv get`/`kv
