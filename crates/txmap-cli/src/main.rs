@@ -4,7 +4,8 @@
 //! `info` and `check` only read (no lock is taken, nothing is written), so
 //! they work while a program has the region open; `check --structures`
 //! opens the region to verify the heap and data structures in it. `recover` opens the region
-//! like a program would, which replays the log, and closes it again.
+//! like a program would, which replays the log, and closes it again; a damaged log (not
+//! merely torn by a crash) makes it fail unless `--accept-loss` is given.
 //!
 //! Exit status: 0 success (`check`: sound), 1 the region is damaged
 //! (`check`: unsound), 2 usage, I/O or any other error, 3 `kv get`/`kv
@@ -88,6 +89,10 @@ enum Cmd {
     Recover {
         /// The region file (its log is PATH-log)
         path: PathBuf,
+        /// Recover from a damaged log too: replay the commits before the damage, rebuild a
+        /// damaged log header from its records, drop the rest and say what was dropped
+        #[arg(long)]
+        accept_loss: bool,
     },
     /// Remove shared state files in /dev/shm that no process uses (left by a
     /// killed last user of a region); files in use are never removed
@@ -570,10 +575,11 @@ fn show_recovery_progress(done: u64, total: u64) {
     bar.set_position(done);
 }
 
-fn recover(path: &Path) -> Result<String, Fail> {
+fn recover(path: &Path, accept_loss: bool) -> Result<String, Fail> {
     // Open reserves address space for whatever size the files say.
     let opts = Options {
         on_recovery_progress: Some(show_recovery_progress),
+        accept_loss,
         ..Options::default()
     };
     let region = Region::open(path, opts)?;
@@ -591,11 +597,17 @@ fn recover(path: &Path) -> Result<String, Fail> {
             path.display()
         ));
     }
-    Ok(format!(
+    let mut out: String = st
+        .recovery_loss
+        .iter()
+        .map(|l| format!("damaged log: {l}\n"))
+        .collect();
+    out.push_str(&format!(
         "{}: {} replayed; checkpoint at commit {ckpt}\n",
         path.display(),
         plural(st.recovered_commits, "commit", "commits")
-    ))
+    ));
+    Ok(out)
 }
 
 fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
@@ -613,7 +625,7 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
             kind,
             op,
         } => kv::kv(&path, &name, kind, op),
-        Cmd::Recover { path } => recover(&path).map(|s| (s, 0)),
+        Cmd::Recover { path, accept_loss } => recover(&path, accept_loss).map(|s| (s, 0)),
         Cmd::Clean => clean().map(|s| (s, 0)),
     }
 }

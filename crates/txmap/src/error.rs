@@ -13,12 +13,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A file holds bytes that cannot be what txmap wrote.
-    #[error("{}: corrupt at offset {offset}: {what}", path.display())]
+    /// A file holds bytes that cannot be what txmap wrote. For a damaged
+    /// log, `lost` names the commits that recovery would drop: opening
+    /// refuses it, and `txmap recover --accept-loss`
+    /// ([`crate::Options::accept_loss`]) recovers what can be recovered.
+    #[error("{}: corrupt at offset {offset}: {what}{}", path.display(), lost_text(lost))]
     Corrupt {
         path: PathBuf,
         offset: u64,
         what: String,
+        lost: Option<Lost>,
     },
     /// The transaction conflicted with a concurrent commit; nothing of it is visible. Retry it.
     #[error("transaction aborted: conflict with a concurrent commit")]
@@ -104,7 +108,40 @@ impl Error {
             path: path.into(),
             offset,
             what: what.into(),
+            lost: None,
         }
+    }
+}
+
+/// Commits that a damaged log would lose (sequence numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// The first commit lost.
+    pub first: u64,
+    /// The newest commit the log shows was made; `None` when nothing after
+    /// the damage is readable (then at least `first` is lost).
+    pub last: Option<u64>,
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.last {
+            Some(l) if l > self.first => {
+                write!(f, "commits {}..={l} ({})", self.first, l - self.first + 1)
+            }
+            Some(_) => write!(f, "commit {}", self.first),
+            None => write!(f, "commit {} and any after it", self.first),
+        }
+    }
+}
+
+fn lost_text(lost: &Option<Lost>) -> String {
+    match lost {
+        None => String::new(),
+        Some(l) => format!(
+            "; {l} would be lost: refusing to recover (`txmap recover --accept-loss` \
+             recovers what can be recovered and drops the rest)"
+        ),
     }
 }
 

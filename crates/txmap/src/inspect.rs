@@ -429,16 +429,31 @@ fn examine(path: &Path) -> Result<Examined> {
         }
     };
     let rslots = region_slots(rpage)?;
-    let lslots = read_slots(&whole_page(lpage, &lp, "log file")?, LogHeader::decode, &lp)?;
+    let lpage = whole_page(lpage, &lp, "log file")?;
+    // Both log slots damaged: the records may still show the epoch.
+    let lslots = match LogHeader::decode(&lpage) {
+        Err(HeaderError::BadChecksum) => None,
+        _ => Some(read_slots(&lpage, LogHeader::decode, &lp)?),
+    };
     let rh = rslots.header;
-    let lh = lslots.header;
+    let reading = scan::read(
+        &log_bytes,
+        lslots.as_ref().map(|s| s.header),
+        &format::damaged_slots(&lpage, format::LOG_MAGIC),
+        rh.region_id,
+        rh.checkpoint_seq,
+    );
+    let lh = reading.header;
+    let lslot = lslots.as_ref().map_or(0, |s| s.slot);
     let file_len = file_len(&data, path)?;
     let log_len = log_bytes.len() as u64;
 
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     warnings.extend(rslots.damaged);
-    warnings.extend(lslots.damaged);
+    if reading.damage.is_empty() {
+        warnings.extend(lslots.into_iter().flat_map(|s| s.damaged));
+    }
 
     let page = PAGE as u64;
     if rh.data_size == 0 || !rh.data_size.is_multiple_of(page) {
@@ -470,7 +485,7 @@ fn examine(path: &Path) -> Result<Examined> {
     if lh.region_id != rh.region_id {
         problems.push(Error::corrupt(
             &lp,
-            lslots.slot as u64,
+            lslot as u64,
             format!(
                 "log belongs to region {:016x}, not to {} ({:016x})",
                 lh.region_id,
@@ -479,48 +494,49 @@ fn examine(path: &Path) -> Result<Examined> {
             ),
         ));
     }
-    if lh.start_seq > rh.checkpoint_seq.saturating_add(1) {
-        problems.push(Error::corrupt(
-            &lp,
-            lslots.slot as u64,
-            format!(
-                "log starts at commit {} but the region's checkpoint is commit {}: commits are missing",
-                lh.start_seq, rh.checkpoint_seq
-            ),
+    // Damage a crash cannot explain, and the commits it would lose.
+    for d in &reading.damage {
+        problems.push(Error::Corrupt {
+            path: lp.clone(),
+            offset: d.offset,
+            what: d.what.clone(),
+            lost: Some(crate::error::Lost {
+                first: d.seq,
+                last: d.last,
+            }),
+        });
+    }
+    let scan::Scan {
+        records,
+        end,
+        stop,
+        damage,
+    } = reading.scan;
+    let end = end as usize;
+    if let Some(d) = &damage
+        && !reading.damage.iter().any(|p| p.offset == d.offset)
+    {
+        warnings.push(format!(
+            "{}: record {} at offset {} is damaged ({}), but every later record is in the checkpoint: nothing is lost",
+            lp.display(),
+            d.seq,
+            d.offset,
+            d.what
         ));
     }
-
-    // The records: all of them, or those before a corruption.
-    let (records, end, torn_tail) = match scan::scan(&log_bytes, &lh) {
-        Ok(s) => {
-            let end = s.end as usize;
-            let seq = lh.start_seq + s.records.len() as u64;
-            let torn = match s.stop {
-                Some(why) if torn_record(&log_bytes[end..], lh.salt) => {
-                    let mut t =
-                        format!("torn or damaged record at offset {end} (commit {seq}): {why}");
-                    match later_records(&log_bytes, end + 8, lh.salt, seq) {
-                        0 => {}
-                        n => t.push_str(&format!(
-                            "; {n} later record(s) of the same unsynced batch are discarded with it"
-                        )),
-                    }
-                    Some(t)
-                }
-                _ => None,
-            };
-            (s.records, end, torn)
+    let torn_tail = match stop {
+        Some(why) if damage.is_none() && torn_record(&log_bytes[end..], lh.salt) => {
+            let seq = lh.start_seq + records.len() as u64;
+            let mut t = format!("torn or damaged record at offset {end} (commit {seq}): {why}");
+            match later_records(&log_bytes, end + 8, lh.salt, seq) {
+                0 => {}
+                n => t.push_str(&format!(
+                    "; {n} later record(s) of the same unsynced batch are discarded with it"
+                )),
+            }
+            Some(t)
         }
-        Err(c) => {
-            problems.push(Error::corrupt(
-                &lp,
-                c.offset,
-                format!("record {}: {}", c.seq, c.what),
-            ));
-            let prefix = &log_bytes[..(c.offset as usize).min(log_bytes.len())];
-            let records = scan::scan(prefix, &lh).map_or_else(|_| Vec::new(), |s| s.records);
-            (records, c.offset as usize, None)
-        }
+        _ => None,
     };
     let mut off = HEADER_BYTES;
     for (i, r) in records.iter().enumerate() {

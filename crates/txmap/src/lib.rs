@@ -45,7 +45,7 @@ mod region;
 mod view;
 pub mod wal;
 
-pub use error::{Error, Result};
+pub use error::{Error, Lost, Result};
 pub use region::{
     Durability, Options, Region, SharedStateSweep, SnapshotLimit, Stats, log_path,
     remove_stale_shared_state, shared_path,

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::io::{FileStorage, Storage};
 use crate::mvcc::Mvcc;
 use crate::os::mem::{Access, PAGE, Reservation, round_up};
-use crate::wal::format::{HEADER_BYTES, LogHeader, Range, RegionHeader};
+use crate::wal::format::{HEADER_BYTES, HeaderError, LogHeader, Range, RegionHeader};
 use crate::wal::log::Log;
 use crate::wal::scan;
 
@@ -56,6 +56,14 @@ pub struct Options {
     /// have it open it must equal theirs. Page-aligned, with room for
     /// `max_size` below the top of the user address space.
     pub address: Option<usize>,
+    /// Recover even from a damaged log (`txmap recover --accept-loss`):
+    /// replay the commits before the damage, rebuild a damaged header from
+    /// the records, and drop what cannot be recovered
+    /// ([`Stats::recovery_loss`] says what). Without it, opening a region
+    /// whose log is damaged (not merely torn by a crash) fails with
+    /// [`Error::Corrupt`] naming the commits that would be lost, and writes
+    /// nothing.
+    pub accept_loss: bool,
 }
 
 /// How far behind long-running transactions may fall.
@@ -121,6 +129,7 @@ impl Default for Options {
             on_recovery_progress: None,
             snapshot_limit: SnapshotLimit::default(),
             address: None,
+            accept_loss: false,
         }
     }
 }
@@ -146,6 +155,9 @@ pub struct Stats {
     /// snapshots before overwriting them (copy-on-checkpoint), same period.
     pub preserved_pages: u64,
     pub recovered_commits: u64,
+    /// What recovery of a damaged log dropped or repaired when this handle
+    /// opened the region with [`Options::accept_loss`] (empty: nothing).
+    pub recovery_loss: Vec<String>,
     /// Log syncs since the shared state was created (checkpoints included);
     /// group commit keeps this below the number of durable commits.
     pub log_syncs: u64,
@@ -186,6 +198,7 @@ pub(crate) struct RegionInner {
     pub mvcc: Mvcc,
     pub opts: Options,
     recovered: u64,
+    recovery_loss: Vec<String>,
     opened_alone: bool,
     flusher: Mutex<Option<std::thread::Thread>>,
     /// The process that opened the region. A child forked from it shares the
@@ -591,13 +604,13 @@ impl Region {
                 Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
                 None => true,
             };
-            let (mvcc, recovered, address) = if alone {
+            let (mvcc, recovered, address, loss) = if alone {
                 Self::first_open(&*data, &*log, &opts, locks.is_some())?
             } else {
                 let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
-                (mvcc, 0, address)
+                (mvcc, 0, address, Vec::new())
             };
-            let recovered = (recovered, alone, address);
+            let recovered = (recovered, alone, address, loss);
             if let Some(l) = &locks {
                 // Converting is not atomic, but nobody can look meanwhile:
                 // we hold the transition lock.
@@ -631,6 +644,7 @@ impl Region {
             log: Log::new(log),
             mvcc,
             recovered: recovered.0,
+            recovery_loss: recovered.3,
             opened_alone: recovered.1,
             flusher: Mutex::new(None),
             owner: rustix::process::getpid(),
@@ -658,7 +672,7 @@ impl Region {
         log: &dyn Storage,
         opts: &Options,
         shared: bool,
-    ) -> Result<(Mvcc, u64, usize)> {
+    ) -> Result<(Mvcc, u64, usize, Vec<String>)> {
         let limit = opts.snapshot_limit.encode()?;
         // Recovery maps the log and the image maps the region file: holes
         // (a sparse copy, or a file extended by an older txmap) are
@@ -668,7 +682,7 @@ impl Region {
             s.allocate()
                 .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
         }
-        let mut rec = recover(data, log, opts.on_recovery_progress)?;
+        let mut rec = recover(data, log, opts.on_recovery_progress, opts.accept_loss)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
             check_address(a, max_size)?;
@@ -719,7 +733,7 @@ impl Region {
         if !shared {
             let _ = std::fs::remove_file(&spath);
         }
-        Ok((mvcc, rec.replayed, want as usize))
+        Ok((mvcc, rec.replayed, want as usize, rec.loss))
     }
 
     /// Others have the region open: map their shared state and check that
@@ -880,6 +894,7 @@ impl Region {
             oldest_snapshot: snapshots.iter().map(|s| s.snapshot).min(),
             snapshots,
             recovered_commits: i.recovered,
+            recovery_loss: i.recovery_loss.clone(),
             log_syncs: h.syncs.load(Ordering::Relaxed),
             shared_path: i.mvcc.path().to_path_buf(),
             opened_alone: i.opened_alone,
@@ -893,6 +908,8 @@ pub(crate) struct Recovered {
     pub header: RegionHeader,
     pub log_header: LogHeader,
     pub replayed: u64,
+    /// With `accept_loss`: what a damaged log lost or needed (empty: nothing).
+    pub loss: Vec<String>,
 }
 
 /// Reads the region and log headers and reports both, without writing.
@@ -900,6 +917,15 @@ pub(crate) fn read_headers(
     data: &dyn Storage,
     log: &dyn Storage,
 ) -> Result<(RegionHeader, LogHeader)> {
+    let (header, page) = read_headers_raw(data, log)?;
+    let lh = LogHeader::decode(&page).map_err(|e| Error::corrupt(log.path(), 0, e.to_string()))?;
+    Ok((header, lh))
+}
+
+/// The region header, checked against the log's, and the log's header page.
+/// Both log slots damaged is left to the caller (recovery may see the epoch
+/// in the records); any other unreadable log header is an error.
+fn read_headers_raw(data: &dyn Storage, log: &dyn Storage) -> Result<(RegionHeader, Vec<u8>)> {
     let mut page = vec![0u8; HEADER_BYTES as usize];
     let dl = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
     if dl < HEADER_BYTES {
@@ -923,18 +949,21 @@ pub(crate) fn read_headers(
     }
     log.read_at(&mut page, 0)
         .map_err(|e| Error::io("read header of", log.path(), e))?;
-    let lh = LogHeader::decode(&page).map_err(|e| Error::corrupt(log.path(), 0, e.to_string()))?;
-    if lh.region_id != header.region_id {
-        return Err(Error::corrupt(
-            log.path(),
-            0,
-            format!(
-                "log belongs to region {:016x}, not to {} ({:016x})",
-                lh.region_id,
-                data.path().display(),
-                header.region_id
-            ),
-        ));
+    match LogHeader::decode(&page) {
+        Ok(lh) if lh.region_id != header.region_id => {
+            return Err(Error::corrupt(
+                log.path(),
+                0,
+                format!(
+                    "log belongs to region {:016x}, not to {} ({:016x})",
+                    lh.region_id,
+                    data.path().display(),
+                    header.region_id
+                ),
+            ));
+        }
+        Ok(_) | Err(HeaderError::BadChecksum) => {}
+        Err(e) => return Err(Error::corrupt(log.path(), 0, e.to_string())),
     }
     if header.data_size == 0 || !header.data_size.is_multiple_of(PAGE as u64) {
         return Err(Error::corrupt(
@@ -956,44 +985,71 @@ pub(crate) fn read_headers(
             ),
         ));
     }
-    Ok((header, lh))
+    Ok((header, page))
 }
 
 /// Redo recovery: replays every logged commit after the checkpoint into the
 /// data file, syncs it and records the new checkpoint. Idempotent: a crash
 /// during recovery leaves a log that replays to the same result.
+///
+/// A damaged log (docs/FORMAT.md, "Reading the log") is an error naming
+/// the commits it would lose, and nothing is written; with `accept_loss`
+/// the commits before the damage are replayed and the rest dropped.
 pub(crate) fn recover(
     data: &dyn Storage,
     log: &dyn Storage,
     progress: Option<fn(u64, u64)>,
+    accept_loss: bool,
 ) -> Result<Recovered> {
-    let (mut header, lh) = read_headers(data, log)?;
+    let (mut header, page) = read_headers_raw(data, log)?;
     let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
     // Mapped, not read: a log held long by old snapshots may be large.
     let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
         .map_err(|e| Error::os("map log", e))?;
     let bytes = image.bytes();
-    if lh.start_seq > header.checkpoint_seq.saturating_add(1) {
-        return Err(Error::corrupt(
-            log.path(),
-            0,
-            format!(
-                "log starts at commit {} but the region's checkpoint is commit {}: commits are missing",
-                lh.start_seq, header.checkpoint_seq
-            ),
-        ));
+    let reading = scan::read(
+        bytes,
+        LogHeader::decode(&page).ok(),
+        &crate::wal::format::damaged_slots(&page, crate::wal::format::LOG_MAGIC),
+        header.region_id,
+        header.checkpoint_seq,
+    );
+    let mut loss = Vec::new();
+    if let Some(d) = reading.damage.first() {
+        let lost = crate::error::Lost {
+            first: d.seq,
+            last: reading.damage.iter().filter_map(|d| d.last).max(),
+        };
+        if !accept_loss {
+            return Err(Error::Corrupt {
+                path: log.path().to_path_buf(),
+                offset: d.offset,
+                what: reading
+                    .damage
+                    .iter()
+                    .map(|d| d.what.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                lost: Some(lost),
+            });
+        }
+        for d in &reading.damage {
+            loss.push(format!(
+                "{} at offset {}: {}",
+                log.path().display(),
+                d.offset,
+                d.what
+            ));
+        }
     }
-    let s = scan::scan(bytes, &lh).map_err(|c| {
-        Error::corrupt(
-            log.path(),
-            c.offset,
-            format!("record {}: {}", c.seq, c.what),
-        )
-    })?;
+    let lh = reading.header;
+    // After a gap nothing can be replayed onto the checkpoint.
+    let gap = lh.start_seq > header.checkpoint_seq.saturating_add(1);
+    let records: &[_] = if gap { &[] } else { &reading.scan.records };
     let mut replayed = 0;
     let mut size = header.data_size;
     let base = header.checkpoint_seq;
-    let total = s.records.iter().filter(|r| r.seq > base).count() as u64;
+    let total = records.iter().filter(|r| r.seq > base).count() as u64;
     let report = |done: u64| {
         if let Some(f) = progress
             && (done.is_multiple_of(1024) || done == total)
@@ -1001,7 +1057,7 @@ pub(crate) fn recover(
             f(done, total);
         }
     };
-    for r in s.records.iter().filter(|r| r.seq > base) {
+    for r in records.iter().filter(|r| r.seq > base) {
         if r.data_size > size {
             size = r.data_size;
             data.set_len(HEADER_BYTES + size)
@@ -1015,6 +1071,24 @@ pub(crate) fn recover(
         replayed += 1;
         report(replayed);
     }
+    if !loss.is_empty() {
+        let last = reading.damage.iter().filter_map(|d| d.last).max();
+        let first = header.checkpoint_seq + 1;
+        loss.push(match last {
+            Some(l) if l >= first => format!(
+                "recovered up to commit {}; dropped {}",
+                header.checkpoint_seq,
+                crate::error::Lost {
+                    first,
+                    last: Some(l)
+                }
+            ),
+            _ => format!(
+                "recovered up to commit {}; dropped anything after it",
+                header.checkpoint_seq
+            ),
+        });
+    }
     if replayed > 0 {
         header.generation += 1;
         header.data_size = size;
@@ -1024,6 +1098,7 @@ pub(crate) fn recover(
         header,
         log_header: lh,
         replayed,
+        loss,
     })
 }
 

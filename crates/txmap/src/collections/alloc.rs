@@ -81,6 +81,7 @@ pub(crate) fn corrupt(v: &View, off: u64, what: impl Into<String>) -> Error {
         path: v.region().path().to_path_buf(),
         offset: off,
         what: what.into(),
+        lost: None,
     }
 }
 

@@ -209,6 +209,23 @@ impl LogHeader {
     }
 }
 
+/// Offsets of header slots that were written but are not valid: not all
+/// zero (never written) and failing magic, checksum, version or page size.
+pub fn damaged_slots(page: &[u8], magic: &[u8; 8]) -> Vec<usize> {
+    SLOT_OFFSETS
+        .into_iter()
+        .filter(|&off| {
+            let s = &page[off..off + 64];
+            if s.iter().all(|&b| b == 0) && page[off + 64..off + 2048].iter().all(|&b| b == 0) {
+                return false;
+            }
+            let mut alone = vec![0u8; page.len()];
+            alone[off..off + 64].copy_from_slice(s);
+            decode_slots(&alone, magic).is_err()
+        })
+        .collect()
+}
+
 /// One changed byte range of the region, as logged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Range<'a> {
@@ -351,6 +368,16 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         ranges,
         len,
     })
+}
+
+/// Decodes the record at the start of `buf` whatever its epoch: its salt
+/// and the record, if magic and checksum match and it is well-formed.
+pub fn decode_record_any(buf: &[u8]) -> Option<(u64, CommitRecord<'_>)> {
+    if buf.len() < RECORD_HEADER || get32(buf, 0) != RECORD_MAGIC {
+        return None;
+    }
+    let salt = get(buf, 16);
+    decode_record(buf, salt).ok().map(|r| (salt, r))
 }
 
 #[cfg(test)]

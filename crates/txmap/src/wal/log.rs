@@ -95,8 +95,12 @@ impl Log {
         let end = off + buf.len() as u64;
         let allocated = h.log_allocated.load(Ordering::Acquire);
         let r = (|| {
-            if end > allocated {
-                let new_alloc = end.div_ceil(PREALLOCATE) * PREALLOCATE;
+            // At least 8 zero bytes stay after the last record, and the new
+            // length is synced before a record goes there: a crash then never
+            // leaves a log that ends inside or right after a record, so
+            // recovery can tell truncation (damage) from a torn tail.
+            if end + 8 > allocated {
+                let new_alloc = (end + 8).div_ceil(PREALLOCATE) * PREALLOCATE;
                 let zeros = vec![0u8; ZERO_PIECE];
                 let mut at = allocated;
                 while at < new_alloc {
@@ -106,6 +110,9 @@ impl Log {
                         .map_err(|e| self.err("extend log", e))?;
                     at += n as u64;
                 }
+                self.storage
+                    .sync()
+                    .map_err(|e| self.err("sync extended log", e))?;
                 h.log_allocated.store(new_alloc, Ordering::Release);
             }
             self.storage

@@ -223,7 +223,7 @@ pub fn describe_crash_state(region: &Path) -> String {
     };
     let _ = write!(s, "log header {lh:?}, {} bytes; ", log.len());
     match txmap::wal::scan::scan(&log, &lh) {
-        Ok(sc) => {
+        sc if sc.damage.is_none() => {
             let _ = write!(
                 s,
                 "scan: {} records, seq {:?}..={:?}, end {}, stop {:?}; ",
@@ -250,8 +250,8 @@ pub fn describe_crash_state(region: &Path) -> String {
                 "records after the end (offset, this epoch, seq): {later:?}; "
             );
         }
-        Err(c) => {
-            let _ = write!(s, "scan error {c:?}; ");
+        sc => {
+            let _ = write!(s, "scan error {:?}; ", sc.damage);
         }
     }
     let Some(spath) = shared_state_of(region) else {
