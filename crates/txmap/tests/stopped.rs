@@ -154,6 +154,16 @@ fn stopped_leader(test: &str, kill: bool) {
     }
     assert_eq!(a.state(), 'T', "the leader was continued too early");
     assert!(read_acks(&a_ack).0.is_empty());
+    // `txmap info` names the stopped leader, and says it is stalled once it
+    // has held the lock longer than followers wait.
+    wait_until("info to show the stopped sync leader", || {
+        let live = txmap::inspect::inspect(&p)
+            .unwrap()
+            .live
+            .expect("live state");
+        live.sync_leader
+            .is_some_and(|l| l.pid == a.pid() && l.stalled)
+    });
 
     if kill {
         a.kill();
