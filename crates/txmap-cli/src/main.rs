@@ -307,6 +307,21 @@ fn info_text(r: &Report) -> String {
                 format!("{m} (commits fail until every process has closed it)"),
             ));
         }
+        if let Some(s) = &l.sync_leader {
+            lines.push((
+                "sync leader",
+                format!(
+                    "process {} for {:.3} s{}",
+                    s.pid,
+                    s.held.as_secs_f64(),
+                    if s.stalled {
+                        " (stalled: stopped or stuck; other processes sync for themselves)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -445,6 +460,19 @@ fn info_json(r: &Report) -> String {
         (
             "poisoned",
             js_opt(&r.live, |l| l.poisoned.as_deref().map_or("null".into(), js)),
+        ),
+        (
+            "sync_leader",
+            js_opt(&r.live, |l| {
+                l.sync_leader.map_or("null".into(), |s| {
+                    format!(
+                        "{{\"pid\":{},\"held_ms\":{},\"stalled\":{}}}",
+                        s.pid,
+                        s.held.as_millis(),
+                        s.stalled
+                    )
+                })
+            }),
         ),
         (
             "snapshot_limit",

@@ -1,6 +1,7 @@
 //! Crash injection for tests of process death at exact points: a process
-//! that armed a point kills itself with SIGKILL the n-th time it gets there.
-//! Costs one relaxed load per point when unarmed.
+//! that armed a point kills itself with SIGKILL (or stops itself with
+//! SIGSTOP, [`stop_at`]) the n-th time it gets there. Costs one relaxed load
+//! per point when unarmed.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -60,9 +61,23 @@ impl CrashPoint {
 
 static POINT: AtomicU32 = AtomicU32::new(0);
 static COUNT: AtomicU64 = AtomicU64::new(0);
+/// Stop (SIGSTOP) rather than kill at the point.
+static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Kills this process with SIGKILL the `nth` time (1 = the next time) it reaches `point`.
 pub fn crash_at(point: CrashPoint, nth: u64) {
+    arm(point, nth, false);
+}
+
+/// Stops this process with SIGSTOP the `nth` time (1 = the next time) it
+/// reaches `point`, holding whatever lock the point names, as a debugger or
+/// a job-control stop would; it goes on from there when sent SIGCONT.
+pub fn stop_at(point: CrashPoint, nth: u64) {
+    arm(point, nth, true);
+}
+
+fn arm(point: CrashPoint, nth: u64, stop: bool) {
+    STOP.store(stop, Ordering::SeqCst);
     COUNT.store(nth, Ordering::SeqCst);
     POINT.store(point as u32, Ordering::SeqCst);
 }
@@ -72,8 +87,11 @@ pub(crate) fn hit(point: CrashPoint) {
         return;
     }
     if COUNT.fetch_sub(1, Ordering::SeqCst) == 1 {
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        let sig = match STOP.load(Ordering::SeqCst) {
+            true => rustix::process::Signal::STOP,
+            false => rustix::process::Signal::KILL,
+        };
+        let _ = rustix::process::kill_process(rustix::process::getpid(), sig);
     }
 }
 

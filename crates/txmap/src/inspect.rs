@@ -96,6 +96,10 @@ pub struct LiveState {
     pub preserved_pages: u64,
     /// Why commits fail in every process that has it open, if they do.
     pub poisoned: Option<String>,
+    /// The process that holds the group-commit (sync) lock, if one does:
+    /// one that holds it long is stopped or stuck, and the others sync for
+    /// themselves meanwhile.
+    pub sync_leader: Option<crate::wal::log::SyncLeader>,
 }
 
 impl Report {
@@ -322,6 +326,7 @@ fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
         expired_snapshots: m.expiry_counts().0,
         preserved_pages: m.expiry_counts().1,
         poisoned: crate::wal::log::poison_message(h),
+        sync_leader: crate::wal::log::sync_leader(h),
     })
 }
 

@@ -13,10 +13,8 @@
 mod common;
 
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -118,19 +116,6 @@ fn read_state(r: &Region) -> State {
 }
 
 // ---------------------------------------------------------------- children
-
-/// An append-only file of acknowledgements; one `write` per line, so a
-/// SIGKILL leaves whole lines.
-struct Acks(File);
-
-impl Acks {
-    fn open(p: &str) -> Acks {
-        Acks(File::options().create(true).append(true).open(p).unwrap())
-    }
-    fn line(&mut self, s: &str) {
-        self.0.write_all(format!("{s}\n").as_bytes()).unwrap();
-    }
-}
 
 /// One transfer that also bumps the slot's counter (both mirrors) and a key's
 /// counter; checks the total inside the transaction, where a torn snapshot
@@ -395,63 +380,6 @@ fn as_child() -> bool {
 }
 
 // ---------------------------------------------------------------- parent side
-
-/// A child process with its stderr in a file.
-struct Proc {
-    child: Child,
-    err: PathBuf,
-}
-
-impl Proc {
-    fn spawn(test: &str, role: &str, envs: &[(&str, String)], err: PathBuf) -> Proc {
-        let child = child(test, role, envs)
-            .stdout(Stdio::null())
-            .stderr(File::create(&err).unwrap())
-            .spawn()
-            .unwrap();
-        Proc { child, err }
-    }
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.err).unwrap_or_default()
-    }
-    /// Panics (with its stderr) if the child exited.
-    fn check_running(&mut self, what: &str) {
-        if let Some(s) = self.child.try_wait().unwrap() {
-            panic!("{what} exited early ({s}): {}", self.stderr());
-        }
-    }
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        self.child.wait().unwrap();
-    }
-    /// Waits for a clean exit, at most `LIVENESS`.
-    fn wait_ok(&mut self, what: &str) {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                assert!(s.success(), "{what} failed ({s}): {}", self.stderr());
-                return;
-            }
-            if start.elapsed() > LIVENESS {
-                self.kill();
-                panic!("{what} did not finish within {LIVENESS:?}: blocked");
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// Acknowledged (counter, key) pairs of an ack file, and whether it says `word`.
 fn read_acks(p: &Path) -> (Vec<(u64, u64)>, bool, bool) {
@@ -788,7 +716,7 @@ fn kill_rounds(test: &str, victim: Victim, rounds: u64) -> (u64, u64) {
             Victim::At(_) => {
                 let start = Instant::now();
                 loop {
-                    if let Some(st) = v.child.try_wait().unwrap() {
+                    if let Some(st) = v.try_wait() {
                         assert_eq!(st.signal(), Some(9), "victim: {}", v.stderr());
                         hit = true;
                         break;

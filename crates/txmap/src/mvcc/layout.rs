@@ -11,7 +11,7 @@ use crate::os::shm::SharedPod;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// `Header::durability` of a region whose commits wait for their sync.
 pub const DURABLE: u32 = 1;
 /// `Header::durability` of a region whose commits return before it.
@@ -61,8 +61,14 @@ pub struct Header {
     /// Records the next sync round expects: what the last one covered plus
     /// what arrived during it.
     pub sync_expect: AtomicU64,
-    /// How long the last `fdatasync` took, in nanoseconds (bounds a gather).
+    /// How long the last `fdatasync` took, in nanoseconds (bounds a gather
+    /// and sets when followers stop waiting for a leader).
     pub sync_nanos: AtomicU64,
+    /// The sync lock's holder: its pid, and since when it holds the lock
+    /// (`CLOCK_MONOTONIC` nanoseconds; 0: nobody). Lets followers and
+    /// `txmap info` see a leader that is stopped.
+    pub sync_leader_pid: AtomicU64,
+    pub sync_leader_since: AtomicU64,
     pub poisoned: AtomicU32,
     pub log_generation: AtomicU64,
     pub log_salt: AtomicU64,

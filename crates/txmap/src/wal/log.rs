@@ -8,7 +8,8 @@
 //! so far, in any process, and wakes the others (a futex word in shared
 //! memory); those whose record the sync covered return without syncing. So
 //! concurrent commits share one `fdatasync`, and a commit never needs more
-//! than one.
+//! than one. A follower whose leader holds the lock too long (stopped by
+//! SIGSTOP, a debugger, swapping) syncs the file itself, without the lock.
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{Ordering, fence};
@@ -19,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::mvcc::Locked;
 use crate::mvcc::layout::{DURABLE, Header};
-use crate::os::lock::{futex_wait_bits, futex_wake_all, futex_wake_bits};
+use crate::os::lock::{Guard, futex_wait_bits, futex_wake_all, futex_wake_bits};
 
 /// Log space is made real (zeros written) this much at a time, so that the
 /// per-commit sync has no file-size change to flush.
@@ -34,6 +35,110 @@ const FOLLOWER_WAIT: Duration = Duration::from_millis(5);
 /// The longest a sync leader gathers records before syncing (a slow
 /// device's sync time does not make commits wait longer than this).
 const MAX_GATHER: Duration = Duration::from_millis(2);
+/// A follower stops waiting for the sync lock's holder, and syncs the log
+/// itself, once the holder has held the lock (or the follower has waited)
+/// this many times as long as the last `fdatasync` took, ...
+const STALL_FACTOR: u64 = 4;
+/// ... but never sooner than this (a leader preempted for a while is not
+/// stalled; an early rescue would only cost one more sync) ...
+const MIN_STALL: Duration = Duration::from_millis(50);
+/// ... nor later than this (a slow device's sync time does not make a
+/// stopped leader stall the others longer).
+const MAX_STALL: Duration = Duration::from_secs(1);
+
+/// How long the sync lock may be held before followers sync for themselves.
+fn stall_bound(h: &Header) -> Duration {
+    let last = h.sync_nanos.load(Ordering::Relaxed);
+    Duration::from_nanos(last.saturating_mul(STALL_FACTOR)).clamp(MIN_STALL, MAX_STALL)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (one clock for every process of the
+/// machine), never 0.
+fn now_nanos() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+        .max(1)
+}
+
+/// The held sync lock: who holds it and since when is published in the
+/// shared header (for followers and `txmap info`), and cleared before the
+/// lock is released. A holder that dies leaves them behind; the next one
+/// overwrites them.
+struct Leading<'a> {
+    h: &'a Header,
+    _guard: Guard<'a>,
+}
+
+impl<'a> Leading<'a> {
+    fn new(h: &'a Header, guard: Guard<'a>) -> Leading<'a> {
+        h.sync_leader_pid
+            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        h.sync_leader_since.store(now_nanos(), Ordering::Release);
+        Leading { h, _guard: guard }
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.h.sync_leader_since.store(0, Ordering::Release);
+        self.h.sync_leader_pid.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A process holding the sync lock, as `txmap info` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncLeader {
+    pub pid: u32,
+    /// How long it has held the lock so far.
+    pub held: Duration,
+    /// It has held it longer than followers wait: they sync for themselves.
+    pub stalled: bool,
+}
+
+/// The sync lock's holder, if a process holds it now (read without
+/// taking part; the pid and time may belong to consecutive holders).
+pub fn sync_leader(h: &Header) -> Option<SyncLeader> {
+    let since = h.sync_leader_since.load(Ordering::Acquire);
+    let pid = h.sync_leader_pid.load(Ordering::Relaxed);
+    if since == 0 || pid == 0 {
+        return None;
+    }
+    let held = Duration::from_nanos(now_nanos().saturating_sub(since));
+    Some(SyncLeader {
+        pid: pid as u32,
+        held,
+        stalled: held > stall_bound(h),
+    })
+}
+
+/// Whether a follower that has waited `waited` for the sync lock's holder
+/// should sync the log itself.
+fn leader_stalled(h: &Header, waited: Duration) -> bool {
+    let bound = stall_bound(h);
+    if waited > bound {
+        return true;
+    }
+    // A follower that arrives late need not wait the bound again.
+    let since = h.sync_leader_since.load(Ordering::Acquire);
+    since != 0 && Duration::from_nanos(now_nanos().saturating_sub(since)) > bound
+}
+
+/// After a sync: wakes one follower whose record arrived during it, to lead
+/// the next round (the disk idles until it runs), then every follower the
+/// sync covered (`covered`); the others sleep on until a round covers them.
+fn wake_after_sync(h: &Header, covered: Option<NonZeroU32>) {
+    let (synced, written) = (Log::synced_seq(h), Log::written_seq(h));
+    if let Some(bits) = seq_bits(synced, written) {
+        h.sync_gen.fetch_add(1, Ordering::SeqCst);
+        futex_wake_bits(&h.sync_gen, bits, 1);
+    }
+    if let Some(bits) = covered {
+        futex_wake_bits(&h.sync_gen, bits, u32::MAX);
+    }
+}
+
 /// The futex bit a follower waiting for record `seq` sleeps on.
 fn seq_bit(seq: u64) -> u32 {
     1 << (seq % 32)
@@ -160,7 +265,14 @@ impl Log {
     /// and one follower whose record arrived during the sync, to lead the
     /// next round. Waking every follower cost each uncovered one two context
     /// switches to find the lead taken and sleep again.
+    ///
+    /// A follower does not wait for a leader forever: the lock's holder may
+    /// be stopped (SIGSTOP, a debugger, swapping) while it holds it, which
+    /// a robust mutex does not detect. Once the holder has held the lock
+    /// (or the follower has waited) longer than [`stall_bound`], the
+    /// follower syncs the log itself without the lock ([`Log::rescue`]).
     pub fn flush(&self, h: &Header, seq: u64) -> Result<()> {
+        let mut waiting: Option<Instant> = None;
         loop {
             // The generation is read before the check, so a round that ends
             // in between changes it and the wait below returns at once.
@@ -179,8 +291,9 @@ impl Log {
                 Some(g) => {
                     // A leader that died mid-round left nothing to repair: the
                     // sync it did not finish is simply done again.
+                    let leading = Leading::new(h, g);
                     let r = self.lead(h);
-                    drop(g);
+                    drop(leading);
                     // Records written after the last round's check, by
                     // committers that found the lock held, need a new leader.
                     fence(Ordering::SeqCst);
@@ -192,17 +305,11 @@ impl Log {
                             return Err(e);
                         }
                     };
-                    let (synced, written) = (Self::synced_seq(h), Self::written_seq(h));
-                    // First one follower whose record arrived during the
-                    // sync, to lead the next round (the disk idles until it
-                    // runs); the others sleep on until a round covers them.
-                    if let Some(bits) = seq_bits(synced, written) {
-                        h.sync_gen.fetch_add(1, Ordering::SeqCst);
-                        futex_wake_bits(&h.sync_gen, bits, 1);
-                    }
-                    if let Some(bits) = covered {
-                        futex_wake_bits(&h.sync_gen, bits, u32::MAX);
-                    }
+                    wake_after_sync(h, covered);
+                }
+                // The holder is stopped (or very slow): sync for ourselves.
+                None if leader_stalled(h, waiting.get_or_insert_with(Instant::now).elapsed()) => {
+                    self.rescue(h)?;
                 }
                 // Follow: sleep until a round covers `seq` (or the lead is free).
                 None => {
@@ -218,11 +325,12 @@ impl Log {
     fn lead(&self, h: &Header) -> Result<Option<NonZeroU32>> {
         self.gather(h);
         let before = Self::synced_seq(h);
-        self.sync_locked(h)?;
+        let hi = self.sync_written(h, true)?;
         let after = Self::synced_seq(h);
         // Those it woke will likely commit again, and those that arrived
-        // during the sync still wait.
-        let expect = (after - before) + Self::written_seq(h).saturating_sub(after);
+        // during the sync still wait. (Records a follower's own sync covered
+        // meanwhile, `after` past `hi`, were not this round's.)
+        let expect = hi.saturating_sub(before) + Self::written_seq(h).saturating_sub(after);
         h.sync_expect.store(expect, Ordering::Relaxed);
         h.sync_gen.fetch_add(1, Ordering::SeqCst);
         Ok(seq_bits(before, after))
@@ -251,7 +359,8 @@ impl Log {
         }
         let expect = h.sync_expect.load(Ordering::Relaxed);
         let limit = Duration::from_nanos(h.sync_nanos.load(Ordering::Relaxed)).min(MAX_GATHER);
-        // The synced sequence only moves under the sync lock, which we hold.
+        // Only a follower's own sync moves the synced sequence meanwhile,
+        // which makes the target come sooner: the wait only gets shorter.
         let target = Self::synced_seq(h) + expect;
         if expect <= 1 || Self::written_seq(h) >= target {
             return;
@@ -274,13 +383,42 @@ impl Log {
         h.gather_target.store(0, Ordering::SeqCst);
     }
 
-    /// Syncs the file for every record written so far. Caller holds the sync lock.
-    fn sync_locked(&self, h: &Header) -> Result<()> {
+    /// A follower's own sync while the sync lock's holder is stalled: syncs
+    /// every record written so far (whoever wrote it) without the lock,
+    /// then wakes the followers it covered and one it did not, as a leader
+    /// would. Several may run at once, with each other and with the holder.
+    fn rescue(&self, h: &Header) -> Result<()> {
+        let before = Self::synced_seq(h);
+        let r = self.sync_written(h, false);
+        h.sync_gen.fetch_add(1, Ordering::SeqCst);
+        match r {
+            Ok(_) => {
+                wake_after_sync(h, seq_bits(before, Self::synced_seq(h)));
+                Ok(())
+            }
+            Err(e) => {
+                futex_wake_all(&h.sync_gen);
+                Err(e)
+            }
+        }
+    }
+
+    /// Syncs the file for every record written so far and publishes that;
+    /// returns the last record the sync covers. `fdatasync` on any
+    /// descriptor covers every write to the file that returned before it
+    /// started, in any process, so the written sequence is read before it,
+    /// and `synced_seq` is only ever raised (`fetch_max`): a slower sync that
+    /// started earlier cannot lower what a later one published. Called by
+    /// the sync lock's holder (`leader`), or by a follower whose leader is
+    /// stalled.
+    fn sync_written(&self, h: &Header, leader: bool) -> Result<u64> {
         let hi = Self::written_seq(h);
         if Self::synced_seq(h) >= hi {
-            return Ok(());
+            return Ok(hi);
         }
-        crate::debug::hit(crate::debug::CrashPoint::SyncLeader);
+        if leader {
+            crate::debug::hit(crate::debug::CrashPoint::SyncLeader);
+        }
         let started = Instant::now();
         if let Err(e) = self.storage.sync() {
             let e = self.err("sync log", e);
@@ -292,17 +430,14 @@ impl Log {
         h.sync_nanos.store(took, Ordering::Relaxed);
         h.syncs.fetch_add(1, Ordering::Relaxed);
         h.synced_seq.fetch_max(hi, Ordering::AcqRel);
-        Ok(())
+        Ok(hi)
     }
 
-    /// Syncs everything written, under the sync lock.
+    /// Syncs everything written so far, as a durable commit of the last
+    /// record would (so a stopped sync leader does not block it either).
     pub fn sync_all(&self, h: &Header) -> Result<()> {
         check_poison(h)?;
-        let _g = h
-            .sync_lock
-            .lock()
-            .map_err(|e| self.err("lock the log", e))?;
-        self.sync_locked(h)
+        self.flush(h, Self::written_seq(h))
     }
 
     /// Starts a new epoch (the log becomes empty) if every record is covered

@@ -1,7 +1,11 @@
 //! Test helpers: directories on a pinned file system, child processes.
 #![allow(dead_code)]
 
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use txmap::Region;
 use txmap::wal::format::{self, HEADER_BYTES, LogHeader};
@@ -281,4 +285,95 @@ pub fn describe_crash_state(region: &Path) -> String {
         Err(_) => s.push_str("no shared state"),
     }
     s
+}
+
+/// How long a child may take before the test calls it blocked (only a hang
+/// exceeds it; no speed is asserted).
+pub const PROC_LIVENESS: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An append-only file of acknowledgements; one `write` per line, so a
+/// SIGKILL leaves whole lines.
+pub struct Acks(File);
+
+impl Acks {
+    pub fn open(p: &str) -> Acks {
+        Acks(File::options().create(true).append(true).open(p).unwrap())
+    }
+    pub fn line(&mut self, s: &str) {
+        self.0.write_all(format!("{s}\n").as_bytes()).unwrap();
+    }
+}
+
+/// A child process with its stderr in a file.
+pub struct Proc {
+    child: Child,
+    err: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(test: &str, role: &str, envs: &[(&str, String)], err: PathBuf) -> Proc {
+        let child = child(test, role, envs)
+            .stdout(Stdio::null())
+            .stderr(File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        Proc { child, err }
+    }
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+    /// How the child ended, if it has.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+    /// Sends the child `sig`.
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
+    }
+    /// The state letter of /proc/PID/stat (`T`: stopped, `?`: gone).
+    pub fn state(&self) -> char {
+        let s =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        s.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .unwrap_or('?')
+    }
+    /// Panics (with its stderr) if the child exited.
+    pub fn check_running(&mut self, what: &str) {
+        if let Some(s) = self.child.try_wait().unwrap() {
+            panic!("{what} exited early ({s}): {}", self.stderr());
+        }
+    }
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        self.child.wait().unwrap();
+    }
+    /// Waits for a clean exit, at most [`PROC_LIVENESS`] (a hang otherwise).
+    pub fn wait_ok(&mut self, what: &str) {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert!(s.success(), "{what} failed ({s}): {}", self.stderr());
+                return;
+            }
+            if start.elapsed() > PROC_LIVENESS {
+                self.kill();
+                panic!("{what} did not finish within {PROC_LIVENESS:?}: blocked");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
