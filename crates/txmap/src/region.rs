@@ -208,7 +208,7 @@ pub(crate) struct RegionInner {
     pub fork_generation: usize,
     locks: Option<OpenLocks>,
     /// Memory of closed views, for the next views opened (`View::open`).
-    view_pool: Mutex<Vec<crate::view::ViewMemory>>,
+    view_pool: Mutex<Vec<crate::view::memory::ViewMemory>>,
     /// The fixed address recorded in the region file (0: none); written
     /// back with every region header.
     pub address: usize,
@@ -1151,7 +1151,7 @@ fn file_mode(data: &dyn Storage) -> u32 {
 
 impl RegionInner {
     /// Memory that closed views left for reuse.
-    pub(crate) fn view_pool(&self) -> MutexGuard<'_, Vec<crate::view::ViewMemory>> {
+    pub(crate) fn view_pool(&self) -> MutexGuard<'_, Vec<crate::view::memory::ViewMemory>> {
         lock(&self.view_pool)
     }
 

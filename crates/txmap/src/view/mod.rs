@@ -13,17 +13,20 @@
 //! record.
 
 mod fault;
+pub(crate) mod memory;
 
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
-use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
+use crate::os::mem::{Access, PAGE};
 use crate::os::signal::{self, Registration};
 use crate::region::{CommitRequest, RegionInner};
 use crate::wal::format::Range;
+pub use memory::{MAX_READ_PAGES, MAX_WRITE_PAGES};
+use memory::{POOLED_VIEWS, ViewMemory};
 
 const TOUCH_READ: u32 = 1;
 const TOUCH_WRITE: u32 = 2;
@@ -34,10 +37,6 @@ const TOUCH_BITS: u32 = 3;
 const DOOM_USER: u8 = 1;
 const DOOM_READ_ONLY_WRITE: u8 = 2;
 const DOOM_TOO_LARGE: u8 = 3;
-/// Most pages one transaction may write (the write set is reserved address space).
-pub const MAX_WRITE_PAGES: usize = 1 << 18;
-/// Most pages one serializable transaction may read.
-pub const MAX_READ_PAGES: usize = 1 << 22;
 /// Readable pages kept mapped before a view re-protects everything, to stay
 /// far below `vm.max_map_count` (each isolated page costs two mappings).
 const MAX_ISLANDS: u64 = 16 * 1024;
@@ -76,71 +75,6 @@ impl TxnOptions {
 pub enum PageAccess {
     Read,
     Write,
-}
-
-/// A view's memory: its address space, private pages and page tables. When
-/// a view closes, its region keeps this (see [`ViewMemory::recycle`]) and
-/// the next view opened takes it over: the private pages stay allocated
-/// and mapped, so the new view's first touches cost what a long-lived
-/// view's do, without allocating and zeroing a page each.
-pub(crate) struct ViewMemory {
-    user: Reservation,
-    alias: Reservation,
-    memfd: OwnedFd,
-    mapped: AtomicUsize,
-    valid: ReservedArray<AtomicU8>,
-    touched: ReservedArray<AtomicU32>,
-    read_set: ReservedArray<u32>,
-    write_set: ReservedArray<u32>,
-}
-
-/// Most closed views' memory a region keeps for reuse.
-const POOLED_VIEWS: usize = 4;
-/// A closed view's memory is kept only if its private pages take at most this.
-const POOLED_BYTES: u64 = 64 << 20;
-
-impl ViewMemory {
-    /// `path` names the region in the error when `at` is taken.
-    fn new(max: usize, at: Option<usize>, path: &std::path::Path) -> Result<ViewMemory> {
-        let pages = max / PAGE;
-        let os = |op| move |e| Error::os(op, e);
-        Ok(ViewMemory {
-            user: Reservation::new(max, at).map_err(|e| match at {
-                Some(addr) if e == rustix::io::Errno::EXIST => Error::AddressTaken {
-                    path: path.to_path_buf(),
-                    addr,
-                    len: max,
-                    holder: crate::os::mem::describe_mappings(addr, max),
-                },
-                _ => Error::os("reserve view address space", e),
-            })?,
-            alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
-            memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
-            mapped: AtomicUsize::new(0),
-            valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
-            touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
-            read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
-            write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
-        })
-    }
-
-    /// Makes the memory of a closed view fit for the next one: no page valid
-    /// or touched, nothing accessible at the user address. Returns `None`
-    /// (the memory is freed) if that fails or the memory is too large to keep.
-    fn recycle(mut self, exposed: bool) -> Option<ViewMemory> {
-        let used = rustix::fs::fstat(&self.memfd).ok()?.st_blocks as u64 * 512;
-        if used > POOLED_BYTES {
-            return None;
-        }
-        if exposed {
-            self.user
-                .protect(0, self.mapped.load(Ordering::Relaxed), Access::None)
-                .ok()?;
-        }
-        self.valid.clear().ok()?;
-        self.touched.clear().ok()?;
-        Some(self)
-    }
 }
 
 pub(crate) struct ViewInner {

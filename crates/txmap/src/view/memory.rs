@@ -1,0 +1,79 @@
+//! A view's memory (address space, private memory file, page tables),
+//! which a region keeps after a view closes for the next view opened.
+//! Below both the region and the view: the region only holds it.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
+
+/// Most pages one transaction may write (the write set is reserved address space).
+pub const MAX_WRITE_PAGES: usize = 1 << 18;
+/// Most pages one serializable transaction may read.
+pub const MAX_READ_PAGES: usize = 1 << 22;
+
+/// A view's memory: its address space, private pages and page tables. When
+/// a view closes, its region keeps this (see [`ViewMemory::recycle`]) and
+/// the next view opened takes it over: the private pages stay allocated
+/// and mapped, so the new view's first touches cost what a long-lived
+/// view's do, without allocating and zeroing a page each.
+pub(crate) struct ViewMemory {
+    pub(super) user: Reservation,
+    pub(super) alias: Reservation,
+    pub(super) memfd: OwnedFd,
+    pub(super) mapped: AtomicUsize,
+    pub(super) valid: ReservedArray<AtomicU8>,
+    pub(super) touched: ReservedArray<AtomicU32>,
+    pub(super) read_set: ReservedArray<u32>,
+    pub(super) write_set: ReservedArray<u32>,
+}
+
+/// Most closed views' memory a region keeps for reuse.
+pub(super) const POOLED_VIEWS: usize = 4;
+/// A closed view's memory is kept only if its private pages take at most this.
+const POOLED_BYTES: u64 = 64 << 20;
+
+impl ViewMemory {
+    /// `path` names the region in the error when `at` is taken.
+    pub(super) fn new(max: usize, at: Option<usize>, path: &std::path::Path) -> Result<ViewMemory> {
+        let pages = max / PAGE;
+        let os = |op| move |e| Error::os(op, e);
+        Ok(ViewMemory {
+            user: Reservation::new(max, at).map_err(|e| match at {
+                Some(addr) if e == rustix::io::Errno::EXIST => Error::AddressTaken {
+                    path: path.to_path_buf(),
+                    addr,
+                    len: max,
+                    holder: crate::os::mem::describe_mappings(addr, max),
+                },
+                _ => Error::os("reserve view address space", e),
+            })?,
+            alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
+            memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
+            mapped: AtomicUsize::new(0),
+            valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
+            write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
+        })
+    }
+
+    /// Makes the memory of a closed view fit for the next one: no page valid
+    /// or touched, nothing accessible at the user address. Returns `None`
+    /// (the memory is freed) if that fails or the memory is too large to keep.
+    pub(super) fn recycle(mut self, exposed: bool) -> Option<ViewMemory> {
+        let used = rustix::fs::fstat(&self.memfd).ok()?.st_blocks as u64 * 512;
+        if used > POOLED_BYTES {
+            return None;
+        }
+        if exposed {
+            self.user
+                .protect(0, self.mapped.load(Ordering::Relaxed), Access::None)
+                .ok()?;
+        }
+        self.valid.clear().ok()?;
+        self.touched.clear().ok()?;
+        Some(self)
+    }
+}
