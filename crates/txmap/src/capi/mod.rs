@@ -203,30 +203,70 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
     .unwrap_or(EMPTY.as_ptr())
 }
 
+/// Every `TXMAP_*` return code with its description: the one table
+/// `txmap_strerror` reads (a test checks it covers every code).
+const CODES: [(c_int, &CStr); 14] = [
+    (TXMAP_OK, c"success"),
+    (
+        TXMAP_CONFLICT,
+        c"transaction conflicted with a concurrent commit; retry it",
+    ),
+    (TXMAP_ABORTED, c"transaction aborted by the program"),
+    (TXMAP_EINVAL, c"invalid argument or call"),
+    (TXMAP_EIO, c"I/O error on a region or log file"),
+    (TXMAP_ECORRUPT, c"region or log file is corrupt"),
+    (TXMAP_EBUSY, c"region or transaction is busy"),
+    (TXMAP_EOS, c"memory-mapping call failed"),
+    (
+        TXMAP_EPOISONED,
+        c"region unusable after an I/O failure; reopen it",
+    ),
+    (TXMAP_ENOTSUP, c"operation not supported"),
+    (TXMAP_EINTERNAL, c"internal error in txmap"),
+    (
+        TXMAP_ESNAPSHOT,
+        c"transaction's snapshot expired by the region's snapshot limit; retry it",
+    ),
+    (
+        TXMAP_ENOSPACE,
+        c"shared version store is full; the commit did not happen",
+    ),
+    (
+        TXMAP_EADDR,
+        c"the region's address is taken by another mapping",
+    ),
+];
+
 /// A static description of a `TXMAP_*` return code ("unknown code" for
 /// others). Never NULL.
 #[unsafe(no_mangle)]
 pub extern "C" fn txmap_strerror(code: c_int) -> *const c_char {
-    let s: &'static CStr = match code {
-        TXMAP_OK => c"success",
-        TXMAP_CONFLICT => c"transaction conflicted with a concurrent commit; retry it",
-        TXMAP_ABORTED => c"transaction aborted by the program",
-        TXMAP_EINVAL => c"invalid argument or call",
-        TXMAP_EIO => c"I/O error on a region or log file",
-        TXMAP_ECORRUPT => c"region or log file is corrupt",
-        TXMAP_EBUSY => c"region or transaction is busy",
-        TXMAP_EOS => c"memory-mapping call failed",
-        TXMAP_EPOISONED => c"region unusable after an I/O failure; reopen it",
-        TXMAP_ENOTSUP => c"operation not supported",
-        TXMAP_EINTERNAL => c"internal error in txmap",
-        _ => c"unknown code",
-    };
-    s.as_ptr()
+    CODES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(c"unknown code", |(_, s)| *s)
+        .as_ptr()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Codes are 0 and -1, -2, ... with no gap: each has its own text.
+    #[test]
+    fn every_code_has_a_description_of_its_own() {
+        let text = |c| {
+            // SAFETY: txmap_strerror returns a static NUL-terminated string.
+            unsafe { CStr::from_ptr(txmap_strerror(c)) }
+        };
+        let mut seen = std::collections::HashSet::new();
+        for c in (TXMAP_EADDR..=TXMAP_OK).rev() {
+            assert_ne!(text(c), c"unknown code", "code {c}");
+            assert!(seen.insert(text(c)), "code {c} shares its text");
+        }
+        assert_eq!(text(TXMAP_EADDR - 1), c"unknown code");
+        assert_eq!(CODES.len(), seen.len());
+    }
 
     fn errmsg() -> String {
         // SAFETY: txmap_errmsg returns a NUL-terminated string valid until
