@@ -97,8 +97,8 @@ enum Path {
     /// Three durable commits; the first extends the log's preallocation
     /// (64 writes of zeros).
     Commit,
-    /// Two durable commits, the second past `checkpoint_bytes`, so it runs
-    /// a checkpoint (whose failure it does not report: it is durable).
+    /// Two durable commits past `checkpoint_bytes`, so each runs a
+    /// checkpoint (whose failure it does not report: it is durable).
     CommitCheckpointing,
     /// A checkpoint of six commits, then a log reset.
     Checkpoint,
@@ -126,7 +126,7 @@ struct Case {
 fn setup(path: Path, faults: &Arc<Faults>) -> Case {
     let mut model = vec![0u8; SIZE as usize];
     let ckpt = if path == Path::CommitCheckpointing {
-        2000
+        1
     } else {
         u64::MAX
     };
@@ -405,32 +405,58 @@ fn count(path: Path) -> (u64, Vec<(Call, u64)>) {
     (faults.total(), kinds)
 }
 
-#[test]
-fn every_io_call_of_every_path_fails_once_with_eio_and_enospc() {
-    let paths = [
-        Path::Commit,
-        Path::CommitCheckpointing,
-        Path::Checkpoint,
-        Path::CheckpointUnderReader,
-        Path::Grow,
-        Path::Create,
-        Path::Recovery,
-    ];
-    for path in paths {
-        let (n, kinds) = count(path);
-        assert!(n > 0, "{path:?} made no I/O calls");
-        let mut kinds_failed = std::collections::BTreeSet::new();
-        for k in 0..n {
-            for errno in [EIO, ENOSPC] {
-                let f = inject(path, k, errno);
-                kinds_failed.insert(format!("{:?}", f.call));
-            }
+/// Fails each call of `path` in turn, with EIO and with ENOSPC, and prints
+/// how many injections it made.
+fn every_call_fails_once(path: Path) {
+    let (n, kinds) = count(path);
+    assert!(n > 0, "{path:?} made no I/O calls");
+    let mut kinds_failed = std::collections::BTreeSet::new();
+    for k in 0..n {
+        for errno in [EIO, ENOSPC] {
+            let f = inject(path, k, errno);
+            kinds_failed.insert(format!("{:?}", f.call));
         }
-        println!(
-            "{path:?}: {n} calls {kinds:?}, {} injections, failed kinds {kinds_failed:?}",
-            2 * n
-        );
     }
+    println!(
+        "{path:?}: {n} calls {kinds:?}, {} injections, failed kinds {kinds_failed:?}",
+        2 * n
+    );
+}
+
+// One test per path, so the harness runs them side by side.
+#[test]
+fn each_io_call_of_durable_commits_fails_once() {
+    every_call_fails_once(Path::Commit);
+}
+
+#[test]
+fn each_io_call_of_a_commit_that_checkpoints_fails_once() {
+    every_call_fails_once(Path::CommitCheckpointing);
+}
+
+#[test]
+fn each_io_call_of_a_checkpoint_fails_once() {
+    every_call_fails_once(Path::Checkpoint);
+}
+
+#[test]
+fn each_io_call_of_a_checkpoint_under_an_old_reader_fails_once() {
+    every_call_fails_once(Path::CheckpointUnderReader);
+}
+
+#[test]
+fn each_io_call_of_grow_and_a_commit_to_grown_pages_fails_once() {
+    every_call_fails_once(Path::Grow);
+}
+
+#[test]
+fn each_io_call_of_create_fails_once() {
+    every_call_fails_once(Path::Create);
+}
+
+#[test]
+fn each_io_call_of_recovery_fails_once() {
+    every_call_fails_once(Path::Recovery);
 }
 
 #[test]
