@@ -53,6 +53,9 @@ impl<T: Storage + ?Sized> Storage for Arc<T> {
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         (**self).set_len(len)
     }
+    fn allocate(&self) -> std::io::Result<()> {
+        (**self).allocate()
+    }
     fn sync(&self) -> std::io::Result<()> {
         (**self).sync()
     }
