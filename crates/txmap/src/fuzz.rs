@@ -270,6 +270,17 @@ fn with_data(data: &[u8], f: impl FnOnce(&mut View)) {
             let region = Region::create(&path, COLLECTION_PAGES * PAGE as u64, Options::default())
                 .expect("scratch region");
             let view = region.view().expect("scratch view");
+            // Nothing is committed and the mappings hold what is needed: the
+            // files and the shared state go now, so that a fuzzer that
+            // exits without dropping the view leaves nothing behind.
+            let page = std::fs::read(&path).unwrap_or_default();
+            if let Ok(h) = RegionHeader::decode(&header_page(&page))
+                && let Ok(shared) = crate::shared_path(&path, h.region_id)
+            {
+                let _ = std::fs::remove_file(shared);
+            }
+            let _ = std::fs::remove_file(crate::log_path(&path));
+            let _ = std::fs::remove_file(&path);
             Fixture {
                 view,
                 _region: region,
