@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_short_header_page_is_refused_or_read_without_panicking() {
-        // Found by the log_header fuzz target: a page cut inside slot 1.
+        // Found while making the fuzz seeds: a page cut inside slot 1.
         let h = LogHeader {
             region_id: 1,
             generation: 2,
