@@ -37,6 +37,7 @@ pub mod capi;
 pub mod collections;
 pub mod debug;
 mod error;
+pub mod fuzz;
 pub mod inspect;
 pub mod io;
 pub mod mvcc;

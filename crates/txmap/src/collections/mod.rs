@@ -269,7 +269,7 @@ pub fn check_region(v: &mut View) -> Result<Option<RegionCheck>> {
     r
 }
 
-fn check_region_in(v: &View) -> Result<Option<RegionCheck>> {
+pub(crate) fn check_region_in(v: &View) -> Result<Option<RegionCheck>> {
     if !alloc::is_formatted(v)? {
         return Ok(None);
     }

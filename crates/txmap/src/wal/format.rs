@@ -126,7 +126,10 @@ fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 5]), HeaderE
     let mut seen_magic = false;
     let mut err = None;
     for off in SLOT_OFFSETS {
-        let s = &page[off..off + 64];
+        // A page cut short holds no slot past its end.
+        let Some(s) = page.get(off..off + 64) else {
+            continue;
+        };
         if &s[..8] != magic {
             continue;
         }
@@ -449,6 +452,27 @@ mod tests {
             LogHeader::decode(&page).unwrap_err(),
             HeaderError::BadChecksum
         );
+    }
+
+    #[test]
+    fn a_short_header_page_is_refused_or_read_without_panicking() {
+        // Found while making the fuzz seeds: a page cut inside slot 1.
+        let h = LogHeader {
+            region_id: 1,
+            generation: 2,
+            salt: 2,
+            start_seq: 1,
+        };
+        let (off, s) = h.encode();
+        let mut page = vec![0u8; SLOT_OFFSETS[1] + 52];
+        page[off as usize..off as usize + 64].copy_from_slice(&s);
+        page[SLOT_OFFSETS[1]..SLOT_OFFSETS[1] + 8].copy_from_slice(LOG_MAGIC);
+        assert_eq!(LogHeader::decode(&page), Ok(h));
+        assert_eq!(
+            LogHeader::decode(&page[..40]),
+            Err(HeaderError::NotThisKind)
+        );
+        assert_eq!(LogHeader::decode(&[]), Err(HeaderError::NotThisKind));
     }
 
     #[test]

@@ -1,0 +1,345 @@
+//! Bodies of the fuzz targets (`fuzz/` at the repository root, run with
+//! `cargo +nightly fuzz`), one per on-disk parser. Each takes arbitrary bytes,
+//! runs the parser the way the library does, and panics only when an
+//! invariant of the parser itself breaks (a decoded value that re-encodes
+//! differently, a record that reaches past its buffer). A stable test
+//! (`tests/fuzz_smoke.rs`) runs every body over the committed seeds and
+//! mutations of them, so the bodies stay built and panic-free without a
+//! nightly toolchain. docs/reliability.md, "Fuzzing", has the commands.
+
+use std::cell::RefCell;
+use std::ops::Bound;
+
+use crate::collections::{self, AnyMap, Kind, Map};
+use crate::io::sim::SimStorage;
+use crate::os::mem::PAGE;
+use crate::wal::format::{
+    self, HEADER_BYTES, LogHeader, RECORD_HEADER, RegionHeader, SLOT_OFFSETS,
+};
+use crate::wal::scan;
+use crate::{Options, Region, View};
+
+/// A target: name, corpus directory, body.
+pub type Target = (&'static str, &'static str, fn(&[u8]));
+
+/// The targets: name, the corpus directory of their seeds (targets reading
+/// the same input format share one), body.
+pub const TARGETS: [Target; 8] = [
+    ("region_header", "region_header", region_header),
+    ("log_header", "log_header", log_header),
+    ("log_record", "log_record", log_record),
+    ("log_scan", "log_scan", log_scan),
+    ("recover", "files", recover),
+    ("inspect", "files", inspect),
+    ("collections", "data", collections),
+    ("collection_ops", "data", collection_ops),
+];
+
+/// `data` as one header page: cut or zero-padded to [`HEADER_BYTES`].
+fn header_page(data: &[u8]) -> Vec<u8> {
+    let mut page = data[..data.len().min(HEADER_BYTES as usize)].to_vec();
+    page.resize(HEADER_BYTES as usize, 0);
+    page
+}
+
+/// Decodes a header page; a decoded header written alone into a fresh page
+/// must decode to itself.
+fn header_roundtrip<H: Copy + PartialEq + std::fmt::Debug>(
+    data: &[u8],
+    decode: fn(&[u8]) -> Result<H, format::HeaderError>,
+    encode: fn(&H) -> (u64, [u8; 64]),
+) {
+    // Not padded: a short page must be refused or read, never panic.
+    let page = &data[..data.len().min(HEADER_BYTES as usize)];
+    if let Ok(h) = decode(page) {
+        let (off, slot) = encode(&h);
+        assert!(SLOT_OFFSETS.contains(&(off as usize)));
+        let mut fresh = vec![0u8; HEADER_BYTES as usize];
+        fresh[off as usize..off as usize + 64].copy_from_slice(&slot);
+        assert_eq!(
+            decode(&fresh),
+            Ok(h),
+            "a decoded header re-encodes differently"
+        );
+    }
+}
+
+/// The region header page (`RegionHeader::decode`).
+pub fn region_header(data: &[u8]) {
+    header_roundtrip(data, RegionHeader::decode, RegionHeader::encode);
+}
+
+/// The log header page (`LogHeader::decode`).
+pub fn log_header(data: &[u8]) {
+    header_roundtrip(data, LogHeader::decode, LogHeader::encode);
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .map_or(0, |s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+}
+
+/// One log record (`decode_record`). Byte 0 chooses the epoch salt: odd, the
+/// salt the record claims (so the fuzzer gets past it), even, bytes 1..9.
+/// The record is `data[9..]`. A record that decodes must lie inside its
+/// buffer, and encoding its fields must give back its bytes.
+pub fn log_record(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let buf = rest.get(8..).unwrap_or_default();
+    let salt = match mode & 1 {
+        1 => u64_at(buf, 16),
+        _ => u64_at(rest, 0),
+    };
+    let Ok(r) = format::decode_record(buf, salt) else {
+        return;
+    };
+    let payload = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes")) as usize;
+    assert!(r.len >= RECORD_HEADER && r.len <= buf.len());
+    assert!(r.synced < r.seq);
+    let mut out = Vec::new();
+    format::encode_commit(
+        &mut out,
+        salt,
+        r.seq,
+        r.synced,
+        r.data_size,
+        r.ranges.iter().cloned(),
+    );
+    assert_eq!(
+        &out[..RECORD_HEADER + payload],
+        &buf[..RECORD_HEADER + payload],
+        "an accepted record re-encodes differently"
+    );
+}
+
+/// The log header a scan of `log` uses: the decoded one, or else the raw
+/// fields of slot 0 (so the records are fuzzed even when the header's
+/// checksum is not right).
+fn scan_header(log: &[u8]) -> LogHeader {
+    LogHeader::decode(&header_page(log)).unwrap_or(LogHeader {
+        region_id: u64_at(log, 16),
+        generation: u64_at(log, 24),
+        salt: u64_at(log, 32),
+        start_seq: u64_at(log, 40),
+    })
+}
+
+/// A whole log file (`scan::scan`), then what `txmap check` reads where the
+/// scan stopped. Records come out in sequence, each inside the file.
+pub fn log_scan(log: &[u8]) {
+    let h = scan_header(log);
+    match scan::scan(log, &h) {
+        Ok(s) => {
+            let mut off = HEADER_BYTES;
+            for (i, r) in s.records.iter().enumerate() {
+                assert_eq!(r.seq, h.start_seq.wrapping_add(i as u64));
+                off += r.len as u64;
+            }
+            assert_eq!(off.max(HEADER_BYTES), s.end.max(HEADER_BYTES));
+            let end = (s.end as usize).min(log.len());
+            crate::inspect::fuzz_tail(log, end, &h, h.start_seq + s.records.len() as u64);
+        }
+        Err(c) => assert!(c.offset >= HEADER_BYTES && c.offset <= log.len() as u64),
+    }
+}
+
+/// Splits an input into a region file and a log file: a little-endian u32
+/// (the region file's length, cut to what is there), then the region file,
+/// then the log.
+pub fn split_files(data: &[u8]) -> (&[u8], &[u8]) {
+    let n = data.get(..4).map_or(0, |b| {
+        u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize
+    });
+    let rest = data.get(4..).unwrap_or_default();
+    rest.split_at(n.min(rest.len()))
+}
+
+/// The inverse of [`split_files`], for writing seeds.
+pub fn join_files(region: &[u8], log: &[u8]) -> Vec<u8> {
+    let mut out = (region.len() as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(region);
+    out.extend_from_slice(log);
+    out
+}
+
+/// Largest region a fuzzed log may grow recovery to: the in-memory device
+/// keeps a copy of its durable bytes, so a record claiming terabytes would
+/// exhaust memory in the harness, not in the library (which only
+/// `ftruncate`s a sparse file).
+const RECOVER_MAX: u64 = 64 << 20;
+
+/// Recovery as `Region::open` runs it (`region::recover`): both headers,
+/// their pairing, the log scan and the replay, on in-memory files.
+pub fn recover(data: &[u8]) {
+    let (region, log) = split_files(data);
+    let h = scan_header(log);
+    let big = |size: u64| size > RECOVER_MAX;
+    if RegionHeader::decode(&header_page(region)).is_ok_and(|r| big(r.data_size))
+        || scan::scan(log, &h).is_ok_and(|s| s.records.iter().any(|r| big(r.data_size)))
+    {
+        return;
+    }
+    let (Ok(d), Ok(l)) = (
+        SimStorage::from_bytes("fuzz-region", region.to_vec()),
+        SimStorage::from_bytes("fuzz-log", log.to_vec()),
+    ) else {
+        return;
+    };
+    let _ = crate::region::recover(&d, &l, None);
+}
+
+thread_local! {
+    static FILES: RefCell<Option<tempdir::Dir>> = const { RefCell::new(None) };
+}
+
+mod tempdir {
+    /// A directory removed when dropped.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A private directory for files written by the targets (on tmpfs when
+/// `/dev/shm` exists).
+fn scratch_dir() -> std::path::PathBuf {
+    FILES.with(|f| {
+        f.borrow_mut()
+            .get_or_insert_with(|| {
+                let base = match std::path::Path::new("/dev/shm").is_dir() {
+                    true => std::path::PathBuf::from("/dev/shm"),
+                    false => std::env::temp_dir(),
+                };
+                let d = base.join(format!(
+                    "txmap-fuzz-{}-{:?}",
+                    std::process::id(),
+                    std::thread::current().id()
+                ));
+                std::fs::create_dir_all(&d).expect("scratch directory");
+                tempdir::Dir(d)
+            })
+            .0
+            .clone()
+    })
+}
+
+/// `txmap check` (`inspect::check`, and `inspect` when it passes) on a region
+/// file and its log written from the input.
+pub fn inspect(data: &[u8]) {
+    let (region, log) = split_files(data);
+    let dir = scratch_dir();
+    let path = dir.join("r.txm");
+    if std::fs::write(&path, region).is_err()
+        || std::fs::write(crate::log_path(&path), log).is_err()
+    {
+        return;
+    }
+    if let Ok(c) = crate::inspect::check(&path)
+        && c.is_sound()
+    {
+        let _ = crate::inspect::inspect(&path);
+    }
+}
+
+/// Region data pages the collection targets overwrite (the rest stay zero).
+const COLLECTION_PAGES: u64 = 256;
+
+struct Fixture {
+    view: View,
+    _region: Region,
+}
+
+thread_local! {
+    static VIEW: RefCell<Option<Fixture>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on a view of a scratch region whose data starts with `data` (the
+/// rest zero), inside a transaction that is then aborted.
+fn with_data(data: &[u8], f: impl FnOnce(&mut View)) {
+    VIEW.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let fx = cell.get_or_insert_with(|| {
+            let dir = scratch_dir();
+            let path = dir.join(format!("c{}.txm", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(crate::log_path(&path));
+            let region = Region::create(&path, COLLECTION_PAGES * PAGE as u64, Options::default())
+                .expect("scratch region");
+            let view = region.view().expect("scratch view");
+            // Nothing is committed and the mappings hold what is needed: the
+            // files and the shared state go now, so that a fuzzer that
+            // exits without dropping the view leaves nothing behind.
+            let page = std::fs::read(&path).unwrap_or_default();
+            if let Ok(h) = RegionHeader::decode(&header_page(&page))
+                && let Ok(shared) = crate::shared_path(&path, h.region_id)
+            {
+                let _ = std::fs::remove_file(shared);
+            }
+            let _ = std::fs::remove_file(crate::log_path(&path));
+            let _ = std::fs::remove_file(&path);
+            Fixture {
+                view,
+                _region: region,
+            }
+        });
+        let v = &mut fx.view;
+        let n = data.len().min(v.len());
+        v.begin().expect("begin");
+        if n > 0 {
+            v.slice_mut(0, n)
+                .expect("whole data")
+                .copy_from_slice(&data[..n]);
+        }
+        f(v);
+        v.abort().expect("abort");
+    });
+}
+
+/// `txmap check --structures` (`collections::check_region`) on region data
+/// from the input: the heap, the catalog and every structure in it (B+-tree
+/// nodes, cobtree PMA and index, linear hash buckets, array segments).
+pub fn collections(data: &[u8]) {
+    with_data(data, |v| {
+        let _ = collections::check_region_in(v);
+    });
+}
+
+/// Reads and writes through each map of the catalog of region data from the
+/// input: get, scan, put, delete (what an application does with a damaged
+/// structure it has not checked). Errors are fine; panics are not.
+pub fn collection_ops(data: &[u8]) {
+    with_data(data, |v| {
+        let Ok(entries) = collections::alloc::catalog(v) else {
+            return;
+        };
+        for e in entries.iter().take(4) {
+            let m = match e.kind {
+                Kind::BTree => collections::BTree::open(v, e.at).map(AnyMap::BTree),
+                Kind::CoBTree => collections::CoBTree::open(v, e.at).map(AnyMap::CoBTree),
+                Kind::LinearHash => collections::LinearHash::open(v, e.at).map(AnyMap::LinearHash),
+                Kind::Array => {
+                    if let Ok(a) = collections::ArrayList::open(v, e.at) {
+                        let _ = a.get(v, 0);
+                        let _ = a.push(v, &[1; 8]);
+                        let _ = a.pop(v);
+                    }
+                    continue;
+                }
+            };
+            let Ok(m) = m else { continue };
+            let _ = m.get(v, b"key-1");
+            let mut seen = 0;
+            let _ = m.scan(v, Bound::Unbounded, Bound::Unbounded, &mut |_, _| {
+                seen += 1;
+                Ok(seen < 64)
+            });
+            let _ = m.put(v, b"key-1", b"fuzz");
+            let _ = m.put(v, b"fuzz-new-key", &[7; 300]);
+            let _ = m.delete(v, b"key-2");
+        }
+    });
+}
