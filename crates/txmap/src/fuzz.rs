@@ -130,19 +130,18 @@ fn scan_header(log: &[u8]) -> LogHeader {
 /// scan stopped. Records come out in sequence, each inside the file.
 pub fn log_scan(log: &[u8]) {
     let h = scan_header(log);
-    match scan::scan(log, &h) {
-        Ok(s) => {
-            let mut off = HEADER_BYTES;
-            for (i, r) in s.records.iter().enumerate() {
-                assert_eq!(r.seq, h.start_seq.wrapping_add(i as u64));
-                off += r.len as u64;
-            }
-            assert_eq!(off.max(HEADER_BYTES), s.end.max(HEADER_BYTES));
-            let end = (s.end as usize).min(log.len());
-            crate::inspect::fuzz_tail(log, end, &h, h.start_seq + s.records.len() as u64);
-        }
-        Err(c) => assert!(c.offset >= HEADER_BYTES && c.offset <= log.len() as u64),
+    let s = scan::scan(log, &h);
+    let mut off = HEADER_BYTES;
+    for (i, r) in s.records.iter().enumerate() {
+        assert_eq!(r.seq, h.start_seq.wrapping_add(i as u64));
+        off += r.len as u64;
     }
+    assert_eq!(off.max(HEADER_BYTES), s.end.max(HEADER_BYTES));
+    if let Some(c) = &s.damage {
+        assert!(c.offset >= HEADER_BYTES && c.offset <= log.len() as u64);
+    }
+    let end = (s.end as usize).min(log.len());
+    crate::inspect::fuzz_tail(log, end, &h, h.start_seq + s.records.len() as u64);
 }
 
 /// Splits an input into a region file and a log file: a little-endian u32
@@ -177,17 +176,20 @@ pub fn recover(data: &[u8]) {
     let h = scan_header(log);
     let big = |size: u64| size > RECOVER_MAX;
     if RegionHeader::decode(&header_page(region)).is_ok_and(|r| big(r.data_size))
-        || scan::scan(log, &h).is_ok_and(|s| s.records.iter().any(|r| big(r.data_size)))
+        || scan::scan(log, &h).records.iter().any(|r| big(r.data_size))
     {
         return;
     }
-    let (Ok(d), Ok(l)) = (
-        SimStorage::from_bytes("fuzz-region", region.to_vec()),
-        SimStorage::from_bytes("fuzz-log", log.to_vec()),
-    ) else {
-        return;
-    };
-    let _ = crate::region::recover(&d, &l, None);
+    // As an open does, then as `txmap recover --accept-loss` does.
+    for accept_loss in [false, true] {
+        let (Ok(d), Ok(l)) = (
+            SimStorage::from_bytes("fuzz-region", region.to_vec()),
+            SimStorage::from_bytes("fuzz-log", log.to_vec()),
+        ) else {
+            return;
+        };
+        let _ = crate::region::recover(&d, &l, None, accept_loss);
+    }
 }
 
 thread_local! {

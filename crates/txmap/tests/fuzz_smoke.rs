@@ -215,7 +215,7 @@ fn write_fuzz_seeds() {
         if let (Ok(h), true) = (h, l.len() > 4096) {
             let mut padded = l.to_vec();
             padded.resize(l.len() + 4096, 0);
-            let s = txmap::wal::scan::scan(&padded, &h).unwrap();
+            let s = txmap::wal::scan::scan(&padded, &h);
             let mut off = 4096;
             for (i, rec) in s.records.iter().enumerate() {
                 let mut input = vec![1u8];
