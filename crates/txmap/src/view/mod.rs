@@ -94,7 +94,8 @@ pub(crate) struct ViewInner {
     track_reads: AtomicBool,
     /// Serializable without a read set: pages readable at begin are read
     /// without a fault, and commit conflicts if a commit since the snapshot
-    /// changed any page valid in this view (see `begin_with`).
+    /// changed a page this transaction touched or, while pages are exposed
+    /// at the user address, any page valid in this view (see `begin_with`).
     untracked_reads: AtomicBool,
     /// Serializable transactions to run with tracked reads before trying
     /// untracked ones again, and how many the next untracked conflict sets.
