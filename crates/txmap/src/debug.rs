@@ -232,3 +232,16 @@ pub(crate) fn note_dir_sync(dir: &std::path::Path) {
         }
     });
 }
+
+static FLUSHER_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's async flusher rounds hold the region `us`
+/// microseconds longer, widening the race between a round and a close for
+/// tests.
+pub fn slow_flusher_rounds(us: u64) {
+    FLUSHER_PAUSE_US.store(us, Ordering::Relaxed);
+}
+
+pub(crate) fn flusher_pause() {
+    sleep_for(&FLUSHER_PAUSE_US);
+}

@@ -175,7 +175,52 @@ pub struct Stats {
 /// An open region. Cheap to clone; views keep it alive.
 #[derive(Clone)]
 pub struct Region {
-    pub(crate) inner: Arc<RegionInner>,
+    pub(crate) inner: RegionRef,
+}
+
+/// A handle's or a view's strong reference to a region. It is dropped
+/// under the region's round lock, which the async flusher holds while it
+/// holds a reference of its own: so the last reference is always dropped,
+/// and the region closed (last-out checkpoint, file locks released), on the
+/// thread that closed the last handle, before that call returns. (Before,
+/// `xShutdown` could return while the flusher still held the region, and an
+/// immediate reopen in the other durability mode failed.)
+pub(crate) struct RegionRef(Option<Arc<RegionInner>>);
+
+impl RegionRef {
+    fn new(inner: Arc<RegionInner>) -> RegionRef {
+        RegionRef(Some(inner))
+    }
+}
+
+impl Clone for RegionRef {
+    fn clone(&self) -> RegionRef {
+        RegionRef(self.0.clone())
+    }
+}
+
+impl std::ops::Deref for RegionRef {
+    type Target = Arc<RegionInner>;
+    fn deref(&self) -> &Arc<RegionInner> {
+        self.0
+            .as_ref()
+            .expect("a region reference is used only until dropped")
+    }
+}
+
+impl Drop for RegionRef {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            // A forked child has no flusher (and may have inherited the
+            // lock held by the parent's, forever): it drops as it is.
+            if inner.check_owner().is_err() {
+                return;
+            }
+            let round = Arc::clone(&inner.round);
+            let _held = lock(&round);
+            drop(inner);
+        }
+    }
 }
 
 /// File locks that order opening and closing between processes.
@@ -201,6 +246,9 @@ pub(crate) struct RegionInner {
     recovery_loss: Vec<String>,
     opened_alone: bool,
     flusher: Mutex<Option<std::thread::Thread>>,
+    /// Held by the flusher while it holds a strong reference, and by a
+    /// `RegionRef` while it drops its own (see `RegionRef`).
+    round: Arc<Mutex<()>>,
     /// The process that opened the region. A child forked from it shares the
     /// file locks but must open the region itself.
     pub owner: rustix::process::Pid,
@@ -647,6 +695,7 @@ impl Region {
             recovery_loss: recovered.3,
             opened_alone: recovered.1,
             flusher: Mutex::new(None),
+            round: Arc::new(Mutex::new(())),
             owner: rustix::process::getpid(),
             fork_generation: crate::os::signal::forks().map_err(|e| Error::Os {
                 op: "install the fault and fork handlers",
@@ -662,7 +711,9 @@ impl Region {
         if inner.opts.durability == Durability::Async {
             start_flusher(&inner);
         }
-        Ok(Region { inner })
+        Ok(Region {
+            inner: RegionRef::new(inner),
+        })
     }
 
     /// Alone with the region: recover it from its log, start a log epoch
@@ -1548,12 +1599,17 @@ impl RegionInner {
 fn start_flusher(inner: &Arc<RegionInner>) {
     let weak: Weak<RegionInner> = Arc::downgrade(inner);
     let interval = inner.opts.async_sync_interval;
+    let round = Arc::clone(&inner.round);
     let h = std::thread::Builder::new()
         .name("txmap-sync".into())
         .spawn(move || {
             loop {
                 std::thread::park_timeout(interval);
+                // Held while `r` lives: a handle dropped meanwhile waits, so
+                // the region is never closed on this thread.
+                let _round = lock(&round);
                 let Some(r) = weak.upgrade() else { return };
+                crate::debug::flusher_pause();
                 let h = r.mvcc.hdr();
                 let w = Log::written_seq(h);
                 if Log::synced_seq(h) < w && r.log.flush(h, w).is_err() {

@@ -17,13 +17,12 @@ pub(crate) mod memory;
 
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE};
 use crate::os::signal::{self, Registration};
-use crate::region::{CommitRequest, RegionInner};
+use crate::region::{CommitRequest, RegionRef};
 use crate::wal::format::Range;
 pub use memory::{MAX_READ_PAGES, MAX_WRITE_PAGES};
 use memory::{POOLED_VIEWS, ViewMemory};
@@ -78,7 +77,7 @@ pub enum PageAccess {
 }
 
 pub(crate) struct ViewInner {
-    region: Arc<RegionInner>,
+    region: RegionRef,
     slot: usize,
     /// Opened at an address the caller chose: its memory is freed at close,
     /// never pooled, so the address is free again at once whatever else
@@ -162,7 +161,7 @@ pub struct View {
 unsafe impl Send for View {}
 
 impl View {
-    pub(crate) fn open(region: Arc<RegionInner>, at: Option<usize>) -> Result<View> {
+    pub(crate) fn open(region: RegionRef, at: Option<usize>) -> Result<View> {
         region.check_owner()?;
         let max = region.opts.max_size as usize;
         let slot = region.mvcc.claim_slot().ok_or_else(|| {
