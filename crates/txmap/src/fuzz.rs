@@ -269,7 +269,13 @@ fn with_data(data: &[u8], f: impl FnOnce(&mut View)) {
             let path = dir.join(format!("c{}.txm", std::process::id()));
             let _ = std::fs::remove_file(&path);
             let _ = std::fs::remove_file(crate::log_path(&path));
-            let region = Region::create(&path, COLLECTION_PAGES * PAGE as u64, Options::default())
+            // Growth (a put into a full heap) is not undone with the
+            // transaction: a small maximum keeps the fuzzer's memory bounded.
+            let opts = Options {
+                max_size: 64 << 20,
+                ..Options::default()
+            };
+            let region = Region::create(&path, COLLECTION_PAGES * PAGE as u64, opts)
                 .expect("scratch region");
             let view = region.view().expect("scratch view");
             // Nothing is committed and the mappings hold what is needed: the
@@ -297,7 +303,9 @@ fn with_data(data: &[u8], f: impl FnOnce(&mut View)) {
                 .copy_from_slice(&data[..n]);
         }
         f(v);
-        v.abort().expect("abort");
+        // Ends the transaction, discarding its stores (`abort` alone would
+        // leave it open, and the next `begin` would nest in it).
+        v.rollback();
     });
 }
 
