@@ -10,6 +10,7 @@
  * checkpointer process checkpoints all the while. Every value read is checked
  * inside the transaction, before xend, so a torn view counts even when the
  * transaction aborts. Run by tests/xac_stress.rs. */
+#define _DEFAULT_SOURCE /* usleep */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
