@@ -274,14 +274,6 @@ fn flock(f: &std::fs::File, op: rustix::fs::FlockOperation, path: &Path) -> Resu
     }
 }
 
-/// True if `fd` is the file now at `path` (same device and inode).
-fn same_file(fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> bool {
-    match (rustix::fs::fstat(fd), rustix::fs::stat(path)) {
-        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
-        _ => false,
-    }
-}
-
 /// Cleans up after a creator of the region at `path` that died before the
 /// region was in place: removes its log `lp` if nobody holds it locked (a
 /// live creator does until the region is renamed into place), the region
@@ -303,7 +295,7 @@ fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
     if path.try_exists().map_err(|e| Error::io("stat", path, e))? {
         return Ok(false); // a whole region
     }
-    if !same_file(std::os::fd::AsFd::as_fd(&f), lp) {
+    if !crate::os::shm::same_file(std::os::fd::AsFd::as_fd(&f), lp) {
         return Ok(true); // replaced meanwhile: look again
     }
     let len = f.metadata().map_err(|e| Error::io("stat", lp, e))?.len();
@@ -466,7 +458,7 @@ impl Region {
                     rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
                         .map_err(|e| Error::io("lock", &lp, e.into()))?;
                     // A cleaner may have removed it before we locked it.
-                    if same_file(l.fd(), &lp) {
+                    if crate::os::shm::same_file(l.fd(), &lp) {
                         break l;
                     }
                 }

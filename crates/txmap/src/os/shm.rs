@@ -42,20 +42,18 @@ impl SharedFile {
             OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode),
         )?;
-        let len = round_up(len);
-        let map = Reservation::new(len, None)?;
-        map.map_shared(0, len, fd.as_fd(), 0, Access::ReadWrite)?;
-        Ok(SharedFile {
-            fd,
-            map,
-            path: path.to_path_buf(),
-        })
+        Self::map(fd, path, len)
     }
 
     /// Opens an existing `path` (never creates it) and maps `len` bytes.
     pub fn open_existing(path: &Path, len: usize) -> std::io::Result<SharedFile> {
         use rustix::fs::{Mode, OFlags};
         let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        Self::map(fd, path, len)
+    }
+
+    /// Maps `len` bytes of the open file `fd` (at `path`).
+    fn map(fd: OwnedFd, path: &Path, len: usize) -> std::io::Result<SharedFile> {
         let len = round_up(len);
         let map = Reservation::new(len, None)?;
         map.map_shared(0, len, fd.as_fd(), 0, Access::ReadWrite)?;
@@ -151,10 +149,7 @@ impl SharedFile {
     /// True if the file at `self.path()` is still the one this maps (it
     /// was not removed or replaced meanwhile).
     pub fn still_at_path(&self) -> bool {
-        match (rustix::fs::fstat(&self.fd), rustix::fs::stat(&self.path)) {
-            (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
-            _ => false,
-        }
+        same_file(self.fd.as_fd(), &self.path)
     }
 
     /// Releases a byte lock taken by `lock_byte`.
@@ -191,6 +186,15 @@ fn ofd_lock(fd: &OwnedFd, off: u64, cmd: i32, kind: i16) -> std::io::Result<bool
         return Ok(fl.l_type == libc::F_UNLCK as i16);
     }
     Ok(true)
+}
+
+/// True if `fd` is the file now at `path` (same device and inode): it was
+/// not removed or replaced since it was opened.
+pub fn same_file(fd: std::os::fd::BorrowedFd<'_>, path: &Path) -> bool {
+    match (rustix::fs::fstat(fd), rustix::fs::stat(path)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
+    }
 }
 
 /// Is process `pid` still running? (kill with signal 0; EPERM means it exists.)
