@@ -185,17 +185,12 @@ pub struct Region {
 /// thread that closed the last handle, before that call returns. (Before,
 /// `xShutdown` could return while the flusher still held the region, and an
 /// immediate reopen in the other durability mode failed.)
+#[derive(Clone)]
 pub(crate) struct RegionRef(Option<Arc<RegionInner>>);
 
 impl RegionRef {
     fn new(inner: Arc<RegionInner>) -> RegionRef {
         RegionRef(Some(inner))
-    }
-}
-
-impl Clone for RegionRef {
-    fn clone(&self) -> RegionRef {
-        RegionRef(self.0.clone())
     }
 }
 
@@ -274,6 +269,10 @@ fn flock(f: &std::fs::File, op: rustix::fs::FlockOperation, path: &Path) -> Resu
     }
 }
 
+/// The suffix (then the creator's pid) of a region file being formatted
+/// under its temporary name.
+const CREATING: &str = ".creating-";
+
 /// Cleans up after a creator of the region at `path` that died before the
 /// region was in place: removes its log `lp` if nobody holds it locked (a
 /// live creator does until the region is renamed into place), the region
@@ -311,7 +310,7 @@ fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
     let dir = dir.unwrap_or(Path::new("."));
     if let (Some(name), Ok(entries)) = (path.file_name(), std::fs::read_dir(dir)) {
         let mut prefix = name.to_owned();
-        prefix.push(".creating-");
+        prefix.push(CREATING);
         let prefix = prefix.as_encoded_bytes();
         for e in entries.flatten() {
             let n = e.file_name();
@@ -474,7 +473,7 @@ impl Region {
             }
         };
         let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".creating-{}", std::process::id()));
+        tmp.push(format!("{CREATING}{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
         let dir = path.parent().unwrap_or(Path::new(""));
         let made = (|| {
