@@ -91,6 +91,11 @@
 // Nothing was mapped elsewhere instead.
 #define TXMAP_EADDR -13
 
+// The region is open read-only (its files are not writable by this
+// process, or it was opened with `TXMAP_OPEN_READ_ONLY`): a commit that
+// stored, a grow or a checkpoint cannot happen.
+#define TXMAP_EREADONLY -14
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -109,6 +114,11 @@
 // (they survive a crash of the process, and after power loss the region
 // recovers to a prefix of the commits). Without it commits are durable.
 #define TXMAP_ASYNC 1
+
+// Region open flag: open read-only, writing nothing to the region's
+// files (a region whose files this process may not write opens read-only
+// without it). A commit that stored fails with `TXMAP_EREADONLY`.
+#define TXMAP_OPEN_READ_ONLY 4
 
 // Transaction flag: a read-only transaction, which never conflicts; a store
 // in it makes `txmap_commit` fail with `TXMAP_EINVAL`.
@@ -346,7 +356,9 @@ int txmap_region_create_at(const char *path,
 // Opens the existing region at `path`, recovering it from its log if a
 // process died with it open. Other processes (and handles) may have it open
 // at once; `flags` (0 or `TXMAP_ASYNC`) must then match theirs, else
-// `TXMAP_EINVAL`. On failure `*out` is set to NULL.
+// `TXMAP_EINVAL`. `TXMAP_OPEN_READ_ONLY` opens it read-only, and so does a
+// region whose files this process may not write. On failure `*out` is set
+// to NULL.
 //
 // # Safety
 // `path` is NULL or a NUL-terminated string; `out` is NULL or writable.

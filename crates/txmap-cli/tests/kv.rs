@@ -333,3 +333,50 @@ fn sigkill_during_load_leaves_whole_batches_and_a_sound_region() {
     }
     assert!(partial > 0, "no round was killed in the middle of the load");
 }
+
+/// A 0444 region read by a user who may not write it (`nobody` through
+/// setpriv when the test runs as root): `kv get` and `kv scan` work, and
+/// `kv put` fails saying the region is read-only, changing nothing.
+/// (Before: every `kv` command failed with "Permission denied".)
+#[test]
+fn kv_reads_a_region_its_user_may_not_write() {
+    let d = ext4_dir("kv-read-only");
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let p = d.join("kv.txm");
+    let r = s(&p);
+    ok(&["kv", r, "put", "a", "1"]);
+    ok(&["kv", r, "put", "b", "2"]);
+    for f in [p.clone(), txmap::log_path(&p)] {
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o444)).unwrap();
+    }
+    let before = std::fs::read(&p).unwrap();
+    let as_reader = |args: &[&str]| {
+        let mut c = if rustix::process::geteuid().is_root() {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+            c.arg(env!("CARGO_BIN_EXE_txmap"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_txmap"))
+        };
+        c.args(args).output().expect("run txmap")
+    };
+    let o = as_reader(&["kv", r, "get", "b"]);
+    assert_eq!(
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()),
+        (Some(0), "2\n"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = as_reader(&["kv", r, "scan"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "a\t1\nb\t2\n");
+    let o = as_reader(&["kv", r, "put", "c", "3"]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("open read-only"), "{err}");
+    assert!(std::fs::read(&p).unwrap() == before);
+}

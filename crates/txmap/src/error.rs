@@ -76,6 +76,14 @@ pub enum Error {
         len: usize,
         holder: String,
     },
+    /// The region was opened read-only ([`crate::Options::read_only`], or
+    /// its files are not writable by this process): `op` needs to write.
+    #[error(
+        "{}: {op} needs to write, but the region is open read-only (its files are not \
+         writable here, or Options::read_only was set)",
+        path.display()
+    )]
+    ReadOnly { op: &'static str, path: PathBuf },
     /// An earlier write or sync failed; the data on disk may be behind memory.
     /// Close and reopen the region to recover from the log.
     #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]

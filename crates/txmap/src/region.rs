@@ -64,6 +64,15 @@ pub struct Options {
     /// [`Error::Corrupt`] naming the commits that would be lost, and writes
     /// nothing.
     pub accept_loss: bool,
+    /// Open without writing the region's files (they stay byte for byte as
+    /// they are). [`Region::open`] also falls back to this by itself when
+    /// the region or its log cannot be opened for writing (a 0444 file, a
+    /// read-only mount). Transactions read as usual; a commit that wrote
+    /// something, `grow` and `checkpoint` fail with [`Error::ReadOnly`].
+    /// Opened first, a read-only handle keeps the commits its log holds
+    /// since the checkpoint in shared memory instead of replaying them into
+    /// the file; writers that open the region meanwhile share that state.
+    pub read_only: bool,
 }
 
 /// How far behind long-running transactions may fall.
@@ -130,6 +139,7 @@ impl Default for Options {
             snapshot_limit: SnapshotLimit::default(),
             address: None,
             accept_loss: false,
+            read_only: false,
         }
     }
 }
@@ -436,6 +446,12 @@ impl Region {
     /// # drop(region); std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn create(path: &Path, size: u64, opts: Options) -> Result<Region> {
+        if opts.read_only {
+            return Err(Error::ReadOnly {
+                op: "creating a region",
+                path: path.to_path_buf(),
+            });
+        }
         check_size(size, opts.max_size)?;
         if let Some(a) = opts.address {
             check_address(a, opts.max_size)?;
@@ -575,9 +591,24 @@ impl Region {
     /// Opens an existing region. Any number of processes (and handles in
     /// one process) may have it open at once; the first to open it recovers
     /// it from its log if a process died with it open.
+    ///
+    /// A region whose files this process may not write (a 0444 file, a
+    /// read-only mount) opens read-only, as with [`Options::read_only`].
     pub fn open(path: &Path, opts: Options) -> Result<Region> {
-        let data = FileStorage::open(path, false).map_err(|e| Error::io("open", path, e))?;
+        let mut opts = opts;
         let lp = log_path(path);
+        // Read-write if allowed; read-only when asked, or when the region
+        // or its log may not be written here.
+        let open = |p: &Path, ro: &mut bool| -> Result<FileStorage> {
+            if !*ro {
+                match FileStorage::open(p, false) {
+                    Err(e) if not_writable(&e) => *ro = true,
+                    r => return r.map_err(|e| Error::io("open", p, e)),
+                }
+            }
+            FileStorage::open_read_only(p).map_err(|e| Error::io("open", p, e))
+        };
+        let mut data = open(path, &mut opts.read_only)?;
         if !lp.exists() {
             let mut page = vec![0u8; HEADER_BYTES as usize];
             let txmap = data.read_at(&mut page, 0).is_ok() && RegionHeader::decode(&page).is_ok();
@@ -596,7 +627,12 @@ impl Region {
                 ),
             ));
         }
-        let log = FileStorage::open(&lp, false).map_err(|e| Error::io("open", &lp, e))?;
+        let was_read_only = opts.read_only;
+        let log = open(&lp, &mut opts.read_only)?;
+        if opts.read_only && !was_read_only {
+            // The log is not writable: the region file is not written either.
+            data = open(path, &mut opts.read_only)?;
+        }
         let clone =
             |s: &FileStorage, p: &Path| s.file().try_clone().map_err(|e| Error::io("open", p, e));
         // Separate open file descriptions: flock belongs to those.
@@ -643,7 +679,9 @@ impl Region {
                 Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
                 None => true,
             };
-            let (mvcc, recovered, address, loss) = if alone {
+            let (mvcc, recovered, address, loss) = if alone && opts.read_only {
+                Self::first_open_read_only(&*data, &*log, &opts, locks.is_some())?
+            } else if alone {
                 Self::first_open(&*data, &*log, &opts, locks.is_some())?
             } else {
                 let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
@@ -699,7 +737,7 @@ impl Region {
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
-        if inner.opts.durability == Durability::Async {
+        if inner.opts.durability == Durability::Async && !inner.opts.read_only {
             start_flusher(&inner);
         }
         Ok(Region {
@@ -760,22 +798,100 @@ impl Region {
             limit_lag: limit.0,
             limit_versions: limit.1,
         };
-        let spath = if shared {
-            shared_path(data.path(), rec.header.region_id)?
-        } else {
-            std::env::temp_dir().join(format!(
-                "txmap-private-{:016x}-{}-{}",
-                rec.header.region_id,
-                std::process::id(),
-                PRIVATE.fetch_add(1, Ordering::Relaxed)
-            ))
-        };
-        let mvcc = Mvcc::create(&spath, &init, file_mode(data))
-            .map_err(|e| Error::io("create shared state", &spath, e))?;
-        if !shared {
-            let _ = std::fs::remove_file(&spath);
-        }
+        let mvcc = create_shared_state(data, &init, shared)?;
         Ok((mvcc, rec.replayed, want as usize, rec.loss))
+    }
+
+    /// Alone with the region and not allowed to write it: the commits its
+    /// log holds since the checkpoint are published as page versions in
+    /// the shared state (as a repair publishes a dead committer's) rather
+    /// than replayed into the file, and the log epoch goes on. Writers that
+    /// open the region meanwhile append after its last record; the first
+    /// checkpoint writes the versions into the file.
+    fn first_open_read_only(
+        data: &dyn Storage,
+        log: &dyn Storage,
+        opts: &Options,
+        shared: bool,
+    ) -> Result<(Mvcc, u64, usize, Vec<String>)> {
+        let limit = opts.snapshot_limit.encode()?;
+        let (header, page) = read_headers_raw(data, log)?;
+        let refuse = |op| Error::ReadOnly {
+            op,
+            path: data.path().to_path_buf(),
+        };
+        if opts.address.is_some_and(|a| a as u64 != header.address) {
+            return Err(refuse("recording a new fixed address (Options::address)"));
+        }
+        let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
+        let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
+            .map_err(|e| Error::os("map log", e))?;
+        let (reading, loss) = read_log(image.bytes(), &page, &header, log.path(), false)?;
+        debug_assert!(loss.is_empty(), "damage is an error without accept_loss");
+        let lh = reading.header;
+        let base = header.checkpoint_seq;
+        // Going on with this epoch needs its header as on disk and records
+        // that follow the checkpoint; anything else starts a new epoch.
+        if reading.rebuilt || !reading.damage.is_empty() || lh.start_seq > base.saturating_add(1) {
+            return Err(refuse(
+                "recovering a log whose header must be rewritten (open it writable once)",
+            ));
+        }
+        let records: Vec<_> = reading
+            .scan
+            .records
+            .iter()
+            .filter(|r| r.seq > base)
+            .collect();
+        let size = records
+            .iter()
+            .map(|r| r.data_size)
+            .fold(header.data_size, u64::max);
+        let dl = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+        if dl < HEADER_BYTES.saturating_add(size) {
+            return Err(refuse(
+                "recovering commits that grew the region beyond its file (open it writable once)",
+            ));
+        }
+        let max_size = opts.max_size.max(size);
+        let init = crate::mvcc::Init {
+            region_id: header.region_id,
+            durable: opts.durability == Durability::Durable,
+            max_pages: max_size / PAGE as u64,
+            commit_seq: base,
+            data_size: size,
+            region_generation: header.generation,
+            log_generation: lh.generation,
+            log_salt: lh.salt,
+            log_start_seq: lh.start_seq,
+            log_end: reading.scan.end,
+            log_allocated: ll,
+            limit_lag: limit.0,
+            limit_versions: limit.1,
+        };
+        let mvcc = create_shared_state(data, &init, shared)?;
+        {
+            let l = mvcc
+                .lock()
+                .map_err(|e| Error::io("lock shared state", mvcc.path(), e))?;
+            for r in &records {
+                publish_record(&mvcc, data, &l, r)?;
+            }
+            mvcc.hdr()
+                .written_seq
+                .fetch_max(mvcc.commit_seq(), Ordering::AcqRel);
+        }
+        assert_eq!(
+            mvcc.commit_seq(),
+            records.last().map_or(base, |r| r.seq),
+            "every record after the checkpoint is published, in order"
+        );
+        Ok((
+            mvcc,
+            records.len() as u64,
+            header.address as usize,
+            Vec::new(),
+        ))
     }
 
     /// Others have the region open: map their shared state and check that
@@ -839,6 +955,13 @@ impl Region {
         self.inner.size()
     }
 
+    /// Whether the region is open read-only ([`Options::read_only`], or
+    /// files this process may not write): commits that store fail with
+    /// [`Error::ReadOnly`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.opts.read_only
+    }
+
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -898,9 +1021,14 @@ impl Region {
 
     /// Closes this handle, reporting a failure of the final checkpoint (which
     /// dropping the last handle does silently; the log keeps the data either way).
-    /// Other clones and open views keep the region open.
+    /// Other clones and open views keep the region open. A read-only
+    /// handle writes nothing: it just closes.
     pub fn close(self) -> Result<()> {
-        let r = self.inner.checkpoint();
+        let r = if self.is_read_only() {
+            Ok(())
+        } else {
+            self.inner.checkpoint()
+        };
         drop(self);
         r
     }
@@ -1048,42 +1176,7 @@ pub(crate) fn recover(
     // Mapped, not read: a log held long by old snapshots may be large.
     let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
         .map_err(|e| Error::os("map log", e))?;
-    let bytes = image.bytes();
-    let reading = scan::read(
-        bytes,
-        LogHeader::decode(&page).ok(),
-        &crate::wal::format::damaged_slots(&page, crate::wal::format::LOG_MAGIC),
-        header.region_id,
-        header.checkpoint_seq,
-    );
-    let mut loss = Vec::new();
-    if let Some(d) = reading.damage.first() {
-        let lost = crate::error::Lost {
-            first: d.seq,
-            last: reading.damage.iter().filter_map(|d| d.last).max(),
-        };
-        if !accept_loss {
-            return Err(Error::Corrupt {
-                path: log.path().to_path_buf(),
-                offset: d.offset,
-                what: reading
-                    .damage
-                    .iter()
-                    .map(|d| d.what.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                lost: Some(lost),
-            });
-        }
-        for d in &reading.damage {
-            loss.push(format!(
-                "{} at offset {}: {}",
-                log.path().display(),
-                d.offset,
-                d.what
-            ));
-        }
-    }
+    let (reading, mut loss) = read_log(image.bytes(), &page, &header, log.path(), accept_loss)?;
     let lh = reading.header;
     // After a gap nothing can be replayed onto the checkpoint.
     let gap = lh.start_seq > header.checkpoint_seq.saturating_add(1);
@@ -1144,6 +1237,98 @@ pub(crate) fn recover(
     })
 }
 
+/// Reads the log's records after the region's checkpoint. Damage a crash
+/// cannot explain is an error naming the commits it loses, unless
+/// `accept_loss`: then it is described in the returned lines.
+fn read_log<'a>(
+    bytes: &'a [u8],
+    header_page: &[u8],
+    header: &RegionHeader,
+    path: &Path,
+    accept_loss: bool,
+) -> Result<(scan::Reading<'a>, Vec<String>)> {
+    let reading = scan::read(
+        bytes,
+        LogHeader::decode(header_page).ok(),
+        &crate::wal::format::damaged_slots(header_page, crate::wal::format::LOG_MAGIC),
+        header.region_id,
+        header.checkpoint_seq,
+    );
+    let mut loss = Vec::new();
+    if let Some(d) = reading.damage.first() {
+        let lost = crate::error::Lost {
+            first: d.seq,
+            last: reading.damage.iter().filter_map(|d| d.last).max(),
+        };
+        if !accept_loss {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                offset: d.offset,
+                what: reading
+                    .damage
+                    .iter()
+                    .map(|d| d.what.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                lost: Some(lost),
+            });
+        }
+        for d in &reading.damage {
+            loss.push(format!(
+                "{} at offset {}: {}",
+                path.display(),
+                d.offset,
+                d.what
+            ));
+        }
+    }
+    Ok((reading, loss))
+}
+
+/// Publishes a logged commit: each page it changed is its previous version
+/// (or the region file's page) with the record's byte ranges applied.
+fn publish_record(
+    mvcc: &Mvcc,
+    data: &dyn Storage,
+    l: &crate::mvcc::Locked<'_>,
+    r: &crate::wal::format::CommitRecord<'_>,
+) -> Result<()> {
+    let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+    for range in &r.ranges {
+        let mut off = range.offset;
+        let mut bytes = range.bytes;
+        while !bytes.is_empty() {
+            let p = (off / PAGE as u64) as u32;
+            let in_page = (off % PAGE as u64) as usize;
+            let n = bytes.len().min(PAGE - in_page);
+            if let std::collections::btree_map::Entry::Vacant(slot) = pages.entry(p) {
+                let mut buf = vec![0u8; PAGE];
+                match mvcc.lookup(p as usize, r.seq - 1) {
+                    Some(v) => buf.copy_from_slice(v.data),
+                    None => {
+                        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+                        if at + PAGE as u64 <= len {
+                            data.read_at(&mut buf, at)
+                                .map_err(|e| Error::io("read", data.path(), e))?;
+                        }
+                    }
+                }
+                slot.insert(buf);
+            }
+            let buf = pages.get_mut(&p).expect("inserted above");
+            buf[in_page..in_page + n].copy_from_slice(&bytes[..n]);
+            off += n as u64;
+            bytes = &bytes[n..];
+        }
+    }
+    let list: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
+    let err = |e| Error::io("lock shared state", mvcc.path(), e);
+    mvcc.reserve(l, list.len()).map_err(err)?;
+    mvcc.publish(l, r.seq, &list, Log::synced_seq(mvcc.hdr()))
+        .map_err(err)
+}
+
 /// Syncs the data, then writes and syncs a header slot: the header never
 /// claims data that is not on disk.
 fn write_region_header(data: &dyn Storage, h: &RegionHeader) -> Result<()> {
@@ -1186,9 +1371,41 @@ fn random_seed() -> u64 {
     .next()
 }
 
-/// Permission bits for the shared state: those of the region file.
+/// Creates the shared state of a region opened alone: in `/dev/shm` where
+/// other processes find it, or private to this handle.
+fn create_shared_state(data: &dyn Storage, init: &crate::mvcc::Init, shared: bool) -> Result<Mvcc> {
+    let spath = if shared {
+        shared_path(data.path(), init.region_id)?
+    } else {
+        std::env::temp_dir().join(format!(
+            "txmap-private-{:016x}-{}-{}",
+            init.region_id,
+            std::process::id(),
+            PRIVATE.fetch_add(1, Ordering::Relaxed)
+        ))
+    };
+    let mvcc = Mvcc::create(&spath, init, file_mode(data))
+        .map_err(|e| Error::io("create shared state", &spath, e))?;
+    if !shared {
+        let _ = std::fs::remove_file(&spath);
+    }
+    Ok(mvcc)
+}
+
+/// Whether opening for writing failed for want of permission (a 0444 file,
+/// a read-only mount), so that a read-only open may work.
+fn not_writable(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EACCES | libc::EROFS | libc::EPERM)
+    )
+}
+
+/// Permission bits for the shared state: those of the region file, and
+/// writable by its creator (a read-only user of a 0444 region joins the
+/// shared state of another process of the same user).
 fn file_mode(data: &dyn Storage) -> u32 {
-    rustix::fs::fstat(data.fd()).map_or(0o600, |st| st.st_mode & 0o666)
+    rustix::fs::fstat(data.fd()).map_or(0o600, |st| st.st_mode & 0o666 | 0o200)
 }
 
 impl RegionInner {
@@ -1306,50 +1523,12 @@ impl RegionInner {
         Ok(())
     }
 
-    /// Publishes a logged commit: each page it changed is its previous
-    /// version with the record's byte ranges applied.
     fn republish(
         &self,
         l: &crate::mvcc::Locked<'_>,
         r: &crate::wal::format::CommitRecord<'_>,
     ) -> Result<()> {
-        let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
-        for range in &r.ranges {
-            let mut off = range.offset;
-            let mut bytes = range.bytes;
-            while !bytes.is_empty() {
-                let p = (off / PAGE as u64) as u32;
-                let in_page = (off % PAGE as u64) as usize;
-                let n = bytes.len().min(PAGE - in_page);
-                if let std::collections::btree_map::Entry::Vacant(slot) = pages.entry(p) {
-                    let mut buf = vec![0u8; PAGE];
-                    match self.mvcc.lookup(p as usize, r.seq - 1) {
-                        Some(v) => buf.copy_from_slice(v.data),
-                        None => {
-                            let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
-                            let len = self.data.len().unwrap_or(0);
-                            if at + PAGE as u64 <= len {
-                                self.data
-                                    .read_at(&mut buf, at)
-                                    .map_err(|e| Error::io("read", &self.path, e))?;
-                            }
-                        }
-                    }
-                    slot.insert(buf);
-                }
-                let buf = pages.get_mut(&p).expect("inserted above");
-                buf[in_page..in_page + n].copy_from_slice(&bytes[..n]);
-                off += n as u64;
-                bytes = &bytes[n..];
-            }
-        }
-        let list: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
-        self.mvcc
-            .reserve(l, list.len())
-            .map_err(|e| self.shared_lock_err(e))?;
-        self.mvcc
-            .publish(l, r.seq, &list, Log::synced_seq(self.mvcc.hdr()))
-            .map_err(|e| self.shared_lock_err(e))
+        publish_record(&self.mvcc, &*self.data, l, r)
     }
 
     /// The version store could not take more versions: expire the oldest
@@ -1363,8 +1542,20 @@ impl RegionInner {
         }
     }
 
+    /// Fails if this handle may not write the region's files.
+    fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.opts.read_only {
+            return Err(Error::ReadOnly {
+                op,
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
     pub fn grow(&self, size: u64) -> Result<()> {
         self.check_owner()?;
+        self.check_writable("growing the region")?;
         let size = round_up(size as usize) as u64;
         let h = self.mvcc.hdr();
         let _g = h.grow_lock.lock().map_err(|e| self.shared_lock_err(e))?;
@@ -1388,6 +1579,7 @@ impl RegionInner {
     /// as durable as the region's mode promises.
     pub fn commit(&self, req: CommitRequest<'_>) -> Result<u64> {
         self.check_owner()?;
+        self.check_writable("commit")?;
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(h)?;
         let seq = {
@@ -1435,18 +1627,41 @@ impl RegionInner {
             // its commit) must not hold the checkpoint back, or a log that
             // only commits checkpoint is never reset.
             self.mvcc.end(req.slot);
-            let _ = self.checkpoint();
+            let _ = self.checkpoint_unless_busy();
         }
         Ok(seq)
     }
 
     pub fn checkpoint(&self) -> Result<()> {
         self.check_owner()?;
-        let h = self.mvcc.hdr();
-        let g = h
+        self.check_writable("checkpoint")?;
+        let g = self
+            .mvcc
+            .hdr()
             .checkpoint_lock
             .lock()
             .map_err(|e| self.shared_lock_err(e))?;
+        self.checkpoint_locked(g)
+    }
+
+    /// A checkpoint unless one is under way: the automatic checkpoint of a
+    /// commit must not wait for another process's (it may be stopped, and
+    /// its checkpoint empties the log all the same).
+    fn checkpoint_unless_busy(&self) -> Result<()> {
+        let g = self
+            .mvcc
+            .hdr()
+            .checkpoint_lock
+            .try_lock()
+            .map_err(|e| self.shared_lock_err(e))?;
+        match g {
+            Some(g) => self.checkpoint_locked(g),
+            None => Ok(()),
+        }
+    }
+
+    fn checkpoint_locked(&self, g: crate::os::lock::Guard<'_>) -> Result<()> {
+        let h = self.mvcc.hdr();
         if g.owner_died {
             // The region header may be newer on disk than in shared memory.
             let mut page = vec![0u8; HEADER_BYTES as usize];

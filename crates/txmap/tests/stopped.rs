@@ -56,6 +56,14 @@ fn as_child() -> bool {
             }
             acks.line("DONE");
         }
+        "checkpointer" => {
+            let r = Region::open(path.as_ref(), Options::default()).unwrap();
+            let c = bump(&r, 0);
+            txmap::debug::stop_at(CrashPoint::CheckpointWriting, 1);
+            r.checkpoint().unwrap();
+            acks.line(&format!("ACK {c}"));
+            acks.line("DONE");
+        }
         "committer" => {
             let w: u64 = env("TXMAP_SLOT").parse().unwrap();
             let opts = Options {
@@ -210,4 +218,48 @@ fn commits_made_while_the_sync_leader_is_stopped_survive_sigkill() {
         "commits_made_while_the_sync_leader_is_stopped_survive_sigkill",
         true,
     );
+}
+
+/// A process stopped inside a checkpoint (holding the checkpoint lock)
+/// stalls no committer: commits past `checkpoint_bytes` skip the automatic
+/// checkpoint while another one is under way, instead of waiting for it.
+/// (Before: every committer waited in its automatic checkpoint for as long
+/// as the checkpointer stayed stopped.)
+#[test]
+fn a_stopped_checkpointer_does_not_stall_commits() {
+    if as_child() {
+        return;
+    }
+    let test = "a_stopped_checkpointer_does_not_stall_commits";
+    let d = ext4_dir(test);
+    let p = d.join("r.txm");
+    drop(Region::create(&p, (COMMITTERS + 1) * PAGE, Options::default()).unwrap());
+    let base = |ack: &Path| {
+        vec![
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_ACK", ack.display().to_string()),
+        ]
+    };
+    let a_ack = d.join("ack-a");
+    let mut a = Proc::spawn(test, "checkpointer", &base(&a_ack), d.join("err-a"));
+    wait_until("the checkpointer to stop inside its checkpoint", || {
+        a.state() == 'T'
+    });
+    for w in 1..=COMMITTERS {
+        let mut e = base(&d.join(&format!("ack-{w}")));
+        e.push(("TXMAP_SLOT", w.to_string()));
+        let mut b = Proc::spawn(test, "committer", &e, d.join(&format!("err-{w}")));
+        b.wait_ok(&format!("committer {w} while the checkpointer is stopped"));
+        assert_eq!(
+            read_acks(&d.join(&format!("ack-{w}"))).0,
+            (1..=COMMITS).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(a.state(), 'T', "the checkpointer was continued too early");
+    a.signal(rustix::process::Signal::CONT);
+    a.wait_ok("the checkpointer after SIGCONT");
+    assert_eq!(read_acks(&a_ack), (vec![1], true));
+    let mut want = vec![1];
+    want.extend([COMMITS; COMMITTERS as usize]);
+    assert_eq!(counters(&p), want, "after a clean reopen");
 }

@@ -68,6 +68,10 @@ pub const TXMAP_ENOSPACE: c_int = -12;
 /// there (`txmap_errmsg` names the range, the region and what holds it).
 /// Nothing was mapped elsewhere instead.
 pub const TXMAP_EADDR: c_int = -13;
+/// The region is open read-only (its files are not writable by this
+/// process, or it was opened with `TXMAP_OPEN_READ_ONLY`): a commit that
+/// stored, a grow or a checkpoint cannot happen.
+pub const TXMAP_EREADONLY: c_int = -14;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -109,6 +113,7 @@ impl From<Error> for Failure {
             Error::SnapshotTooOld { .. } => (TXMAP_ESNAPSHOT, libc::ESTALE),
             Error::VersionStoreFull { .. } => (TXMAP_ENOSPACE, libc::ENOSPC),
             Error::AddressTaken { .. } => (TXMAP_EADDR, libc::EEXIST),
+            Error::ReadOnly { .. } => (TXMAP_EREADONLY, libc::EROFS),
         };
         Failure::new(code, errno, e.to_string())
     }
@@ -205,7 +210,7 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
 
 /// Every `TXMAP_*` return code with its description: the one table
 /// `txmap_strerror` reads (a test checks it covers every code).
-const CODES: [(c_int, &CStr); 14] = [
+const CODES: [(c_int, &CStr); 15] = [
     (TXMAP_OK, c"success"),
     (
         TXMAP_CONFLICT,
@@ -235,6 +240,10 @@ const CODES: [(c_int, &CStr); 14] = [
         TXMAP_EADDR,
         c"the region's address is taken by another mapping",
     ),
+    (
+        TXMAP_EREADONLY,
+        c"the region is open read-only; nothing was written",
+    ),
 ];
 
 /// A static description of a `TXMAP_*` return code ("unknown code" for
@@ -260,11 +269,11 @@ mod tests {
             unsafe { CStr::from_ptr(txmap_strerror(c)) }
         };
         let mut seen = std::collections::HashSet::new();
-        for c in (TXMAP_EADDR..=TXMAP_OK).rev() {
+        for c in (TXMAP_EREADONLY..=TXMAP_OK).rev() {
             assert_ne!(text(c), c"unknown code", "code {c}");
             assert!(seen.insert(text(c)), "code {c} shares its text");
         }
-        assert_eq!(text(TXMAP_EADDR - 1), c"unknown code");
+        assert_eq!(text(TXMAP_EREADONLY - 1), c"unknown code");
         assert_eq!(CODES.len(), seen.len());
     }
 

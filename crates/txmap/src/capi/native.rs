@@ -12,6 +12,10 @@ use crate::{Durability, Error, Isolation, Options, PageAccess, Region, TxnOption
 /// (they survive a crash of the process, and after power loss the region
 /// recovers to a prefix of the commits). Without it commits are durable.
 pub const TXMAP_ASYNC: c_int = 1;
+/// Region open flag: open read-only, writing nothing to the region's
+/// files (a region whose files this process may not write opens read-only
+/// without it). A commit that stored fails with `TXMAP_EREADONLY`.
+pub const TXMAP_OPEN_READ_ONLY: c_int = 4;
 
 /// Transaction flag: a read-only transaction, which never conflicts; a store
 /// in it makes `txmap_commit` fail with `TXMAP_EINVAL`.
@@ -39,10 +43,11 @@ pub struct txmap_view {
 }
 
 fn region_options(flags: c_int) -> Result<Options, Failure> {
-    if flags & !TXMAP_ASYNC != 0 {
+    if flags & !(TXMAP_ASYNC | TXMAP_OPEN_READ_ONLY) != 0 {
         return Err(Failure::invalid(format!("unknown region flags {flags:#x}")));
     }
     Ok(Options {
+        read_only: flags & TXMAP_OPEN_READ_ONLY != 0,
         durability: if flags & TXMAP_ASYNC != 0 {
             Durability::Async
         } else {
@@ -135,7 +140,9 @@ pub unsafe extern "C" fn txmap_region_create_at(
 /// Opens the existing region at `path`, recovering it from its log if a
 /// process died with it open. Other processes (and handles) may have it open
 /// at once; `flags` (0 or `TXMAP_ASYNC`) must then match theirs, else
-/// `TXMAP_EINVAL`. On failure `*out` is set to NULL.
+/// `TXMAP_EINVAL`. `TXMAP_OPEN_READ_ONLY` opens it read-only, and so does a
+/// region whose files this process may not write. On failure `*out` is set
+/// to NULL.
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.

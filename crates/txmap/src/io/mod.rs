@@ -78,10 +78,19 @@ impl FileStorage {
     /// Opens `path` read-write, creating it if `create` is set. Anything
     /// but a regular file is refused (`O_NONBLOCK`: a FIFO does not block).
     pub fn open(path: &Path, create: bool) -> std::io::Result<FileStorage> {
+        Self::open_mode(path, create, true)
+    }
+
+    /// Opens `path` for reading only: writes fail with `EBADF`.
+    pub fn open_read_only(path: &Path) -> std::io::Result<FileStorage> {
+        Self::open_mode(path, false, false)
+    }
+
+    fn open_mode(path: &Path, create: bool, write: bool) -> std::io::Result<FileStorage> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(write)
             .create(create)
             .truncate(false)
             .custom_flags(libc::O_NONBLOCK)

@@ -319,6 +319,12 @@ impl View {
         }
         // A forked child shares this view's private memory with its parent.
         self.inner.region.check_owner()?;
+        // On a read-only region every transaction is read-only: a store
+        // dooms it, and its commit says why (`Error::ReadOnly`).
+        let opts = TxnOptions {
+            read_only: opts.read_only || self.inner.region.opts.read_only,
+            ..opts
+        };
         self.sync_size()?;
         let s = self.inner.region.mvcc.begin(self.inner.slot);
         let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
@@ -450,6 +456,12 @@ impl View {
         match v.doomed.load(Ordering::Relaxed) {
             0 => {}
             DOOM_USER => return Err(Error::Aborted),
+            DOOM_READ_ONLY_WRITE if v.region.opts.read_only => {
+                return Err(Error::ReadOnly {
+                    op: "committing a transaction that stored",
+                    path: v.region.path.clone(),
+                });
+            }
             DOOM_READ_ONLY_WRITE => {
                 return Err(Error::Invalid(
                     "store inside a read-only transaction; it was rolled back".into(),
