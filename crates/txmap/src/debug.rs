@@ -191,7 +191,7 @@ pub(crate) fn sync_pause() {
 /// later commit in every process that has it open fails with
 /// `Error::Poisoned`. For tests of how that is reported.
 pub fn poison(region: &crate::Region, msg: &str) {
-    region.inner.mvcc.hdr().poison(msg);
+    region.inner.mvcc.hdr().log.poison(msg);
 }
 
 static NO_RENAME_NOREPLACE: AtomicBool = AtomicBool::new(false);

@@ -318,15 +318,15 @@ fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
         commit_seq: m.commit_seq(),
         snapshots: m.live_snapshots(),
         version_pages: m.version_pages(),
-        log_bytes: crate::wal::log::Log::epoch_bytes(h),
+        log_bytes: crate::wal::log::Log::epoch_bytes(&h.log),
         snapshot_limit: {
             let (lag, versions) = m.limit();
             crate::SnapshotLimit::decode(lag, versions)
         },
         expired_snapshots: m.expiry_counts().0,
         preserved_pages: m.expiry_counts().1,
-        poisoned: crate::wal::log::poison_message(h),
-        sync_leader: crate::wal::log::sync_leader(h),
+        poisoned: crate::wal::log::poison_message(&h.log),
+        sync_leader: crate::wal::log::sync_leader(&h.log),
     })
 }
 

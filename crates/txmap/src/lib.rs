@@ -42,6 +42,7 @@ pub mod inspect;
 pub mod io;
 pub mod mvcc;
 pub mod os;
+pub mod rand;
 mod region;
 mod view;
 pub mod wal;

@@ -549,8 +549,9 @@ impl Region {
         address: Option<usize>,
         max_size: u64,
     ) -> Result<()> {
-        let region_id = random_seed();
-        let address = address.or_else(|| crate::os::mem::fixed_address(random_seed(), max_size));
+        let region_id = crate::rand::fresh();
+        let address =
+            address.or_else(|| crate::os::mem::fixed_address(crate::rand::fresh(), max_size));
         let header = RegionHeader {
             region_id,
             generation: 1,
@@ -772,7 +773,7 @@ impl Region {
         let want = match opts.address {
             Some(a) => a as u64,
             None if rec.header.address == 0 => {
-                crate::os::mem::fixed_address(random_seed(), max_size).unwrap_or(0) as u64
+                crate::os::mem::fixed_address(crate::rand::fresh(), max_size).unwrap_or(0) as u64
             }
             None => rec.header.address,
         };
@@ -785,16 +786,17 @@ impl Region {
             crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
         let init = crate::mvcc::Init {
             region_id: rec.header.region_id,
-            durable: opts.durability == Durability::Durable,
             max_pages: max_size / PAGE as u64,
             commit_seq: rec.header.checkpoint_seq,
             data_size: rec.header.data_size,
             region_generation: rec.header.generation,
-            log_generation: lh.generation,
-            log_salt: lh.salt,
-            log_start_seq: lh.start_seq,
-            log_end: HEADER_BYTES,
-            log_allocated: allocated,
+            log: crate::wal::shared::LogInit {
+                durable: opts.durability == Durability::Durable,
+                header: lh,
+                last_seq: rec.header.checkpoint_seq,
+                end: HEADER_BYTES,
+                allocated,
+            },
             limit_lag: limit.0,
             limit_versions: limit.1,
         };
@@ -856,16 +858,17 @@ impl Region {
         let max_size = opts.max_size.max(size);
         let init = crate::mvcc::Init {
             region_id: header.region_id,
-            durable: opts.durability == Durability::Durable,
             max_pages: max_size / PAGE as u64,
             commit_seq: base,
             data_size: size,
             region_generation: header.generation,
-            log_generation: lh.generation,
-            log_salt: lh.salt,
-            log_start_seq: lh.start_seq,
-            log_end: reading.scan.end,
-            log_allocated: ll,
+            log: crate::wal::shared::LogInit {
+                durable: opts.durability == Durability::Durable,
+                header: lh,
+                last_seq: base,
+                end: reading.scan.end,
+                allocated: ll,
+            },
             limit_lag: limit.0,
             limit_versions: limit.1,
         };
@@ -877,9 +880,7 @@ impl Region {
             for r in &records {
                 publish_record(&mvcc, data, &l, r)?;
             }
-            mvcc.hdr()
-                .written_seq
-                .fetch_max(mvcc.commit_seq(), Ordering::AcqRel);
+            mvcc.hdr().log.raise_written(mvcc.commit_seq());
         }
         assert_eq!(
             mvcc.commit_seq(),
@@ -925,7 +926,7 @@ impl Region {
                 spath.display()
             )));
         }
-        let theirs = if h.durability.load(Ordering::Acquire) == crate::mvcc::layout::DURABLE {
+        let theirs = if h.log.durable() {
             Durability::Durable
         } else {
             Durability::Async
@@ -1038,9 +1039,9 @@ impl Region {
         self.inner.check_owner()?;
         let i = &self.inner;
         let h = i.mvcc.hdr();
-        i.log.flush(h, i.mvcc.commit_seq())?;
+        i.log.flush(&h.log, i.mvcc.commit_seq())?;
         let l = i.lock_commit()?;
-        i.mvcc.prune_synced(&l, Log::synced_seq(h));
+        i.mvcc.prune_synced(&l, Log::synced_seq(&h.log));
         Ok(())
     }
 
@@ -1058,17 +1059,17 @@ impl Region {
             size: i.size(),
             commit_seq: i.mvcc.commit_seq(),
             checkpoint_seq: h.checkpoint_seq.load(Ordering::Acquire),
-            log_bytes: Log::epoch_bytes(h),
+            log_bytes: Log::epoch_bytes(&h.log),
             version_pages: i.mvcc.version_pages(),
             live_snapshots: snapshots.len(),
             oldest_snapshot: snapshots.iter().map(|s| s.snapshot).min(),
             snapshots,
             recovered_commits: i.recovered,
             recovery_loss: i.recovery_loss.clone(),
-            log_syncs: h.syncs.load(Ordering::Relaxed),
+            log_syncs: h.log.syncs(),
             shared_path: i.mvcc.path().to_path_buf(),
             opened_alone: i.opened_alone,
-            poisoned: crate::wal::log::poison_message(h),
+            poisoned: crate::wal::log::poison_message(&h.log),
         }
     }
 }
@@ -1325,7 +1326,7 @@ fn publish_record(
     let list: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
     let err = |e| Error::io("lock shared state", mvcc.path(), e);
     mvcc.reserve(l, list.len()).map_err(err)?;
-    mvcc.publish(l, r.seq, &list, Log::synced_seq(mvcc.hdr()))
+    mvcc.publish(l, r.seq, &list, Log::synced_seq(&mvcc.hdr().log))
         .map_err(err)
 }
 
@@ -1356,20 +1357,6 @@ pub(crate) struct CommitRequest<'a> {
 }
 
 static PRIVATE: AtomicU64 = AtomicU64::new(0);
-
-/// A seed that differs between calls, processes and times (for region ids
-/// and fixed addresses).
-fn random_seed() -> u64 {
-    static CALLS: AtomicU64 = AtomicU64::new(0);
-    crate::io::sim::SplitMix(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()) << 40
-            ^ CALLS.fetch_add(1, Ordering::Relaxed).rotate_left(20),
-    )
-    .next()
-}
 
 /// Creates the shared state of a region opened alone: in `/dev/shm` where
 /// other processes find it, or private to this handle.
@@ -1436,6 +1423,12 @@ impl RegionInner {
         Error::io("lock shared state", self.mvcc.path(), e)
     }
 
+    /// Where the region's data starts in this process's image of the file
+    /// (past the header page); mapped up to the size `map_image` was given.
+    pub fn image_data(&self) -> *const u8 {
+        self.image.base().wrapping_add(HEADER_BYTES as usize)
+    }
+
     /// Maps the region file in this process's image up to `size` bytes (other
     /// processes may have grown it).
     pub fn map_image(&self, size: u64) -> Result<()> {
@@ -1465,7 +1458,7 @@ impl RegionInner {
         {
             // The lock is consistent again, so no later holder would
             // repair: nobody may commit on the half-done state.
-            crate::wal::log::poison(self.mvcc.hdr(), &e);
+            crate::wal::log::poison(&self.mvcc.hdr().log, &e);
             return Err(e);
         }
         Ok(l)
@@ -1489,17 +1482,15 @@ impl RegionInner {
             .map_err(|e| Error::io("read header of", storage.path(), e))?;
         let disk = LogHeader::decode(&page)
             .map_err(|e| Error::corrupt(storage.path(), 0, e.to_string()))?;
-        if disk.generation > h.log_generation.load(Ordering::Acquire) {
-            crate::wal::log::publish_epoch(h, &disk);
+        if disk.generation > h.log.generation() {
+            crate::wal::log::publish_epoch(&h.log, &disk);
         }
-        let from = h.published_end.load(Ordering::Acquire);
-        let to = h.log_end.load(Ordering::Acquire);
+        let (from, to, salt) = h.log.unpublished();
         if to > from {
             let mut bytes = vec![0u8; (to - from) as usize];
             storage
                 .read_at(&mut bytes, from)
                 .map_err(|e| Error::io("read", storage.path(), e))?;
-            let salt = h.log_salt.load(Ordering::Acquire);
             let mut at = 0;
             while at < bytes.len() {
                 let r = crate::wal::format::decode_record(&bytes[at..], salt).map_err(|e| {
@@ -1515,10 +1506,9 @@ impl RegionInner {
                 }
                 self.republish(l, &r)?;
             }
-            h.published_end.store(to, Ordering::Release);
+            h.log.mark_published();
         }
-        h.written_seq
-            .fetch_max(self.mvcc.commit_seq(), Ordering::AcqRel);
+        h.log.raise_written(self.mvcc.commit_seq());
         self.mvcc.dedupe_dirty(l);
         Ok(())
     }
@@ -1534,7 +1524,8 @@ impl RegionInner {
     /// The version store could not take more versions: expire the oldest
     /// snapshot holding old ones, so memory comes back when it ends.
     fn version_store_full(&self, e: std::io::Error) -> Error {
-        self.mvcc.expire_oldest(Log::synced_seq(self.mvcc.hdr()));
+        self.mvcc
+            .expire_oldest(Log::synced_seq(&self.mvcc.hdr().log));
         Error::VersionStoreFull {
             path: self.mvcc.path().to_path_buf(),
             versions: self.mvcc.version_pages() as u64,
@@ -1564,7 +1555,7 @@ impl RegionInner {
             return Ok(());
         }
         check_size(size, self.opts.max_size)?;
-        crate::wal::log::check_poison(h)?;
+        crate::wal::log::check_poison(&h.log)?;
         self.data
             .set_len(HEADER_BYTES + size)
             .map_err(|e| Error::io("allocate disk space to grow", &self.path, e))?;
@@ -1581,7 +1572,7 @@ impl RegionInner {
         self.check_owner()?;
         self.check_writable("commit")?;
         let h = self.mvcc.hdr();
-        crate::wal::log::check_poison(h)?;
+        crate::wal::log::check_poison(&h.log)?;
         let seq = {
             let l = self.lock_commit()?;
             let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
@@ -1605,22 +1596,28 @@ impl RegionInner {
                 .map_err(|e| self.version_store_full(e))?;
             let seq = self.mvcc.commit_seq() + 1;
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
-            self.log
-                .append(h, &l, seq, self.size(), req.ranges.iter().cloned())?;
+            self.log.append(
+                &h.log,
+                l.guard(),
+                seq,
+                self.size(),
+                req.ranges.iter().cloned(),
+            )?;
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
-            let published = self.mvcc.publish(&l, seq, &req.pages, Log::synced_seq(h));
+            let published = self
+                .mvcc
+                .publish(&l, seq, &req.pages, Log::synced_seq(&h.log));
             assert!(
                 published.is_ok(),
                 "publishing a logged commit failed after space was reserved: {published:?}"
             );
-            h.published_end
-                .store(h.log_end.load(Ordering::Acquire), Ordering::Release);
+            h.log.mark_published();
             seq
         };
         if self.opts.durability == Durability::Durable {
-            self.log.flush(h, seq)?;
+            self.log.flush(&h.log, seq)?;
         }
-        if Log::epoch_bytes(h) > self.opts.checkpoint_bytes {
+        if Log::epoch_bytes(&h.log) > self.opts.checkpoint_bytes {
             // This commit is already as durable as promised: a failing
             // checkpoint poisons the log, and the next call reports it.
             // The transaction reads nothing more: its snapshot (older than
@@ -1675,10 +1672,10 @@ impl RegionInner {
             h.checkpoint_seq
                 .fetch_max(disk.checkpoint_seq, Ordering::AcqRel);
         }
-        crate::wal::log::check_poison(h)?;
+        crate::wal::log::check_poison(&h.log)?;
         // A process that died in a transaction pins nothing from now on.
         self.mvcc.reap_dead_slots();
-        self.log.sync_all(h)?;
+        self.log.sync_all(&h.log)?;
         // Every synced commit goes to the file, however old the live
         // snapshots: what they read there is preserved first. The bound is
         // chosen under the same hold of the commit lock as the pages: every
@@ -1691,7 +1688,7 @@ impl RegionInner {
         crate::debug::checkpoint_pause();
         let (mut t, mut pages, preserve, oldest) = {
             let l = self.lock_commit()?;
-            let (t, oldest) = self.mvcc.horizon(Log::synced_seq(h));
+            let (t, oldest) = self.mvcc.horizon(Log::synced_seq(&h.log));
             let (pages, preserve) = if t > ckpt {
                 pin.pages(&l, t, ckpt, oldest, true)
             } else {
@@ -1749,14 +1746,15 @@ impl RegionInner {
                 Ok(())
             })();
             if let Err(e) = r {
-                crate::wal::log::poison(h, &e);
+                crate::wal::log::poison(&h.log, &e);
                 return Err(e);
             }
         }
         drop(pin);
         let l = self.lock_commit()?;
         let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
-        self.log.maybe_reset(h, &l, ckpt)?;
+        self.log
+            .maybe_reset(&h.log, l.guard(), self.mvcc.commit_seq(), ckpt)?;
         self.mvcc.trim(&l, ckpt);
         drop(l);
         drop(g);
@@ -1817,12 +1815,12 @@ fn start_flusher(inner: &Arc<RegionInner>) {
                 let Some(r) = weak.upgrade() else { return };
                 crate::debug::flusher_pause();
                 let h = r.mvcc.hdr();
-                let w = Log::written_seq(h);
-                if Log::synced_seq(h) < w && r.log.flush(h, w).is_err() {
+                let w = Log::written_seq(&h.log);
+                if Log::synced_seq(&h.log) < w && r.log.flush(&h.log, w).is_err() {
                     return; // the log is poisoned; commits report it
                 }
                 let Ok(l) = r.lock_commit() else { return };
-                r.mvcc.prune_synced(&l, Log::synced_seq(h));
+                r.mvcc.prune_synced(&l, Log::synced_seq(&h.log));
             }
         });
     if let Ok(h) = h {

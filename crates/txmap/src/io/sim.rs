@@ -343,17 +343,6 @@ impl Storage for SimStorage {
     }
 }
 
-/// A small deterministic generator, so a failing seed replays exactly.
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    /// The next pseudo-random value.
-    #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+/// The crate's generator (`crate::rand`), here for the tests that use it
+/// with the simulator.
+pub use crate::rand::SplitMix;

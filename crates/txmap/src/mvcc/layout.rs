@@ -3,19 +3,16 @@
 //! maps it; nothing in it survives the last close (the region file and log
 //! are the durable truth, and the first opener rebuilds this from them).
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::os::lock::SharedMutex;
 use crate::os::mem::{PAGE, round_up};
 use crate::os::shm::SharedPod;
+use crate::wal::shared::LogShared;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 4;
-/// `Header::durability` of a region whose commits wait for their sync.
-pub const DURABLE: u32 = 1;
-/// `Header::durability` of a region whose commits return before it.
-pub const ASYNC: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Views (one slot each) open on one region at once, across all processes.
 pub const MAX_SLOTS: usize = 1024;
 /// The slot the checkpointer (one at a time, any process) reads versions under.
@@ -24,7 +21,6 @@ pub const CHECKPOINT_SLOT: usize = MAX_SLOTS;
 pub const JOURNAL_LEN: u64 = 1 << 18;
 /// Version blocks backed with memory at a time.
 pub const ARENA_CHUNK: u64 = 1024;
-pub const POISON_MSG: usize = 256;
 
 /// The first page of the file.
 #[repr(C)]
@@ -33,8 +29,6 @@ pub struct Header {
     pub layout_version: AtomicU32,
     pub page_size: AtomicU32,
     pub region_id: AtomicU64,
-    /// [`DURABLE`] or [`ASYNC`] (every process must agree).
-    pub durability: AtomicU32,
     /// Set last by the initialiser.
     pub ready: AtomicU32,
     pub max_pages: AtomicU64,
@@ -47,38 +41,8 @@ pub struct Header {
     /// Commits up to this one had their pages swept after a sync.
     pub swept: AtomicU64,
 
-    // Log.
-    pub written_seq: AtomicU64,
-    pub synced_seq: AtomicU64,
-    pub syncs: AtomicU64,
-    /// Bumped after every group-commit round; followers futex-wait on it.
-    pub sync_gen: AtomicU32,
-    /// Bumped when an append reaches `gather_target`; a gathering sync
-    /// leader futex-waits on it.
-    pub append_gen: AtomicU32,
-    /// While a sync leader gathers: the record it waits for (0: none).
-    pub gather_target: AtomicU64,
-    /// Records the next sync round expects: what the last one covered plus
-    /// what arrived during it.
-    pub sync_expect: AtomicU64,
-    /// How long the last `fdatasync` took, in nanoseconds (bounds a gather
-    /// and sets when followers stop waiting for a leader).
-    pub sync_nanos: AtomicU64,
-    /// The sync lock's holder: its pid, and since when it holds the lock
-    /// (`CLOCK_MONOTONIC` nanoseconds; 0: nobody). Lets followers and
-    /// `txmap info` see a leader that is stopped.
-    pub sync_leader_pid: AtomicU64,
-    pub sync_leader_since: AtomicU64,
-    pub poisoned: AtomicU32,
-    pub log_generation: AtomicU64,
-    pub log_salt: AtomicU64,
-    pub log_start_seq: AtomicU64,
-    /// End of the last record written (the commit point of a record).
-    pub log_end: AtomicU64,
-    /// End of the last record whose commit is published in memory.
-    pub published_end: AtomicU64,
-    /// Bytes of the log file made real with zeros.
-    pub log_allocated: AtomicU64,
+    /// The log's part, owned by `wal/` (wal/shared.rs).
+    pub log: LogShared,
 
     // Region file.
     pub region_generation: AtomicU64,
@@ -115,32 +79,13 @@ pub struct Header {
     /// (every commit plans pruning with one) stop there.
     pub slots_high: AtomicU64,
 
-    pub poison_msg: [AtomicU8; POISON_MSG],
-
     /// Validation and publication of commits, the log end, version chains,
     /// the arena, the journal, log resets.
     pub commit_lock: SharedMutex,
-    /// The group-commit leader (whoever syncs the log).
-    pub sync_lock: SharedMutex,
     /// One checkpoint at a time.
     pub checkpoint_lock: SharedMutex,
     /// Growing the region.
     pub grow_lock: SharedMutex,
-}
-
-impl Header {
-    /// Marks the region unusable with `msg` (the first message stays):
-    /// every later commit in any process fails with it, and the next
-    /// process to open the region alone recovers from the files.
-    pub fn poison(&self, msg: &str) {
-        if self.poisoned.load(Ordering::Acquire) != 0 {
-            return;
-        }
-        for (i, b) in self.poison_msg.iter().enumerate().take(POISON_MSG - 1) {
-            b.store(*msg.as_bytes().get(i).unwrap_or(&0), Ordering::Relaxed);
-        }
-        self.poisoned.store(1, Ordering::Release);
-    }
 }
 
 /// A registration of one view: which process, and its live transaction.

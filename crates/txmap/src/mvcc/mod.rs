@@ -50,6 +50,14 @@ pub struct Locked<'a> {
     pub owner_died: bool,
 }
 
+impl<'a> Locked<'a> {
+    /// The held commit lock, as the proof that lower layers (the log's
+    /// append and reset) ask for.
+    pub fn guard(&self) -> &Guard<'a> {
+        &self._guard
+    }
+}
+
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         // A panic unwinding through the lock unlocks it normally, so the
@@ -57,6 +65,7 @@ impl Drop for Locked<'_> {
         // every process from committing instead (runs before the unlock).
         if std::thread::panicking() && !self.unwinding_before {
             self.hdr
+                .log
                 .poison("a thread panicked holding the commit lock; reopen the region");
         }
     }
@@ -73,16 +82,12 @@ pub struct PrunePlan {
 /// Parameters of a fresh shared file (the first opener's).
 pub struct Init {
     pub region_id: u64,
-    pub durable: bool,
     pub max_pages: u64,
     pub commit_seq: u64,
     pub data_size: u64,
     pub region_generation: u64,
-    pub log_generation: u64,
-    pub log_salt: u64,
-    pub log_start_seq: u64,
-    pub log_end: u64,
-    pub log_allocated: u64,
+    /// The log's part (wal/shared.rs).
+    pub log: crate::wal::shared::LogInit,
     /// Snapshot limit: most commits a snapshot may lag, most page versions
     /// in memory before the oldest snapshot is expired (0 = no limit).
     pub limit_lag: u64,
@@ -195,41 +200,26 @@ impl Mvcc {
         file.allocate(layout.journal as u64, (layout.meta - layout.journal) as u64)?;
         let m = Mvcc::from_file(file, layout);
         let h = m.hdr();
-        for lock in [
-            &h.commit_lock,
-            &h.sync_lock,
-            &h.checkpoint_lock,
-            &h.grow_lock,
-        ] {
+        for lock in [&h.commit_lock, &h.checkpoint_lock, &h.grow_lock] {
             // SAFETY: the file was just zeroed and nobody else maps it (caller
             // holds the exclusive open lock).
             unsafe { lock.init()? };
         }
+        // SAFETY: as above.
+        unsafe { h.log.init(&init.log)? };
         h.magic.store(MAGIC, Ordering::Relaxed);
         h.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
         h.page_size.store(PAGE as u32, Ordering::Relaxed);
         h.region_id.store(init.region_id, Ordering::Relaxed);
-        h.durability.store(
-            if init.durable { DURABLE } else { ASYNC },
-            Ordering::Relaxed,
-        );
         h.max_pages.store(layout.max_pages, Ordering::Relaxed);
         h.arena_blocks.store(layout.arena_blocks, Ordering::Relaxed);
         for (f, v) in [
             (&h.commit_seq, init.commit_seq),
-            (&h.written_seq, init.commit_seq),
-            (&h.synced_seq, init.commit_seq),
             (&h.swept, init.commit_seq),
             (&h.checkpoint_seq, init.commit_seq),
             (&h.epoch, 1),
             (&h.data_size, init.data_size),
             (&h.region_generation, init.region_generation),
-            (&h.log_generation, init.log_generation),
-            (&h.log_salt, init.log_salt),
-            (&h.log_start_seq, init.log_start_seq),
-            (&h.log_end, init.log_end),
-            (&h.published_end, init.log_end),
-            (&h.log_allocated, init.log_allocated),
             (&h.limit_lag, init.limit_lag),
             (&h.limit_versions, init.limit_versions),
         ] {
@@ -1244,16 +1234,22 @@ mod tests {
             &p,
             &Init {
                 region_id: 1,
-                durable: true,
                 max_pages: 4,
                 commit_seq: 0,
                 data_size: 4 * PAGE as u64,
                 region_generation: 1,
-                log_generation: 1,
-                log_salt: 1,
-                log_start_seq: 1,
-                log_end: 4096,
-                log_allocated: 4096,
+                log: crate::wal::shared::LogInit {
+                    durable: true,
+                    header: crate::wal::format::LogHeader {
+                        region_id: 1,
+                        generation: 1,
+                        salt: 1,
+                        start_seq: 1,
+                    },
+                    last_seq: 0,
+                    end: 4096,
+                    allocated: 4096,
+                },
                 limit_lag: 0,
                 limit_versions: 0,
             },
@@ -1403,21 +1399,14 @@ mod tests {
     fn a_panic_holding_the_commit_lock_poisons_the_region() {
         let m = mvcc("panic");
         drop(m.lock().unwrap());
-        assert_eq!(m.hdr().poisoned.load(Ordering::SeqCst), 0);
+        assert!(!m.hdr().log.is_poisoned());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _l = m.lock().unwrap();
             panic!("inside the lock");
         }));
         assert!(r.is_err());
-        assert_eq!(m.hdr().poisoned.load(Ordering::SeqCst), 1);
-        let msg: Vec<u8> = m
-            .hdr()
-            .poison_msg
-            .iter()
-            .map(|b| b.load(Ordering::SeqCst))
-            .take_while(|&b| b != 0)
-            .collect();
-        assert!(String::from_utf8_lossy(&msg).contains("panicked holding the commit lock"));
+        let msg = crate::wal::log::poison_message(&m.hdr().log).unwrap_or_default();
+        assert!(msg.contains("panicked holding the commit lock"), "{msg}");
         let l = m.lock().unwrap();
         assert!(!l.owner_died, "the lock itself was released normally");
         drop(l);
@@ -1435,6 +1424,6 @@ mod tests {
             panic!("unrelated");
         }));
         assert!(r.is_err());
-        assert_eq!(m.hdr().poisoned.load(Ordering::SeqCst), 0);
+        assert!(!m.hdr().log.is_poisoned());
     }
 }

@@ -14,7 +14,6 @@ use super::{
 };
 use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
-use crate::wal::format::HEADER_BYTES;
 
 /// A turn on the MVCC read side: versions found during it stay in memory
 /// (a version is freed only after every reader that could see it left).
@@ -32,13 +31,7 @@ impl ReadSide<'_> {
         match self.view.region.mvcc.lookup(page, s) {
             Some(v) => v.data.as_ptr(),
             // SAFETY: the page lies below the region size, which the image maps.
-            None => unsafe {
-                self.view
-                    .region
-                    .image
-                    .base()
-                    .add(HEADER_BYTES as usize + page * PAGE)
-            },
+            None => unsafe { self.view.region.image_data().add(page * PAGE) },
         }
     }
 }

@@ -911,14 +911,14 @@ unsafe impl<T: 'static> Pod for Ptr<T> {}
 
 /// Randomised exponential backoff between retries.
 struct Backoff {
-    rng: crate::io::sim::SplitMix,
+    rng: crate::rand::SplitMix,
     limit_us: u64,
 }
 
 impl Backoff {
     fn new(seed: u64) -> Backoff {
         Backoff {
-            rng: crate::io::sim::SplitMix(seed ^ 0x5eed),
+            rng: crate::rand::SplitMix(seed ^ 0x5eed),
             limit_us: 2,
         }
     }

@@ -16,10 +16,9 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 use super::format::{self, HEADER_BYTES, LogHeader, Range};
+use super::shared::LogShared;
 use crate::error::{Error, Result};
 use crate::io::Storage;
-use crate::mvcc::Locked;
-use crate::mvcc::layout::{DURABLE, Header};
 use crate::os::lock::{Guard, futex_wait_bits, futex_wake_all, futex_wake_bits};
 
 /// Log space is made real (zeros written) this much at a time, so that the
@@ -47,7 +46,7 @@ const MIN_STALL: Duration = Duration::from_millis(50);
 const MAX_STALL: Duration = Duration::from_secs(1);
 
 /// How long the sync lock may be held before followers sync for themselves.
-fn stall_bound(h: &Header) -> Duration {
+fn stall_bound(h: &LogShared) -> Duration {
     let last = h.sync_nanos.load(Ordering::Relaxed);
     Duration::from_nanos(last.saturating_mul(STALL_FACTOR)).clamp(MIN_STALL, MAX_STALL)
 }
@@ -67,12 +66,12 @@ fn now_nanos() -> u64 {
 /// lock is released. A holder that dies leaves them behind; the next one
 /// overwrites them.
 struct Leading<'a> {
-    h: &'a Header,
+    h: &'a LogShared,
     _guard: Guard<'a>,
 }
 
 impl<'a> Leading<'a> {
-    fn new(h: &'a Header, guard: Guard<'a>) -> Leading<'a> {
+    fn new(h: &'a LogShared, guard: Guard<'a>) -> Leading<'a> {
         h.sync_leader_pid
             .store(u64::from(std::process::id()), Ordering::Relaxed);
         h.sync_leader_since.store(now_nanos(), Ordering::Release);
@@ -99,7 +98,7 @@ pub struct SyncLeader {
 
 /// The sync lock's holder, if a process holds it now (read without
 /// taking part; the pid and time may belong to consecutive holders).
-pub fn sync_leader(h: &Header) -> Option<SyncLeader> {
+pub fn sync_leader(h: &LogShared) -> Option<SyncLeader> {
     let since = h.sync_leader_since.load(Ordering::Acquire);
     let pid = h.sync_leader_pid.load(Ordering::Relaxed);
     if since == 0 || pid == 0 {
@@ -115,7 +114,7 @@ pub fn sync_leader(h: &Header) -> Option<SyncLeader> {
 
 /// Whether a follower that has waited `waited` for the sync lock's holder
 /// should sync the log itself.
-fn leader_stalled(h: &Header, waited: Duration) -> bool {
+fn leader_stalled(h: &LogShared, waited: Duration) -> bool {
     let bound = stall_bound(h);
     if waited > bound {
         return true;
@@ -128,7 +127,7 @@ fn leader_stalled(h: &Header, waited: Duration) -> bool {
 /// After a sync: wakes one follower whose record arrived during it, to lead
 /// the next round (the disk idles until it runs), then every follower the
 /// sync covered (`covered`); the others sleep on until a round covers them.
-fn wake_after_sync(h: &Header, covered: Option<NonZeroU32>) {
+fn wake_after_sync(h: &LogShared, covered: Option<NonZeroU32>) {
     let (synced, written) = (Log::synced_seq(h), Log::written_seq(h));
     if let Some(bits) = seq_bits(synced, written) {
         h.sync_gen.fetch_add(1, Ordering::SeqCst);
@@ -173,7 +172,7 @@ impl Log {
     }
 
     /// The current epoch's header, as published in shared memory.
-    pub fn header(h: &Header) -> LogHeader {
+    pub fn header(h: &LogShared) -> LogHeader {
         LogHeader {
             region_id: h.region_id.load(Ordering::Acquire),
             generation: h.log_generation.load(Ordering::Acquire),
@@ -186,8 +185,8 @@ impl Log {
     /// record's commit point). Called in sequence order under the commit lock.
     pub fn append<'a>(
         &self,
-        h: &Header,
-        _l: &Locked<'_>,
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
         seq: u64,
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
@@ -240,17 +239,17 @@ impl Log {
 
     /// Sequence number of the last record written to the OS. (`SeqCst`:
     /// gathering needs a store-then-load order on both sides.)
-    pub fn written_seq(h: &Header) -> u64 {
+    pub fn written_seq(h: &LogShared) -> u64 {
         h.written_seq.load(Ordering::SeqCst)
     }
 
     /// Sequence number of the last record known durable.
-    pub fn synced_seq(h: &Header) -> u64 {
+    pub fn synced_seq(h: &LogShared) -> u64 {
         h.synced_seq.load(Ordering::Acquire)
     }
 
     /// Bytes of log in the current epoch (records written so far).
-    pub fn epoch_bytes(h: &Header) -> u64 {
+    pub fn epoch_bytes(h: &LogShared) -> u64 {
         h.log_end
             .load(Ordering::Acquire)
             .saturating_sub(HEADER_BYTES)
@@ -271,7 +270,7 @@ impl Log {
     /// a robust mutex does not detect. Once the holder has held the lock
     /// (or the follower has waited) longer than [`stall_bound`], the
     /// follower syncs the log itself without the lock ([`Log::rescue`]).
-    pub fn flush(&self, h: &Header, seq: u64) -> Result<()> {
+    pub fn flush(&self, h: &LogShared, seq: u64) -> Result<()> {
         let mut waiting: Option<Instant> = None;
         loop {
             // The generation is read before the check, so a round that ends
@@ -322,7 +321,7 @@ impl Log {
 
     /// One sync round: syncs every record written so far and wakes the
     /// followers it covered.
-    fn lead(&self, h: &Header) -> Result<Option<NonZeroU32>> {
+    fn lead(&self, h: &LogShared) -> Result<Option<NonZeroU32>> {
         self.gather(h);
         let before = Self::synced_seq(h);
         let hi = self.sync_written(h, true)?;
@@ -348,8 +347,8 @@ impl Log {
     /// there every record's committer waits for a sync, while in an async
     /// one only `Region::sync` and the background syncer do. Caller holds the
     /// sync lock.
-    fn gather(&self, h: &Header) {
-        if h.durability.load(Ordering::Relaxed) != DURABLE {
+    fn gather(&self, h: &LogShared) {
+        if !h.durable() {
             return;
         }
         // A leader that died while gathering left its target behind (only
@@ -387,7 +386,7 @@ impl Log {
     /// every record written so far (whoever wrote it) without the lock,
     /// then wakes the followers it covered and one it did not, as a leader
     /// would. Several may run at once, with each other and with the holder.
-    fn rescue(&self, h: &Header) -> Result<()> {
+    fn rescue(&self, h: &LogShared) -> Result<()> {
         let before = Self::synced_seq(h);
         let r = self.sync_written(h, false);
         h.sync_gen.fetch_add(1, Ordering::SeqCst);
@@ -411,7 +410,7 @@ impl Log {
     /// started earlier cannot lower what a later one published. Called by
     /// the sync lock's holder (`leader`), or by a follower whose leader is
     /// stalled.
-    fn sync_written(&self, h: &Header, leader: bool) -> Result<u64> {
+    fn sync_written(&self, h: &LogShared, leader: bool) -> Result<u64> {
         let hi = Self::written_seq(h);
         if Self::synced_seq(h) >= hi {
             return Ok(hi);
@@ -435,7 +434,7 @@ impl Log {
 
     /// Syncs everything written so far, as a durable commit of the last
     /// record would (so a stopped sync leader does not block it either).
-    pub fn sync_all(&self, h: &Header) -> Result<()> {
+    pub fn sync_all(&self, h: &LogShared) -> Result<()> {
         check_poison(h)?;
         self.flush(h, Self::written_seq(h))
     }
@@ -444,11 +443,15 @@ impl Log {
     /// by the checkpoint `checkpoint_seq`. Caller holds the commit lock (no
     /// record can be appended meanwhile) and has synced the log. Returns
     /// whether the log was reset.
-    pub fn maybe_reset(&self, h: &Header, _l: &Locked<'_>, checkpoint_seq: u64) -> Result<bool> {
+    pub fn maybe_reset(
+        &self,
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
+        commit_seq: u64,
+        checkpoint_seq: u64,
+    ) -> Result<bool> {
         check_poison(h)?;
-        if checkpoint_seq < Self::written_seq(h)
-            || h.commit_seq.load(Ordering::Acquire) > checkpoint_seq
-        {
+        if checkpoint_seq < Self::written_seq(h) || commit_seq > checkpoint_seq {
             return Ok(false);
         }
         let prev = Self::header(h);
@@ -501,7 +504,7 @@ pub fn start_epoch(
 /// commit lock publishes the epoch again. Stored first, it would leave the
 /// old salt or end in use under the new generation, and every later record
 /// would be one recovery cannot see.
-pub fn publish_epoch(h: &Header, next: &LogHeader) {
+pub fn publish_epoch(h: &LogShared, next: &LogHeader) {
     h.log_salt.store(next.salt, Ordering::Release);
     crate::debug::hit(crate::debug::CrashPoint::EpochPublishing);
     h.log_start_seq.store(next.start_seq, Ordering::Release);
@@ -511,7 +514,7 @@ pub fn publish_epoch(h: &Header, next: &LogHeader) {
 }
 
 /// Fails if an earlier write or sync of the log failed (in any process).
-pub fn check_poison(h: &Header) -> Result<()> {
+pub fn check_poison(h: &LogShared) -> Result<()> {
     match poison_message(h) {
         None => Ok(()),
         Some(m) => Err(Error::Poisoned(m)),
@@ -519,7 +522,7 @@ pub fn check_poison(h: &Header) -> Result<()> {
 }
 
 /// Why the region was made unusable, if it was (in any process).
-pub fn poison_message(h: &Header) -> Option<String> {
+pub fn poison_message(h: &LogShared) -> Option<String> {
     if h.poisoned.load(Ordering::Acquire) == 0 {
         return None;
     }
@@ -533,22 +536,15 @@ pub fn poison_message(h: &Header) -> Option<String> {
 }
 
 /// Marks the region unusable after a failed write or sync.
-pub fn poison(h: &Header, e: &Error) {
+pub fn poison(h: &LogShared, e: &Error) {
     h.poison(&e.to_string());
 }
 
-/// A salt that differs from the previous one (time and address entropy; it
+/// A salt that differs from the previous one (`rand::fresh`; it
 /// need not be secret, only different from every earlier epoch's).
 fn fresh_salt(previous: Option<u64>) -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let local = 0u8;
-    let mut s = crate::io::sim::SplitMix(
-        t ^ (&local as *const u8 as u64).rotate_left(32) ^ u64::from(std::process::id()),
-    );
     loop {
-        let v = s.next();
+        let v = crate::rand::fresh();
         if Some(v) != previous && v != 0 {
             return v;
         }

@@ -3,3 +3,4 @@
 pub mod format;
 pub mod log;
 pub mod scan;
+pub mod shared;

@@ -267,19 +267,11 @@ pub fn describe_crash_state(region: &Path) -> String {
             let f = |a: &std::sync::atomic::AtomicU64| a.load(Acquire);
             let _ = write!(
                 s,
-                "shared: commit {} written {} synced {} checkpoint {} region gen {} \
-                 log gen {} salt {} start {} end {} published {} allocated {}",
+                "shared: commit {} checkpoint {} region gen {} {}",
                 f(&h.commit_seq),
-                f(&h.written_seq),
-                f(&h.synced_seq),
                 f(&h.checkpoint_seq),
                 f(&h.region_generation),
-                f(&h.log_generation),
-                f(&h.log_salt),
-                f(&h.log_start_seq),
-                f(&h.log_end),
-                f(&h.published_end),
-                f(&h.log_allocated)
+                h.log.describe()
             );
         }
         Err(_) => s.push_str("no shared state"),

@@ -1,0 +1,173 @@
+//! The log's part of the shared state: where the log ends, its epoch, group
+//! commit's progress and the poison flag. The shared header
+//! (`mvcc/layout.rs`) holds one `LogShared`; only `wal/` reads or writes
+//! its fields, everyone else goes through the methods here and in `log.rs`.
+
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use super::format::LogHeader;
+use crate::os::lock::SharedMutex;
+
+/// Length of the poison message, NUL included.
+pub const POISON_MSG: usize = 256;
+
+#[repr(C)]
+pub struct LogShared {
+    /// 1 when commits wait for their sync (`Durability::Durable`), 2 when
+    /// they do not; every process must agree.
+    pub(super) durability: AtomicU32,
+    pub(super) poisoned: AtomicU32,
+    /// The region the log belongs to (its header names it).
+    pub(super) region_id: AtomicU64,
+    pub(super) written_seq: AtomicU64,
+    pub(super) synced_seq: AtomicU64,
+    pub(super) syncs: AtomicU64,
+    /// Bumped after every group-commit round; followers futex-wait on it.
+    pub(super) sync_gen: AtomicU32,
+    /// Bumped when an append reaches `gather_target`; a gathering sync
+    /// leader futex-waits on it.
+    pub(super) append_gen: AtomicU32,
+    /// While a sync leader gathers: the record it waits for (0: none).
+    pub(super) gather_target: AtomicU64,
+    /// Records the next sync round expects: what the last one covered plus
+    /// what arrived during it.
+    pub(super) sync_expect: AtomicU64,
+    /// How long the last `fdatasync` took, in nanoseconds (bounds a gather
+    /// and sets when followers stop waiting for a leader).
+    pub(super) sync_nanos: AtomicU64,
+    /// The sync lock's holder: its pid, and since when it holds the lock
+    /// (`CLOCK_MONOTONIC` nanoseconds; 0: nobody). Lets followers and
+    /// `txmap info` see a leader that is stopped.
+    pub(super) sync_leader_pid: AtomicU64,
+    pub(super) sync_leader_since: AtomicU64,
+    pub(super) log_generation: AtomicU64,
+    pub(super) log_salt: AtomicU64,
+    pub(super) log_start_seq: AtomicU64,
+    /// End of the last record written (the commit point of a record).
+    pub(super) log_end: AtomicU64,
+    /// End of the last record whose commit is published in memory.
+    pub(super) published_end: AtomicU64,
+    /// Bytes of the log file made real with zeros.
+    pub(super) log_allocated: AtomicU64,
+    pub(super) poison_msg: [AtomicU8; POISON_MSG],
+    /// The group-commit leader (whoever syncs the log).
+    pub(super) sync_lock: SharedMutex,
+}
+
+/// The log's state when a first opener builds the shared state.
+pub struct LogInit {
+    pub durable: bool,
+    /// The epoch on disk (its header).
+    pub header: LogHeader,
+    /// The last commit whose record is written (and synced).
+    pub last_seq: u64,
+    /// Where the next record goes.
+    pub end: u64,
+    pub allocated: u64,
+}
+
+const DURABLE: u32 = 1;
+const ASYNC: u32 = 2;
+
+impl LogShared {
+    /// Fills a zeroed `LogShared`.
+    ///
+    /// # Safety
+    /// Nobody else may use it during the call (the caller holds the
+    /// region's exclusive open lock and has just zeroed the shared file).
+    pub unsafe fn init(&self, i: &LogInit) -> std::io::Result<()> {
+        // SAFETY: per this function's contract.
+        unsafe { self.sync_lock.init()? };
+        let d = if i.durable { DURABLE } else { ASYNC };
+        self.durability.store(d, Ordering::Relaxed);
+        for (f, v) in [
+            (&self.region_id, i.header.region_id),
+            (&self.written_seq, i.last_seq),
+            (&self.synced_seq, i.last_seq),
+            (&self.log_generation, i.header.generation),
+            (&self.log_salt, i.header.salt),
+            (&self.log_start_seq, i.header.start_seq),
+            (&self.log_end, i.end),
+            (&self.published_end, i.end),
+            (&self.log_allocated, i.allocated),
+        ] {
+            f.store(v, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Whether commits wait for their sync (the first opener's durability).
+    pub fn durable(&self) -> bool {
+        self.durability.load(Ordering::Acquire) == DURABLE
+    }
+
+    /// `fdatasync` calls on the log so far, in every process.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Marks the region unusable with `msg` (the first message stays):
+    /// every later commit in any process fails with it, and the next
+    /// process to open the region alone recovers from the files.
+    pub fn poison(&self, msg: &str) {
+        if self.poisoned.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        for (i, b) in self.poison_msg.iter().enumerate().take(POISON_MSG - 1) {
+            b.store(*msg.as_bytes().get(i).unwrap_or(&0), Ordering::Relaxed);
+        }
+        self.poisoned.store(1, Ordering::Release);
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire) != 0
+    }
+
+    /// Records written but not yet published in memory, as the byte range
+    /// `(published_end, log_end)` and the salt they carry (for the repair
+    /// after a committer died holding the commit lock).
+    pub fn unpublished(&self) -> (u64, u64, u64) {
+        (
+            self.published_end.load(Ordering::Acquire),
+            self.log_end.load(Ordering::Acquire),
+            self.log_salt.load(Ordering::Acquire),
+        )
+    }
+
+    /// Every record written is published in memory now. Caller holds the
+    /// commit lock.
+    pub fn mark_published(&self) {
+        let end = self.log_end.load(Ordering::Acquire);
+        debug_assert!(self.published_end.load(Ordering::Acquire) <= end);
+        self.published_end.store(end, Ordering::Release);
+    }
+
+    /// The epoch generation shared memory knows (the file's may be newer
+    /// after a holder of the commit lock died during a reset).
+    pub fn generation(&self) -> u64 {
+        self.log_generation.load(Ordering::Acquire)
+    }
+
+    /// Raises the written sequence to `seq` (the repair publishes records a
+    /// dead committer wrote).
+    pub fn raise_written(&self, seq: u64) {
+        self.written_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// The state in one line, for tests and diagnostics.
+    pub fn describe(&self) -> String {
+        let f = |a: &AtomicU64| a.load(Ordering::Acquire);
+        format!(
+            "written {} synced {} log gen {} salt {} start {} end {} published {} allocated {}{}",
+            f(&self.written_seq),
+            f(&self.synced_seq),
+            f(&self.log_generation),
+            f(&self.log_salt),
+            f(&self.log_start_seq),
+            f(&self.log_end),
+            f(&self.published_end),
+            f(&self.log_allocated),
+            if self.is_poisoned() { " poisoned" } else { "" }
+        )
+    }
+}
