@@ -839,6 +839,12 @@ impl Region {
         self.inner.size()
     }
 
+    /// The largest size [`Region::grow`] can reach in this handle: its
+    /// reservation ([`Options::max_size`], or more if the region was larger).
+    pub fn max_size(&self) -> u64 {
+        self.inner.opts.max_size
+    }
+
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
