@@ -1,7 +1,7 @@
 //! The C API of txmap: the native `txmap_*` calls ([`native`]), the
 //! LIBXAC-style calls ([`xac`]) and the collections' calls ([`collections`]),
-//! built on the `txmap` crate's public API into `libtxmap.so` (SONAME
-//! `libtxmap.so.0`, set by build.rs) and `libtxmap.a`. The header
+//! over the `txmap` crate's public API. The `txmap-clib` crate builds it
+//! into `libtxmap.so` (SONAME `libtxmap.so.0`) and `libtxmap.a`. The header
 //! `include/txmap.h` is generated from this crate by `scripts/gen-header.sh`
 //! (cbindgen); `scripts/install.sh` installs both with a `txmap.pc`.
 //!
