@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates include/txmap.h from the C API in crates/txmap/src/capi/ with cbindgen.
+# Regenerates include/txmap.h from the C API in crates/txmap-capi/src/ with cbindgen.
 #   scripts/gen-header.sh           write include/txmap.h
 #   scripts/gen-header.sh --check   exit 1 (and show a diff) if include/txmap.h is stale
 set -euo pipefail
@@ -26,9 +26,9 @@ out=include/txmap.h
 tmp=$(mktemp "${TMPDIR:-/tmp}/txmap-header.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 
-# Parsing the capi module (not the whole crate) keeps the crate's other public
-# constants out of the header.
-"$CBINDGEN" --quiet --config cbindgen.toml --output "$tmp" crates/txmap/src/capi/mod.rs
+# Parsing the C API crate's source (not the txmap crate it uses) keeps the
+# txmap crate's public constants out of the header.
+"$CBINDGEN" --quiet --config cbindgen.toml --output "$tmp" crates/txmap-capi/src/lib.rs
 
 if [ "$check" = 1 ]; then
   if ! diff -u "$out" "$tmp"; then

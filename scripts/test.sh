@@ -3,3 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --release
+# Installs the C library into a temporary prefix and builds a C program with
+# pkg-config (after cargo test: it runs cargo itself).
+bash scripts/test-install.sh

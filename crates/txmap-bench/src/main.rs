@@ -95,30 +95,83 @@ enum Section {
     Stamp,
 }
 
-const PARTS: [Section; 7] = [
-    Section::Floor,
-    Section::Touch,
-    Section::Txn,
-    Section::Commit,
-    Section::Uffd,
-    Section::Procs,
-    Section::Stamp,
+/// One part of the benchmark: how many progress steps it takes and what it
+/// runs. `compare` is not one (it has its own arguments and report).
+struct Part {
+    section: Section,
+    /// Run by `core` (everything); the others only when named.
+    in_core: bool,
+    steps: fn(reps: usize) -> usize,
+    run: fn(&mut Ctx) -> Res<()>,
+}
+
+/// Every part, in the order they run: the one table of the sections.
+const PARTS: [Part; 9] = [
+    Part {
+        section: Section::Floor,
+        in_core: true,
+        steps: |_| vm::FLOOR_STEPS,
+        run: vm::run_floor,
+    },
+    Part {
+        section: Section::Touch,
+        in_core: true,
+        steps: touch::steps,
+        run: touch::run,
+    },
+    Part {
+        section: Section::Txn,
+        in_core: true,
+        steps: |_| txn::STEPS,
+        run: txn::run,
+    },
+    Part {
+        section: Section::Commit,
+        in_core: true,
+        steps: commit::steps,
+        run: commit::run,
+    },
+    Part {
+        section: Section::Uffd,
+        in_core: true,
+        steps: |_| vm::UFFD_STEPS,
+        run: vm::run_uffd,
+    },
+    Part {
+        section: Section::Procs,
+        in_core: true,
+        steps: procs::steps,
+        run: procs::run,
+    },
+    Part {
+        section: Section::Stamp,
+        in_core: true,
+        steps: stamp::steps,
+        run: stamp::run,
+    },
+    Part {
+        section: Section::Aborts,
+        in_core: false,
+        steps: aborts::steps,
+        run: aborts::run,
+    },
+    Part {
+        section: Section::Longreader,
+        in_core: false,
+        steps: longreader::steps,
+        run: longreader::run,
+    },
 ];
 
-fn steps(s: Section, reps: usize) -> usize {
-    match s {
-        Section::Core => PARTS.iter().map(|&p| steps(p, reps)).sum(),
-        Section::Floor => vm::FLOOR_STEPS,
-        Section::Touch => touch::steps(reps),
-        Section::Txn => txn::STEPS,
-        Section::Commit => commit::steps(reps),
-        Section::Uffd => vm::UFFD_STEPS,
-        Section::Aborts => aborts::steps(reps),
-        Section::Procs => procs::steps(reps),
-        Section::Compare => 0,
-        Section::Longreader => longreader::steps(reps),
-        Section::Stamp => stamp::steps(reps),
-    }
+/// The parts `--only only` runs, in order (none for `compare`).
+fn selected(only: Section) -> impl Iterator<Item = &'static Part> {
+    PARTS.iter().filter(move |p| {
+        if only == Section::Core {
+            p.in_core
+        } else {
+            p.section == only
+        }
+    })
 }
 
 fn main() {
@@ -162,7 +215,7 @@ fn main() {
     let total = if args.only == Section::Compare {
         compare::steps(reps, args.quick, &args.stores, &args.workloads)
     } else {
-        steps(args.only, reps)
+        selected(args.only).map(|p| (p.steps)(reps)).sum()
     };
     let mut ctx = Ctx::new(dir.clone(), args.quick, reps, total);
     if args.only == Section::Compare {
@@ -191,43 +244,13 @@ fn main() {
 
     header(&args, &dir, now, ctx.reps);
     let mut failed = false;
-    for part in PARTS {
-        if args.only != Section::Core && args.only != part {
-            continue;
-        }
-        let r: Res<()> = match part {
-            Section::Floor => vm::run_floor(&mut ctx),
-            Section::Touch => touch::run(&mut ctx),
-            Section::Txn => txn::run(&mut ctx),
-            Section::Commit => commit::run(&mut ctx),
-            Section::Uffd => vm::run_uffd(&mut ctx),
-            Section::Procs => procs::run(&mut ctx),
-            Section::Stamp => stamp::run(&mut ctx),
-            Section::Core | Section::Aborts | Section::Compare | Section::Longreader => {
-                unreachable!()
-            }
-        };
-        if let Err(e) = r {
+    for part in selected(args.only) {
+        if let Err(e) = (part.run)(&mut ctx) {
             failed = true;
-            println!("\n**{part:?} stopped with an error: {e}**\n");
-            ctx.anomaly(format!("{part:?} stopped with an error: {e}"));
+            let name = part.section;
+            println!("\n**{name:?} stopped with an error: {e}**\n");
+            ctx.anomaly(format!("{name:?} stopped with an error: {e}"));
         }
-    }
-
-    if args.only == Section::Aborts
-        && let Err(e) = aborts::run(&mut ctx)
-    {
-        failed = true;
-        println!("\n**Aborts stopped with an error: {e}**\n");
-        ctx.anomaly(format!("Aborts stopped with an error: {e}"));
-    }
-
-    if args.only == Section::Longreader
-        && let Err(e) = longreader::run(&mut ctx)
-    {
-        failed = true;
-        println!("\n**Longreader stopped with an error: {e}**\n");
-        ctx.anomaly(format!("Longreader stopped with an error: {e}"));
     }
 
     ctx.finish();
@@ -399,4 +422,20 @@ fn utc(secs: u64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every section a user can name runs something: core and compare
+    /// themselves, each other one through its single entry in `PARTS`.
+    #[test]
+    fn every_section_is_in_the_parts_table_once() {
+        for &s in Section::value_variants() {
+            let entries = PARTS.iter().filter(|p| p.section == s).count();
+            let expected = usize::from(!matches!(s, Section::Core | Section::Compare));
+            assert_eq!(entries, expected, "{s:?} has {entries} entries in PARTS");
+        }
+    }
 }

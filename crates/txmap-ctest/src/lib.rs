@@ -7,8 +7,8 @@
 use std::ffi::{CString, c_char, c_int};
 use std::path::{Path, PathBuf};
 
-// The C tests call txmap's exported C functions: link the crate.
-use txmap as _;
+// The C tests call txmap's exported C functions: link the C API crate.
+use txmap_capi as _;
 
 /// Signature of the C test functions.
 pub type CTest = unsafe extern "C" fn(dir: *const c_char) -> c_int;

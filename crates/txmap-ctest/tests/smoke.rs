@@ -1,5 +1,7 @@
 //! Builds c/smoke.c with the system C compiler against the real shared
-//! library (target/<profile>/libtxmap.so) and include/txmap.h, and runs it.
+//! library (target/<profile>/libtxmap.so, built by crate txmap-clib) and
+//! include/txmap.h, and runs it (scripts/test-install.sh does the same with
+//! the installed library and pkg-config).
 //! Skipped, with a note, when the shared library has not been built
 //! (`cargo build --release --workspace` builds it; CI does so first).
 
@@ -28,14 +30,20 @@ fn c_program_links_against_the_shared_library() {
         );
         return;
     }
-    // Cargo rebuilds deps/libtxmap.so whenever txmap is built as a dependency
-    // of this test, while target/<profile>/libtxmap.so is only refreshed by
-    // building txmap itself: link whichever is newer.
+    // Building txmap-clib writes deps/libtxmap.so, and target/<profile>/
+    // libtxmap.so only when it is built as a root (`-p txmap-clib`,
+    // `--workspace`): link whichever is newer.
     let lib_dir = newest_lib_dir(profile_dir);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let include = manifest.join("../../include");
     let dir = fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "ctest-smoke");
     let bin = dir.join("smoke");
+    // The program asks for the SONAME, libtxmap.so.0, which only an install
+    // creates (scripts/install.sh): link it to the built library here.
+    let run_dir = dir.join("lib");
+    std::fs::create_dir_all(&run_dir).expect("create lib directory");
+    std::os::unix::fs::symlink(lib_dir.join("libtxmap.so"), run_dir.join("libtxmap.so.0"))
+        .expect("link libtxmap.so.0");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .arg(manifest.join("c/smoke.c"))
@@ -47,7 +55,7 @@ fn c_program_links_against_the_shared_library() {
         .arg("-L")
         .arg(&lib_dir)
         .arg("-ltxmap")
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", run_dir.display()))
         .arg("-o")
         .arg(&bin)
         .output()

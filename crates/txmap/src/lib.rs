@@ -12,7 +12,8 @@
 //! Layers (see docs/ARCHITECTURE.md): [`os`] (mappings, signals) → [`io`]
 //! (storage backends) → [`wal`] (log format, writer, scanner) → [`mvcc`]
 //! (versions, snapshots, validation) → [`View`] (tracking, transactions) →
-//! [`Region`] (files, recovery, checkpoints) → [`capi`] (C API).
+//! [`Region`] (files, recovery, checkpoints). The C API is the `txmap-capi`
+//! crate, built on this crate's public API.
 //! [`collections`] (a transactional heap, B+-tree, cache-oblivious B-tree,
 //! linear hash table, array list) is built on the public API alone.
 //!
@@ -32,8 +33,8 @@
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod capi;
 pub mod collections;
 pub mod debug;
 mod error;

@@ -963,6 +963,12 @@ impl Region {
         self.inner.opts.read_only
     }
 
+    /// The largest size [`Region::grow`] can reach in this handle: its
+    /// reservation ([`Options::max_size`], or more if the region was larger).
+    pub fn max_size(&self) -> u64 {
+        self.inner.opts.max_size
+    }
+
     pub fn path(&self) -> &Path {
         &self.inner.path
     }

@@ -312,362 +312,505 @@ pub fn run(
     if peers.is_empty() {
         return Err(format!("no store matches --stores {}", only.join(",")).into());
     }
-    let n = peers.len();
-    let mut r = Report {
-        machine: crate::machine_table(&ctx.dir),
-        peers,
-        md: String::new(),
-        out: out.to_path_buf(),
-        problems: Vec::new(),
-        capped: Vec::new(),
-        targets: Vec::new(),
-    };
+    let mut r = Report::new(crate::machine_table(&ctx.dir), peers, out);
     work::set_cap(plan.cap_secs);
-    let mut skip_reason = vec![None; n];
-    for (i, p) in r.peers.iter().enumerate() {
-        if let Err(cmd) = p.available {
-            skip_reason[i] = Some(format!("not installed (`{cmd}`)"));
-        }
-    }
+    let skip = not_installed(&r.peers);
     let base = ctx.dir.join("compare");
     std::fs::create_dir_all(&base)?;
 
+    let setup = Setup {
+        plan: &plan,
+        skip: &skip,
+        base: &base,
+    };
     if want("inserts") {
-        // 1. Durable random inserts, 1 and 2 processes.
-        let mut ins = [
-            Row::new("1 process", "inserts/s", Better::Higher, n),
-            Row::new("2 processes", "inserts/s", Better::Higher, n),
-        ];
-        let mut bytes = Row::new("written per insert", "bytes", Better::Lower, n);
-        let mut device = Row::new("device writes per insert", "bytes", Better::Lower, n);
-        let mut retried = Row::new("retried, 2 processes", "per 1000 inserts", Better::Lower, n);
-        let mut tops: Vec<Vec<Vec<u64>>> = vec![Vec::new(); n];
-        for rep in 0..ctx.reps {
-            for i in order(n, rep) {
-                let p = &r.peers[i];
-                for (pi, procs) in [1usize, 2].into_iter().enumerate() {
-                    ctx.progress(format!(
-                        "inserts: {} × {procs} process(es), run {}",
-                        p.name,
-                        rep + 1
-                    ));
-                    if let Some(w) = &skip_reason[i] {
-                        ins[pi].skip(i, w.clone());
-                        continue;
-                    }
-                    if procs > 1 && !p.processes {
-                        ins[pi].skip(i, "one process only");
-                        retried.skip(i, "one process only");
-                        continue;
-                    }
-                    let dir = work::fresh(&base, p.id)?;
-                    match work::inserts(p, &dir, plan.inserts, procs, 1 + rep as u64) {
-                        Ok(x) => {
-                            if x.done < plan.inserts / procs * procs {
-                                r.capped.push(format!(
-                                    "inserts, {} × {procs}: {} inserts",
-                                    p.name, x.done
-                                ));
-                            }
-                            ins[pi].push(i, x.done as f64 / x.secs);
-                            if procs == 1 {
-                                bytes.push(i, x.write_bytes as f64 / x.done.max(1) as f64);
-                                if let Some(d) = x.device_bytes {
-                                    device.push(i, d as f64 / x.done.max(1) as f64);
-                                }
-                                tops[i].push(x.top);
-                            } else {
-                                retried.push(i, x.retries as f64 * 1000.0 / x.done.max(1) as f64);
-                            }
-                        }
-                        Err(e) => {
-                            r.problems
-                                .push(format!("inserts, {} × {procs}: {e}", p.name));
-                            ins[pi].skip(i, "failed (see problems)");
-                        }
-                    }
-                    let _ = std::fs::remove_dir_all(&dir);
-                }
-            }
-        }
-        let _ = writeln!(
-            r.md,
-            "## Durable random inserts\n\n{} random 8-byte keys with 8-byte values, each insert its own durable \
-         transaction, into an empty store; with 2 processes each inserts half. Written per insert: bytes passed to \
-         write calls (`wchar` of /proc/self/io, including closing the store; PMDK writes through a mapping and \
-         shows only its log); device writes: sectors the file system's device wrote meanwhile (whole machine). \
-         Both with 1 process.\n",
-            plan.inserts
-        );
-        r.table(&[&ins[0], &ins[1], &retried]);
-        r.table(&[&bytes, &device]);
-        r.bars(
-            "inserts.svg",
-            "Durable random inserts per second",
-            &[&ins[0], &ins[1]],
-        )?;
-        // The k-th most expensive insert (thesis figure 5-3): median over runs of each rank.
-        let mut kth = crate::report::Table::new(&[
-            "store",
-            "1st",
-            "10th",
-            "100th",
-            "1000th",
-            "median insert (µs)",
-        ]);
-        let mut curves = Vec::new();
-        for (i, p) in r.peers.iter().enumerate() {
-            if tops[i].is_empty() {
-                continue;
-            }
-            let rank = |k: usize| {
-                let v: Vec<f64> = tops[i]
-                    .iter()
-                    .filter_map(|t| t.get(k).map(|&x| x as f64 / 1e3))
-                    .collect();
-                (!v.is_empty()).then(|| Summary::of(&v).median)
-            };
-            let cell = |k: usize| rank(k).map_or("–".into(), num);
-            let med = ins[0].median(i).map_or("–".into(), |ips| num(1e6 / ips));
-            kth.row(vec![
-                p.name.into(),
-                cell(0),
-                cell(9),
-                cell(99),
-                cell(TOP - 1),
-                med,
-            ]);
-            let pts: Vec<(f64, f64)> = (0..TOP)
-                .filter_map(|k| rank(k).map(|y| ((k + 1) as f64, y)))
-                .collect();
-            curves.push((p.name.to_string(), pts));
-        }
-        let _ = writeln!(
-            r.md,
-            "The k-th most expensive insert, 1 process (µs; median over runs of each rank; the last column is the mean time per insert):\n"
-        );
-        r.md.push_str(&kth.render());
-        r.plot(
-            "inserts-kth.svg",
-            svg::loglog("k-th most expensive durable insert", "k", "µs", &curves),
-            "k-th most expensive insert",
-        )?;
-        let v = r.versus(&ins[0], "txmap-btree", "bdb-btree");
-        r.target(
-            "durable random inserts into the B+-tree ≥ 2× Berkeley DB",
-            v,
-            2.0,
-            "txmap B+-tree / Berkeley DB B-tree, 1 process".into(),
-        );
+        let rows = measure_inserts(ctx, &mut r, &setup)?;
+        report_inserts(&mut r, &plan, &rows)?;
     }
     if want("hash") {
-        // 2. Hash: bulk load in one transaction; committers.
-        let mut bulk = Row::new("bulk load, one transaction", "entries/s", Better::Higher, n);
-        let last = plan.committers.last().copied().unwrap_or(0);
-        let mut tps_retries = Row::new(
-            format!("retried, {last} committers"),
-            "per 1000 commits",
-            Better::Lower,
-            n,
-        );
-        let mut tps: Vec<Row> = plan
-            .committers
-            .iter()
-            .map(|t| Row::new(format!("{t} committers"), "commits/s", Better::Higher, n))
-            .collect();
-        for rep in 0..ctx.reps {
-            for i in order(n, rep) {
-                let p = &r.peers[i];
-                ctx.progress(format!("bulk load: {}, run {}", p.name, rep + 1));
-                if let Some(w) = &skip_reason[i] {
-                    bulk.skip(i, w.clone());
-                    for t in &mut tps {
-                        t.skip(i, w.clone());
-                    }
-                    tps_retries.skip(i, w.clone());
-                    continue;
-                }
-                let dir = work::fresh(&base, p.id)?;
-                match work::bulk_load(p, &dir, plan.bulk, 100 + rep as u64) {
-                    Ok(s) => bulk.push(i, plan.bulk as f64 / s),
-                    Err(e) => {
-                        r.problems.push(format!("bulk load, {}: {e}", p.name));
-                        bulk.skip(i, "failed (see problems)");
-                    }
-                }
-                for (ti, &t) in plan.committers.iter().enumerate() {
-                    ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
-                    let dir = work::fresh(&base, p.id)?;
-                    match work::committers(p, &dir, t, plan.commit_secs) {
-                        Ok((x, retries)) => {
-                            tps[ti].push(i, x);
-                            if ti + 1 == plan.committers.len() {
-                                tps_retries.push(i, retries * 1000.0);
-                            }
-                        }
-                        Err(e) => {
-                            r.problems.push(format!("{t} committers, {}: {e}", p.name));
-                            tps[ti].skip(i, "failed (see problems)");
-                        }
-                    }
-                }
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-        }
-        let _ = writeln!(
-            r.md,
-            "## Hash table (Lemon): bulk load and concurrent committers\n\n\
-         Bulk load: {} random 8-byte keys and values in one durable transaction. Committers: threads, each \
-         committing one random 8-byte put per durable transaction for {} s, on an empty store.\n",
-            plan.bulk, plan.commit_secs
-        );
-        r.table(&[&bulk]);
-        let trefs: Vec<&Row> = tps.iter().collect();
-        r.table(&trefs);
-        r.table(&[&tps_retries]);
-        let curves: Vec<(String, Vec<(f64, f64)>)> = r
-            .peers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| tps.iter().any(|t| t.median(*i).is_some()))
-            .map(|(i, p)| {
-                let pts = plan
-                    .committers
-                    .iter()
-                    .zip(&tps)
-                    .filter_map(|(&c, t)| t.median(i).map(|m| (c as f64, m)))
-                    .collect();
-                (p.name.to_string(), pts)
-            })
-            .collect();
-        r.plot(
-            "committers.svg",
-            svg::loglog(
-                "Durable commits/s against concurrent committers",
-                "committers (threads)",
-                "commits/s",
-                &curves,
-            ),
-            "commits per second against committers",
-        )?;
-        if let Some(last) = tps.last() {
-            let v = r.versus(last, "txmap-hash", "bdb-hash");
-            let c = plan.committers.last().copied().unwrap_or(0);
-            r.target(
-                &format!("commits/s with {c} committers ≥ 3× Berkeley DB"),
-                v,
-                3.0,
-                "txmap linear hash / Berkeley DB hash".into(),
-            );
-        }
+        let rows = measure_hash(ctx, &mut r, &setup)?;
+        report_hash(&mut r, &plan, &rows)?;
     }
     if want("redb") {
-        // 3. The redb workload.
-        let mut redb: Vec<Row> = work::REDB_STEPS
-            .iter()
-            .map(|s| {
-                if *s == "file size" {
-                    Row::new(*s, "MiB", Better::Lower, n)
-                } else {
-                    Row::new(*s, "s", Better::Lower, n)
-                }
-            })
-            .collect();
-        let mut stopped: Vec<Option<String>> = vec![None; n];
-        for rep in 0..ctx.reps {
-            for i in order(n, rep) {
-                let p = &r.peers[i];
-                ctx.progress(format!("redb workload: {}, run {}", p.name, rep + 1));
-                if let Some(w) = skip_reason[i].as_ref().or(stopped[i].as_ref()) {
-                    for row in &mut redb {
-                        row.skip(i, w.clone());
-                    }
-                    continue;
-                }
-                let dir = work::fresh(&base, p.id)?;
-                let deadline = std::time::Duration::from_secs(plan.redb_deadline_secs);
-                match work::redb_capped(p, &dir, plan.redb, 200 + rep as u64, deadline) {
-                    Ok(run) => {
-                        r.problems.extend(run.problems);
-                        let done = run.steps.len();
-                        for (row, v) in redb.iter_mut().zip(run.steps) {
-                            match v {
-                                Some(v) => row.push(i, v),
-                                None => row.skip(i, "hash: no ranges"),
-                            }
-                        }
-                        if run.stopped {
-                            // Later runs would stop at the same step: skip them.
-                            let step = work::REDB_STEPS.get(done).copied().unwrap_or("?");
-                            let why = format!(
-                                "stopped in its {step} at {} s (run {})",
-                                plan.redb_deadline_secs,
-                                rep + 1
-                            );
-                            r.capped.push(format!("redb workload, {}: {why}", p.name));
-                            for row in &mut redb[done..] {
-                                row.skip(i, why.clone());
-                            }
-                            stopped[i] = Some(why);
-                        }
-                    }
-                    Err(e) => {
-                        r.problems.push(format!("redb workload, {}: {e}", p.name));
-                        for row in &mut redb {
-                            row.skip(i, "failed (see problems)");
-                        }
-                    }
-                }
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-        }
-        let z = plan.redb;
-        let _ = writeln!(
-            r.md,
-            "## The redb workload\n\n24-byte random keys, 150-byte random values, every commit durable. Bulk load: {} \
-         entries in one transaction; individual writes: {} transactions of one put; batch writes: {} transactions \
-         of {} puts; random reads: every loaded key once in random order (2 threads: each thread reads every key); \
-         range reads: {} reads of {} entries from a random loaded key; removals: half the loaded keys in one \
-         transaction; file size: the store's directory after closing.\n",
-            z.entries, z.individual, z.batches, z.batch, z.ranges, z.range_len
-        );
-        let (a, b) = redb.split_at(4);
-        r.table(&a.iter().collect::<Vec<_>>());
-        r.table(&b.iter().collect::<Vec<_>>());
-        r.bars(
-            "redb.svg",
-            "redb workload (seconds, lower is better)",
-            &redb[..7].iter().collect::<Vec<_>>(),
-        )?;
-        let v = r.versus(&redb[1], "txmap-btree", "lmdb");
-        r.target(
-            "durable individual commits ≥ 1.5× LMDB",
-            v,
-            1.5,
-            "txmap B+-tree / LMDB, redb individual writes".into(),
-        );
-        let v = r.versus(&redb[1], "txmap-btree", "bdb-btree");
-        r.target(
-            "durable individual commits ≥ Berkeley DB",
-            v,
-            1.0,
-            "txmap B+-tree / Berkeley DB B-tree".into(),
-        );
-        let v = r.versus(&redb[3], "txmap-btree", "lmdb");
-        r.target(
-            "random reads within 1.25× of LMDB's time",
-            v,
-            0.8,
-            "LMDB time / txmap B+-tree time; 0.8 is 1.25× slower".into(),
-        );
+        let rows = measure_redb(ctx, &mut r, &setup)?;
+        report_redb(&mut r, &plan, &rows)?;
     }
     if want("abc") {
-        abc(ctx, &mut r, &plan, &skip_reason, &base)?;
+        abc(ctx, &mut r, &setup)?;
     }
     if want("touch") {
         page_touch(ctx, &mut r, &base)?;
     }
     render(ctx, &r, &plan)?;
+    Ok(())
+}
+
+impl Report {
+    /// An empty report on `peers`, written to `out`.
+    fn new(machine: String, peers: Vec<Peer>, out: &Path) -> Report {
+        Report {
+            machine,
+            peers,
+            md: String::new(),
+            out: out.to_path_buf(),
+            problems: Vec::new(),
+            capped: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// What every workload's measurements share.
+struct Setup<'a> {
+    plan: &'a Plan,
+    /// For each store, why it is skipped (`None`: it runs).
+    skip: &'a [Option<String>],
+    /// The directory the stores' files go in.
+    base: &'a Path,
+}
+
+/// For each store, why it is skipped: not installed (with the command that
+/// installs it), or `None` to run it.
+fn not_installed(peers: &[Peer]) -> Vec<Option<String>> {
+    peers
+        .iter()
+        .map(|p| {
+            p.available
+                .err()
+                .map(|cmd| format!("not installed (`{cmd}`)"))
+        })
+        .collect()
+}
+
+/// The rows of the durable random inserts.
+struct InsertRows {
+    /// Inserts per second with 1 and 2 processes.
+    ins: [Row; 2],
+    bytes: Row,
+    device: Row,
+    retried: Row,
+    /// Per store, per run: the most expensive inserts (ns), 1 process.
+    tops: Vec<Vec<Vec<u64>>>,
+}
+
+/// 1. Durable random inserts, 1 and 2 processes: the measurements.
+fn measure_inserts(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<InsertRows> {
+    let n = r.peers.len();
+    let mut rows = InsertRows {
+        ins: [
+            Row::new("1 process", "inserts/s", Better::Higher, n),
+            Row::new("2 processes", "inserts/s", Better::Higher, n),
+        ],
+        bytes: Row::new("written per insert", "bytes", Better::Lower, n),
+        device: Row::new("device writes per insert", "bytes", Better::Lower, n),
+        retried: Row::new("retried, 2 processes", "per 1000 inserts", Better::Lower, n),
+        tops: vec![Vec::new(); n],
+    };
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            for (pi, procs) in [1usize, 2].into_iter().enumerate() {
+                let p = &r.peers[i];
+                ctx.progress(format!(
+                    "inserts: {} × {procs} process(es), run {}",
+                    p.name,
+                    rep + 1
+                ));
+                if let Some(w) = &setup.skip[i] {
+                    rows.ins[pi].skip(i, w.clone());
+                    continue;
+                }
+                if procs > 1 && !p.processes {
+                    rows.ins[pi].skip(i, "one process only");
+                    rows.retried.skip(i, "one process only");
+                    continue;
+                }
+                let dir = work::fresh(setup.base, p.id)?;
+                let x = work::inserts(p, &dir, setup.plan.inserts, procs, 1 + rep as u64);
+                record_inserts(r, setup.plan, &mut rows, i, (pi, procs), x);
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Enters store `i`'s run of inserts with `procs` processes (row `pi` of
+/// `rows.ins`) in `rows`.
+fn record_inserts(
+    r: &mut Report,
+    plan: &Plan,
+    rows: &mut InsertRows,
+    i: usize,
+    (pi, procs): (usize, usize),
+    x: Res<work::Inserts>,
+) {
+    let p = &r.peers[i];
+    match x {
+        Ok(x) => {
+            if x.done < plan.inserts / procs * procs {
+                r.capped
+                    .push(format!("inserts, {} × {procs}: {} inserts", p.name, x.done));
+            }
+            rows.ins[pi].push(i, x.done as f64 / x.secs);
+            if procs == 1 {
+                rows.bytes
+                    .push(i, x.write_bytes as f64 / x.done.max(1) as f64);
+                if let Some(d) = x.device_bytes {
+                    rows.device.push(i, d as f64 / x.done.max(1) as f64);
+                }
+                rows.tops[i].push(x.top);
+            } else {
+                rows.retried
+                    .push(i, x.retries as f64 * 1000.0 / x.done.max(1) as f64);
+            }
+        }
+        Err(e) => {
+            r.problems
+                .push(format!("inserts, {} × {procs}: {e}", p.name));
+            rows.ins[pi].skip(i, "failed (see problems)");
+        }
+    }
+}
+
+/// The section of the durable random inserts, with its target.
+fn report_inserts(r: &mut Report, plan: &Plan, rows: &InsertRows) -> Res<()> {
+    let _ = writeln!(
+        r.md,
+        "## Durable random inserts\n\n{} random 8-byte keys with 8-byte values, each insert its own durable \
+     transaction, into an empty store; with 2 processes each inserts half. Written per insert: bytes passed to \
+     write calls (`wchar` of /proc/self/io, including closing the store; PMDK writes through a mapping and \
+     shows only its log); device writes: sectors the file system's device wrote meanwhile (whole machine). \
+     Both with 1 process.\n",
+        plan.inserts
+    );
+    let ins = &rows.ins;
+    r.table(&[&ins[0], &ins[1], &rows.retried]);
+    r.table(&[&rows.bytes, &rows.device]);
+    r.bars(
+        "inserts.svg",
+        "Durable random inserts per second",
+        &[&ins[0], &ins[1]],
+    )?;
+    kth_insert(r, rows)?;
+    let v = r.versus(&ins[0], "txmap-btree", "bdb-btree");
+    r.target(
+        "durable random inserts into the B+-tree ≥ 2× Berkeley DB",
+        v,
+        2.0,
+        "txmap B+-tree / Berkeley DB B-tree, 1 process".into(),
+    );
+    Ok(())
+}
+
+/// The k-th most expensive insert (thesis figure 5-3): median over runs of
+/// each rank, as a table and a plot.
+fn kth_insert(r: &mut Report, rows: &InsertRows) -> Res<()> {
+    let mut kth = crate::report::Table::new(&[
+        "store",
+        "1st",
+        "10th",
+        "100th",
+        "1000th",
+        "median insert (µs)",
+    ]);
+    let mut curves = Vec::new();
+    for (i, p) in r.peers.iter().enumerate() {
+        let tops = &rows.tops[i];
+        if tops.is_empty() {
+            continue;
+        }
+        let rank = |k: usize| {
+            let v: Vec<f64> = tops
+                .iter()
+                .filter_map(|t| t.get(k).map(|&x| x as f64 / 1e3))
+                .collect();
+            (!v.is_empty()).then(|| Summary::of(&v).median)
+        };
+        let cell = |k: usize| rank(k).map_or("–".into(), num);
+        let med = rows.ins[0]
+            .median(i)
+            .map_or("–".into(), |ips| num(1e6 / ips));
+        kth.row(vec![
+            p.name.into(),
+            cell(0),
+            cell(9),
+            cell(99),
+            cell(TOP - 1),
+            med,
+        ]);
+        let pts: Vec<(f64, f64)> = (0..TOP)
+            .filter_map(|k| rank(k).map(|y| ((k + 1) as f64, y)))
+            .collect();
+        curves.push((p.name.to_string(), pts));
+    }
+    let _ = writeln!(
+        r.md,
+        "The k-th most expensive insert, 1 process (µs; median over runs of each rank; the last column is the mean time per insert):\n"
+    );
+    r.md.push_str(&kth.render());
+    r.plot(
+        "inserts-kth.svg",
+        svg::loglog("k-th most expensive durable insert", "k", "µs", &curves),
+        "k-th most expensive insert",
+    )
+}
+
+/// The rows of the hash table workload.
+struct HashRows {
+    bulk: Row,
+    /// Commits per second, one row per number of committers.
+    tps: Vec<Row>,
+    /// Retries with the most committers.
+    tps_retries: Row,
+}
+
+/// 2. Hash: bulk load in one transaction; committers. The measurements.
+fn measure_hash(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<HashRows> {
+    let n = r.peers.len();
+    let last = setup.plan.committers.last().copied().unwrap_or(0);
+    let mut rows = HashRows {
+        bulk: Row::new("bulk load, one transaction", "entries/s", Better::Higher, n),
+        tps: setup
+            .plan
+            .committers
+            .iter()
+            .map(|t| Row::new(format!("{t} committers"), "commits/s", Better::Higher, n))
+            .collect(),
+        tps_retries: Row::new(
+            format!("retried, {last} committers"),
+            "per 1000 commits",
+            Better::Lower,
+            n,
+        ),
+    };
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            let p = &r.peers[i];
+            ctx.progress(format!("bulk load: {}, run {}", p.name, rep + 1));
+            if let Some(w) = &setup.skip[i] {
+                rows.bulk.skip(i, w.clone());
+                for t in &mut rows.tps {
+                    t.skip(i, w.clone());
+                }
+                rows.tps_retries.skip(i, w.clone());
+                continue;
+            }
+            let dir = work::fresh(setup.base, p.id)?;
+            match work::bulk_load(p, &dir, setup.plan.bulk, 100 + rep as u64) {
+                Ok(s) => rows.bulk.push(i, setup.plan.bulk as f64 / s),
+                Err(e) => {
+                    r.problems.push(format!("bulk load, {}: {e}", p.name));
+                    rows.bulk.skip(i, "failed (see problems)");
+                }
+            }
+            measure_committers(ctx, r, setup, &mut rows, i, rep)?;
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(rows)
+}
+
+/// Store `i`'s committers runs in run `rep`, one per number of committers,
+/// each in a fresh directory.
+fn measure_committers(
+    ctx: &mut Ctx,
+    r: &mut Report,
+    setup: &Setup,
+    rows: &mut HashRows,
+    i: usize,
+    rep: usize,
+) -> Res<()> {
+    let (p, plan) = (&r.peers[i], setup.plan);
+    for (ti, &t) in plan.committers.iter().enumerate() {
+        ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
+        let dir = work::fresh(setup.base, p.id)?;
+        match work::committers(p, &dir, t, plan.commit_secs) {
+            Ok((x, retries)) => {
+                rows.tps[ti].push(i, x);
+                if ti + 1 == plan.committers.len() {
+                    rows.tps_retries.push(i, retries * 1000.0);
+                }
+            }
+            Err(e) => {
+                r.problems.push(format!("{t} committers, {}: {e}", p.name));
+                rows.tps[ti].skip(i, "failed (see problems)");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The section of the hash table workload, with its target.
+fn report_hash(r: &mut Report, plan: &Plan, rows: &HashRows) -> Res<()> {
+    let _ = writeln!(
+        r.md,
+        "## Hash table (Lemon): bulk load and concurrent committers\n\n\
+     Bulk load: {} random 8-byte keys and values in one durable transaction. Committers: threads, each \
+     committing one random 8-byte put per durable transaction for {} s, on an empty store.\n",
+        plan.bulk, plan.commit_secs
+    );
+    let tps = &rows.tps;
+    r.table(&[&rows.bulk]);
+    let trefs: Vec<&Row> = tps.iter().collect();
+    r.table(&trefs);
+    r.table(&[&rows.tps_retries]);
+    let curves: Vec<(String, Vec<(f64, f64)>)> = r
+        .peers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| tps.iter().any(|t| t.median(*i).is_some()))
+        .map(|(i, p)| {
+            let pts = plan
+                .committers
+                .iter()
+                .zip(tps)
+                .filter_map(|(&c, t)| t.median(i).map(|m| (c as f64, m)))
+                .collect();
+            (p.name.to_string(), pts)
+        })
+        .collect();
+    r.plot(
+        "committers.svg",
+        svg::loglog(
+            "Durable commits/s against concurrent committers",
+            "committers (threads)",
+            "commits/s",
+            &curves,
+        ),
+        "commits per second against committers",
+    )?;
+    if let Some(last) = tps.last() {
+        let v = r.versus(last, "txmap-hash", "bdb-hash");
+        let c = plan.committers.last().copied().unwrap_or(0);
+        r.target(
+            &format!("commits/s with {c} committers ≥ 3× Berkeley DB"),
+            v,
+            3.0,
+            "txmap linear hash / Berkeley DB hash".into(),
+        );
+    }
+    Ok(())
+}
+
+/// 3. The redb workload: one row per step (`work::REDB_STEPS`).
+fn measure_redb(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<Vec<Row>> {
+    let n = r.peers.len();
+    let mut redb: Vec<Row> = work::REDB_STEPS
+        .iter()
+        .map(|s| {
+            if *s == "file size" {
+                Row::new(*s, "MiB", Better::Lower, n)
+            } else {
+                Row::new(*s, "s", Better::Lower, n)
+            }
+        })
+        .collect();
+    // Why a store's later runs are skipped: an earlier one hit the deadline.
+    let mut stopped: Vec<Option<String>> = vec![None; n];
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            let p = &r.peers[i];
+            ctx.progress(format!("redb workload: {}, run {}", p.name, rep + 1));
+            if let Some(w) = setup.skip[i].as_ref().or(stopped[i].as_ref()) {
+                for row in &mut redb {
+                    row.skip(i, w.clone());
+                }
+                continue;
+            }
+            let dir = work::fresh(setup.base, p.id)?;
+            let deadline = std::time::Duration::from_secs(setup.plan.redb_deadline_secs);
+            match work::redb_capped(p, &dir, setup.plan.redb, 200 + rep as u64, deadline) {
+                Ok(run) => stopped[i] = record_redb(r, setup.plan, &mut redb, i, rep, run),
+                Err(e) => {
+                    r.problems.push(format!("redb workload, {}: {e}", p.name));
+                    for row in &mut redb {
+                        row.skip(i, "failed (see problems)");
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    Ok(redb)
+}
+
+/// Enters store `i`'s redb run `rep` in `redb`; why later runs are skipped
+/// if the deadline stopped it.
+fn record_redb(
+    r: &mut Report,
+    plan: &Plan,
+    redb: &mut [Row],
+    i: usize,
+    rep: usize,
+    run: work::RedbRun,
+) -> Option<String> {
+    r.problems.extend(run.problems);
+    let done = run.steps.len();
+    for (row, v) in redb.iter_mut().zip(run.steps) {
+        match v {
+            Some(v) => row.push(i, v),
+            None => row.skip(i, "hash: no ranges"),
+        }
+    }
+    if !run.stopped {
+        return None;
+    }
+    // Later runs would stop at the same step: skip them.
+    let step = work::REDB_STEPS.get(done).copied().unwrap_or("?");
+    let why = format!(
+        "stopped in its {step} at {} s (run {})",
+        plan.redb_deadline_secs,
+        rep + 1
+    );
+    r.capped
+        .push(format!("redb workload, {}: {why}", r.peers[i].name));
+    for row in &mut redb[done..] {
+        row.skip(i, why.clone());
+    }
+    Some(why)
+}
+
+/// The section of the redb workload, with its targets.
+fn report_redb(r: &mut Report, plan: &Plan, redb: &[Row]) -> Res<()> {
+    let z = plan.redb;
+    let _ = writeln!(
+        r.md,
+        "## The redb workload\n\n24-byte random keys, 150-byte random values, every commit durable. Bulk load: {} \
+     entries in one transaction; individual writes: {} transactions of one put; batch writes: {} transactions \
+     of {} puts; random reads: every loaded key once in random order (2 threads: each thread reads every key); \
+     range reads: {} reads of {} entries from a random loaded key; removals: half the loaded keys in one \
+     transaction; file size: the store's directory after closing.\n",
+        z.entries, z.individual, z.batches, z.batch, z.ranges, z.range_len
+    );
+    let (a, b) = redb.split_at(4);
+    r.table(&a.iter().collect::<Vec<_>>());
+    r.table(&b.iter().collect::<Vec<_>>());
+    r.bars(
+        "redb.svg",
+        "redb workload (seconds, lower is better)",
+        &redb[..7].iter().collect::<Vec<_>>(),
+    )?;
+    let v = r.versus(&redb[1], "txmap-btree", "lmdb");
+    r.target(
+        "durable individual commits ≥ 1.5× LMDB",
+        v,
+        1.5,
+        "txmap B+-tree / LMDB, redb individual writes".into(),
+    );
+    let v = r.versus(&redb[1], "txmap-btree", "bdb-btree");
+    r.target(
+        "durable individual commits ≥ Berkeley DB",
+        v,
+        1.0,
+        "txmap B+-tree / Berkeley DB B-tree".into(),
+    );
+    let v = r.versus(&redb[3], "txmap-btree", "lmdb");
+    r.target(
+        "random reads within 1.25× of LMDB's time",
+        v,
+        0.8,
+        "LMDB time / txmap B+-tree time; 0.8 is 1.25× slower".into(),
+    );
     Ok(())
 }
 
@@ -755,14 +898,7 @@ fn render(ctx: &mut Ctx, r: &Report, plan: &Plan) -> Res<()> {
 const ABC_PROCS: [usize; 3] = [1, 2, 4];
 
 /// The thesis' concurrency tests A/B/C on every store.
-fn abc(
-    ctx: &mut Ctx,
-    r: &mut Report,
-    plan: &Plan,
-    skip: &[Option<String>],
-    base: &Path,
-) -> Res<()> {
-    let n = r.peers.len();
+fn abc(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<()> {
     let _ = writeln!(
         r.md,
         "## Concurrency tests A, B, C (thesis)\n\n{} transactions split over 1, 2, 4 processes (threads for \
@@ -771,100 +907,119 @@ fn abc(
          read-modify-write transaction run it as one; the others read, then write (same result here: no two \
          writers share a value). The values are checked afterwards. Time per transaction in µs, and speedup \
          against 1 process.\n",
-        plan.abc_txns
+        setup.plan.abc_txns
     );
-    for &d in &plan.abc_durabilities {
-        let mut rows: Vec<Vec<Row>> = Abc::ALL
-            .iter()
-            .map(|t| {
-                ABC_PROCS
-                    .iter()
-                    .map(|p| Row::new(format!("{t:?}, {p}"), "µs/txn", Better::Lower, n))
-                    .collect()
-            })
-            .collect();
-        for rep in 0..ctx.reps {
-            for i in order(n, rep) {
-                let p = &r.peers[i];
-                for (ti, &t) in Abc::ALL.iter().enumerate() {
-                    for (pi, &procs) in ABC_PROCS.iter().enumerate() {
-                        ctx.progress(format!(
-                            "test {t:?} {d:?}: {} × {procs}, run {}",
-                            p.name,
-                            rep + 1
-                        ));
-                        if let Some(w) = &skip[i] {
-                            rows[ti][pi].skip(i, w.clone());
-                            continue;
-                        }
-                        let dir = work::fresh(base, p.id)?;
-                        match work::abc(p, &dir, t, plan.abc_txns, procs, d) {
-                            Ok((secs, done, problems)) => {
-                                r.problems.extend(problems);
-                                if done < plan.abc_txns / procs * procs {
-                                    r.capped.push(format!(
-                                        "test {t:?} {d:?}, {} × {procs}: {done} transactions",
-                                        p.name
-                                    ));
-                                }
-                                rows[ti][pi].push(i, secs * 1e6 / done.max(1) as f64);
-                            }
-                            Err(e) => {
-                                r.problems
-                                    .push(format!("test {t:?} {d:?}, {} × {procs}: {e}", p.name));
-                                rows[ti][pi].skip(i, "failed (see problems)");
-                            }
-                        }
-                        let _ = std::fs::remove_dir_all(&dir);
+    for &d in &setup.plan.abc_durabilities {
+        let rows = measure_abc(ctx, r, setup, d)?;
+        report_abc(r, setup.skip, d, &rows)?;
+    }
+    Ok(())
+}
+
+/// Tests A/B/C with commits of durability `d`: per test, one row per
+/// number of processes (`ABC_PROCS`).
+fn measure_abc(ctx: &mut Ctx, r: &mut Report, setup: &Setup, d: Durability) -> Res<Vec<Vec<Row>>> {
+    let n = r.peers.len();
+    let mut rows: Vec<Vec<Row>> = Abc::ALL
+        .iter()
+        .map(|t| {
+            ABC_PROCS
+                .iter()
+                .map(|p| Row::new(format!("{t:?}, {p}"), "µs/txn", Better::Lower, n))
+                .collect()
+        })
+        .collect();
+    for rep in 0..ctx.reps {
+        for i in order(n, rep) {
+            let p = &r.peers[i];
+            for (ti, &t) in Abc::ALL.iter().enumerate() {
+                for (pi, &procs) in ABC_PROCS.iter().enumerate() {
+                    ctx.progress(format!(
+                        "test {t:?} {d:?}: {} × {procs}, run {}",
+                        p.name,
+                        rep + 1
+                    ));
+                    if let Some(w) = &setup.skip[i] {
+                        rows[ti][pi].skip(i, w.clone());
+                        continue;
                     }
+                    let dir = work::fresh(setup.base, p.id)?;
+                    match work::abc(p, &dir, t, setup.plan.abc_txns, procs, d) {
+                        Ok((secs, done, problems)) => {
+                            r.problems.extend(problems);
+                            if done < setup.plan.abc_txns / procs * procs {
+                                r.capped.push(format!(
+                                    "test {t:?} {d:?}, {} × {procs}: {done} transactions",
+                                    p.name
+                                ));
+                            }
+                            rows[ti][pi].push(i, secs * 1e6 / done.max(1) as f64);
+                        }
+                        Err(e) => {
+                            r.problems
+                                .push(format!("test {t:?} {d:?}, {} × {procs}: {e}", p.name));
+                            rows[ti][pi].skip(i, "failed (see problems)");
+                        }
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
                 }
             }
         }
-        let _ = writeln!(r.md, "{d:?} commits:\n");
-        let mut head = vec!["store".to_string()];
-        for t in Abc::ALL {
-            head.push(format!("{t:?}: 1 / 2 / 4 (µs/txn)"));
-            head.push(format!("{t:?} speedup at 2 / 4"));
-        }
-        let mut table = crate::report::Table::new(&head);
-        for (i, p) in r.peers.iter().enumerate() {
-            if skip[i].is_some() {
-                continue;
-            }
-            let tag = if p.processes { "" } else { " *t*" };
-            let mut cells = vec![format!("{}{tag}", p.name)];
-            for row in &rows {
-                let m: Vec<Option<f64>> = row.iter().map(|x| x.median(i)).collect();
-                cells.push(
-                    m.iter()
-                        .map(|x| x.map_or("–".into(), num))
-                        .collect::<Vec<_>>()
-                        .join(" / "),
-                );
-                let sp = |k: usize| match (m[0], m[k]) {
-                    (Some(a), Some(b)) => num(a / b),
-                    _ => "–".into(),
-                };
-                cells.push(format!("{} / {}", sp(1), sp(2)));
-            }
-            table.row(cells);
-        }
-        r.md.push_str(&table.render());
-        let flat: Vec<&Row> = rows.iter().map(|r| &r[0]).collect();
-        let file = format!(
-            "abc-{}.svg",
-            if d == Durability::Durable {
-                "durable"
-            } else {
-                "async"
-            }
-        );
-        r.bars(
-            &file,
-            &format!("Tests A/B/C, 1 process, {d:?} (µs per transaction)"),
-            &flat,
-        )?;
     }
+    Ok(rows)
+}
+
+/// The table and plot of tests A/B/C with commits of durability `d`.
+fn report_abc(
+    r: &mut Report,
+    skip: &[Option<String>],
+    d: Durability,
+    rows: &[Vec<Row>],
+) -> Res<()> {
+    let _ = writeln!(r.md, "{d:?} commits:\n");
+    let mut head = vec!["store".to_string()];
+    for t in Abc::ALL {
+        head.push(format!("{t:?}: 1 / 2 / 4 (µs/txn)"));
+        head.push(format!("{t:?} speedup at 2 / 4"));
+    }
+    let mut table = crate::report::Table::new(&head);
+    for (i, p) in r.peers.iter().enumerate() {
+        if skip[i].is_some() {
+            continue;
+        }
+        let tag = if p.processes { "" } else { " *t*" };
+        let mut cells = vec![format!("{}{tag}", p.name)];
+        for row in rows {
+            let m: Vec<Option<f64>> = row.iter().map(|x| x.median(i)).collect();
+            cells.push(
+                m.iter()
+                    .map(|x| x.map_or("–".into(), num))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+            );
+            let sp = |k: usize| match (m[0], m[k]) {
+                (Some(a), Some(b)) => num(a / b),
+                _ => "–".into(),
+            };
+            cells.push(format!("{} / {}", sp(1), sp(2)));
+        }
+        table.row(cells);
+    }
+    r.md.push_str(&table.render());
+    let flat: Vec<&Row> = rows.iter().map(|r| &r[0]).collect();
+    let file = format!(
+        "abc-{}.svg",
+        if d == Durability::Durable {
+            "durable"
+        } else {
+            "async"
+        }
+    );
+    r.bars(
+        &file,
+        &format!("Tests A/B/C, 1 process, {d:?} (µs per transaction)"),
+        &flat,
+    )?;
     Ok(())
 }
 

@@ -292,7 +292,7 @@ impl View {
 
     /// The view's slot in the region's shared state: unique among the views
     /// open at once in every process (lowest free first).
-    pub(crate) fn slot(&self) -> usize {
+    pub fn slot(&self) -> usize {
         self.inner.slot
     }
 

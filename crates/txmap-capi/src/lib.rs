@@ -1,6 +1,9 @@
-//! C API: the native `txmap_*` calls ([`native`]) and the LIBXAC-style calls
-//! ([`xac`]). The header `include/txmap.h` is generated from this module by
-//! `scripts/gen-header.sh` (cbindgen).
+//! The C API of txmap: the native `txmap_*` calls ([`native`]), the
+//! LIBXAC-style calls ([`xac`]) and the collections' calls ([`collections`]),
+//! over the `txmap` crate's public API. The `txmap-clib` crate builds it
+//! into `libtxmap.so` (SONAME `libtxmap.so.0`) and `libtxmap.a`. The header
+//! `include/txmap.h` is generated from this crate by `scripts/gen-header.sh`
+//! (cbindgen); `scripts/install.sh` installs both with a `txmap.pc`.
 //!
 //! Conventions shared by every exported function:
 //!
@@ -12,13 +15,17 @@
 //! * After a failed call, [`txmap_errmsg`] returns a message that says what
 //!   went wrong, on the calling thread.
 
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, OsStr, c_char, c_int};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
-use crate::error::Error;
+use txmap::Error;
 
 pub mod collections;
 pub mod native;
@@ -301,11 +308,11 @@ mod tests {
     fn errors_map_to_codes_and_errno() {
         let f = Failure::from(Error::Conflict);
         assert_eq!((f.code, f.errno), (TXMAP_CONFLICT, libc::EAGAIN));
-        let f = Failure::from(Error::io(
-            "open",
-            "x",
-            std::io::Error::from_raw_os_error(libc::ENOENT),
-        ));
+        let f = Failure::from(Error::Io {
+            op: "open",
+            path: "x".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        });
         assert_eq!((f.code, f.errno), (TXMAP_EIO, libc::ENOENT));
         let r = guarded("txmap_test", || {
             Err::<(), _>(Failure::from(Error::Conflict))

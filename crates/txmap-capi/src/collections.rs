@@ -11,10 +11,10 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ops::Bound;
 
-use super::native::{txmap_view, view_mut};
-use super::{Failure, guarded, status};
-use crate::View;
-use crate::collections::{AnyMap, ArrayList, BTree, CoBTree, Kind, LinearHash, Map, alloc};
+use crate::native::{txmap_view, view_mut};
+use crate::{Failure, guarded, status};
+use txmap::View;
+use txmap::collections::{AnyMap, ArrayList, BTree, CoBTree, Kind, LinearHash, Map, alloc};
 
 /// Map kind: a B+-tree (ordered).
 pub const TXMAP_BTREE: c_int = 1;

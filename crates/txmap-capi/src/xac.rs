@@ -20,11 +20,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use super::{
+use crate::{
     Failure, TXMAP_EBUSY, TXMAP_EINVAL, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno,
 };
-use crate::collections::alloc;
-use crate::{Durability, Error, Options, Region, View, log_path};
+use txmap::collections::alloc;
+use txmap::{Durability, Error, Options, Region, View, log_path};
 
 /// `xInit` durability: commits are atomic and isolated and survive a crash
 /// of the process, not of the OS (txmap `Durability::Async`).
@@ -130,8 +130,8 @@ pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
             // Dropping them neither rolls back nor checkpoints in a child.
             *g = None;
         }
-        crate::io::create_dir_durable(dir).map_err(|e| Error::io("create directory", dir, e))?;
-        let dir = std::path::absolute(dir).map_err(|e| Error::io("resolve", dir, e))?;
+        txmap::io::create_dir_durable(dir).map_err(|e| io_error("create directory", dir, e))?;
+        let dir = std::path::absolute(dir).map_err(|e| io_error("resolve", dir, e))?;
         *g = Some(Xac {
             pid: std::process::id(),
             dir,
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
             return Ok(m.view.base().cast::<c_void>());
         }
         let path = st.dir.join(name);
-        let exists = path.try_exists().map_err(|e| Error::io("stat", &path, e))?;
+        let exists = path.try_exists().map_err(|e| io_error("stat", &path, e))?;
         let region = if exists {
             Region::open(&path, st.opts.clone())?
         } else if size == 0 {
@@ -440,6 +440,15 @@ fn offset_of(m: &Mapped, ptr: *mut c_void, call: &str) -> Result<u64, Failure> {
     Ok((p - base) as u64)
 }
 
+/// The error for system call `op` on `path` that failed with `source`.
+fn io_error(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+    Error::Io {
+        op,
+        path: path.into(),
+        source,
+    }
+}
+
 fn no_memory(msg: String) -> Failure {
     Failure::new(TXMAP_EINVAL, libc::ENOMEM, msg)
 }
@@ -480,7 +489,7 @@ fn heap_call(
     let r = guarded(call, || {
         let mut g = state();
         let m = in_transaction(&mut g, call)?;
-        let max = m.view.region().inner.opts.max_size;
+        let max = m.view.region().max_size();
         let size = size as u64;
         if size > alloc::MAX_ALLOC || size >= max.saturating_sub(alloc::HEAP_START) {
             return Err(no_memory(format!(

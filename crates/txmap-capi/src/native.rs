@@ -5,8 +5,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::{Failure, guarded, path_arg, status};
-use crate::{Durability, Error, Isolation, Options, PageAccess, Region, TxnOptions, View};
+use crate::{Failure, guarded, path_arg, status};
+use txmap::{Durability, Error, Isolation, Options, PageAccess, Region, TxnOptions, View};
 
 /// Region flag: commits return once their log record is written to the OS
 /// (they survive a crash of the process, and after power loss the region
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn txmap_region_open_limited(
         // SAFETY: per this function's contract.
         let path = unsafe { path_arg(path, "path") }?;
         let mut opts = region_options(flags)?;
-        opts.snapshot_limit = crate::SnapshotLimit {
+        opts.snapshot_limit = txmap::SnapshotLimit {
             max_lag: (max_lag != 0).then_some(max_lag),
             max_version_bytes: (max_version_bytes != 0).then_some(max_version_bytes),
         };
