@@ -96,6 +96,39 @@
 // stored, a grow or a checkpoint cannot happen.
 #define TXMAP_EREADONLY -14
 
+// A file to be created exists already (`txmap_region_create` on an
+// existing path, or another process is creating it).
+#define TXMAP_EEXIST -15
+
+// The file is not a txmap region (no valid region header), or a log file
+// was named instead of its region.
+#define TXMAP_ENOTREGION -16
+
+// A size or transaction exceeds a limit: a region larger than its maximum
+// size, more pages read or written than one transaction may, too many
+// views.
+#define TXMAP_ETOOLARGE -17
+
+// The call needs an open transaction (commit, abort, a store through the
+// accessors, `txmap_set_page_access`).
+#define TXMAP_ENOTXN -18
+
+// A store inside a read-only transaction (`TXMAP_READ_ONLY`); the
+// transaction was rolled back.
+#define TXMAP_ESTOREREADONLY -19
+
+// A region or view used in a process forked after it was opened: the
+// child must open the region itself.
+#define TXMAP_EFORK -20
+
+// Other processes have the region open with other settings (durability,
+// snapshot limit, fixed address, txmap version): open it with theirs, or
+// when they have closed it.
+#define TXMAP_EINCOMPAT -21
+
+// A byte range outside the region.
+#define TXMAP_ERANGE -22
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 

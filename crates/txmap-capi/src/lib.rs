@@ -79,6 +79,31 @@ pub const TXMAP_EADDR: c_int = -13;
 /// process, or it was opened with `TXMAP_OPEN_READ_ONLY`): a commit that
 /// stored, a grow or a checkpoint cannot happen.
 pub const TXMAP_EREADONLY: c_int = -14;
+/// A file to be created exists already (`txmap_region_create` on an
+/// existing path, or another process is creating it).
+pub const TXMAP_EEXIST: c_int = -15;
+/// The file is not a txmap region (no valid region header), or a log file
+/// was named instead of its region.
+pub const TXMAP_ENOTREGION: c_int = -16;
+/// A size or transaction exceeds a limit: a region larger than its maximum
+/// size, more pages read or written than one transaction may, too many
+/// views.
+pub const TXMAP_ETOOLARGE: c_int = -17;
+/// The call needs an open transaction (commit, abort, a store through the
+/// accessors, `txmap_set_page_access`).
+pub const TXMAP_ENOTXN: c_int = -18;
+/// A store inside a read-only transaction (`TXMAP_READ_ONLY`); the
+/// transaction was rolled back.
+pub const TXMAP_ESTOREREADONLY: c_int = -19;
+/// A region or view used in a process forked after it was opened: the
+/// child must open the region itself.
+pub const TXMAP_EFORK: c_int = -20;
+/// Other processes have the region open with other settings (durability,
+/// snapshot limit, fixed address, txmap version): open it with theirs, or
+/// when they have closed it.
+pub const TXMAP_EINCOMPAT: c_int = -21;
+/// A byte range outside the region.
+pub const TXMAP_ERANGE: c_int = -22;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -121,6 +146,14 @@ impl From<Error> for Failure {
             Error::VersionStoreFull { .. } => (TXMAP_ENOSPACE, libc::ENOSPC),
             Error::AddressTaken { .. } => (TXMAP_EADDR, libc::EEXIST),
             Error::ReadOnly { .. } => (TXMAP_EREADONLY, libc::EROFS),
+            Error::Exists { .. } => (TXMAP_EEXIST, libc::EEXIST),
+            Error::NotARegion { .. } => (TXMAP_ENOTREGION, libc::EINVAL),
+            Error::TooLarge(_) => (TXMAP_ETOOLARGE, libc::EFBIG),
+            Error::NotInTransaction { .. } => (TXMAP_ENOTXN, libc::EINVAL),
+            Error::StoreInReadOnlyTransaction => (TXMAP_ESTOREREADONLY, libc::EPERM),
+            Error::ForkedChild { .. } => (TXMAP_EFORK, libc::EPERM),
+            Error::Incompatible { .. } => (TXMAP_EINCOMPAT, libc::EBUSY),
+            Error::OutOfRange { .. } => (TXMAP_ERANGE, libc::EINVAL),
         };
         Failure::new(code, errno, e.to_string())
     }
@@ -217,7 +250,7 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
 
 /// Every `TXMAP_*` return code with its description: the one table
 /// `txmap_strerror` reads (a test checks it covers every code).
-const CODES: [(c_int, &CStr); 15] = [
+const CODES: [(c_int, &CStr); 23] = [
     (TXMAP_OK, c"success"),
     (
         TXMAP_CONFLICT,
@@ -251,6 +284,26 @@ const CODES: [(c_int, &CStr); 15] = [
         TXMAP_EREADONLY,
         c"the region is open read-only; nothing was written",
     ),
+    (TXMAP_EEXIST, c"the file to create exists already"),
+    (TXMAP_ENOTREGION, c"the file is not a txmap region"),
+    (
+        TXMAP_ETOOLARGE,
+        c"a size or a transaction exceeds its limit",
+    ),
+    (TXMAP_ENOTXN, c"the call needs an open transaction"),
+    (
+        TXMAP_ESTOREREADONLY,
+        c"store inside a read-only transaction; it was rolled back",
+    ),
+    (
+        TXMAP_EFORK,
+        c"the handle belongs to the parent process; open the region in the child",
+    ),
+    (
+        TXMAP_EINCOMPAT,
+        c"other processes have the region open with other settings",
+    ),
+    (TXMAP_ERANGE, c"byte range outside the region"),
 ];
 
 /// A static description of a `TXMAP_*` return code ("unknown code" for
@@ -276,11 +329,11 @@ mod tests {
             unsafe { CStr::from_ptr(txmap_strerror(c)) }
         };
         let mut seen = std::collections::HashSet::new();
-        for c in (TXMAP_EREADONLY..=TXMAP_OK).rev() {
+        for c in (TXMAP_ERANGE..=TXMAP_OK).rev() {
             assert_ne!(text(c), c"unknown code", "code {c}");
             assert!(seen.insert(text(c)), "code {c} shares its text");
         }
-        assert_eq!(text(TXMAP_EREADONLY - 1), c"unknown code");
+        assert_eq!(text(TXMAP_ERANGE - 1), c"unknown code");
         assert_eq!(CODES.len(), seen.len());
     }
 

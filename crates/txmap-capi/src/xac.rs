@@ -258,7 +258,7 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
             match Region::create(&path, size, st.opts.clone()) {
                 Ok(r) => r,
                 // Another process is creating it: open it once it is in place.
-                Err(Error::Invalid(_)) if log_path(&path).exists() => {
+                Err(Error::Exists { .. }) if log_path(&path).exists() => {
                     open_when_created(&path, &st.opts)?
                 }
                 Err(e) => return Err(e.into()),

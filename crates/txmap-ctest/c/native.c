@@ -158,9 +158,9 @@ int ctest_native_abort(const char *dir) {
     CHECK_EQ(x[0], 300);
 
     /* Calls that need a transaction. */
-    CHECK_EQ(txmap_commit(v), TXMAP_EINVAL);
+    CHECK_EQ(txmap_commit(v), TXMAP_ENOTXN);
     CHECK(errmsg_has("outside a transaction"));
-    CHECK_EQ(txmap_abort(v), TXMAP_EINVAL);
+    CHECK_EQ(txmap_abort(v), TXMAP_ENOTXN);
 
     CHECK_EQ(txmap_view_close(v), TXMAP_OK);
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
@@ -368,7 +368,7 @@ int ctest_native_read_only(const char *dir) {
     /* A store in a read-only transaction is rolled back and reported. */
     CHECK_EQ(txmap_begin(v, TXMAP_READ_ONLY), TXMAP_OK);
     x[0] = 6;
-    CHECK_EQ(txmap_commit(v), TXMAP_EINVAL);
+    CHECK_EQ(txmap_commit(v), TXMAP_ESTOREREADONLY);
     CHECK(errmsg_has("read-only"));
     CHECK_EQ(x[0], 5);
 
@@ -394,7 +394,7 @@ int ctest_native_page_access(const char *dir) {
     CHECK_EQ(fresh_region(dir, "access.txm", 8, &r, &v), 0);
     unsigned char *base = txmap_view_base(v);
 
-    CHECK_EQ(txmap_set_page_access(v, base, PAGE_SIZE, TXMAP_ACCESS_READ), TXMAP_EINVAL);
+    CHECK_EQ(txmap_set_page_access(v, base, PAGE_SIZE, TXMAP_ACCESS_READ), TXMAP_ENOTXN);
     CHECK(errmsg_has("outside a transaction"));
 
     CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
@@ -406,7 +406,7 @@ int ctest_native_page_access(const char *dir) {
     CHECK_EQ(txmap_set_page_access(v, base, 0, TXMAP_ACCESS_READ), TXMAP_OK);
     /* Out of the view, or a bad access. */
     CHECK_EQ(txmap_set_page_access(v, base + 7 * PAGE_SIZE, 2 * PAGE_SIZE, TXMAP_ACCESS_READ),
-             TXMAP_EINVAL);
+             TXMAP_ERANGE);
     CHECK(errmsg_has("outside the region"));
     CHECK_EQ(txmap_set_page_access(v, base - 1, 1, TXMAP_ACCESS_READ), TXMAP_EINVAL);
     CHECK_EQ(txmap_set_page_access(v, base, 1, 0), TXMAP_EINVAL);
@@ -461,14 +461,14 @@ int ctest_native_errors(const char *dir) {
     /* Exists already; open twice. */
     CHECK_EQ(txmap_region_create(path, PAGE_SIZE, 0, &r), TXMAP_OK);
     txmap_region *r2 = NULL;
-    CHECK_EQ(txmap_region_create(path, PAGE_SIZE, 0, &r2), TXMAP_EINVAL);
+    CHECK_EQ(txmap_region_create(path, PAGE_SIZE, 0, &r2), TXMAP_EEXIST);
     CHECK(errmsg_has("exists"));
     /* A second handle must agree with the durability mode in use. */
-    CHECK_EQ(txmap_region_open(path, TXMAP_ASYNC, &r2), TXMAP_EINVAL);
+    CHECK_EQ(txmap_region_open(path, TXMAP_ASYNC, &r2), TXMAP_EINCOMPAT);
     CHECK(r2 == NULL);
     CHECK(errmsg_has("Durable mode"));
     CHECK_EQ(txmap_region_open(path, 0, &r2), TXMAP_OK);
-    CHECK_EQ(txmap_region_grow(r, (uint64_t)1 << 62), TXMAP_EINVAL);
+    CHECK_EQ(txmap_region_grow(r, (uint64_t)1 << 62), TXMAP_ETOOLARGE);
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
     CHECK_EQ(txmap_region_close(r2), TXMAP_OK);
 
@@ -543,7 +543,7 @@ int ctest_native_snapshot_limit(const char *dir) {
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
     CHECK_EQ(txmap_region_open_limited(path, 0, 5, 0, &r), TXMAP_OK);
     /* Another limit while open: refused; the default: accepted. */
-    CHECK_EQ(txmap_region_open_limited(path, 0, 6, 0, &r2), TXMAP_EINVAL);
+    CHECK_EQ(txmap_region_open_limited(path, 0, 6, 0, &r2), TXMAP_EINCOMPAT);
     CHECK_EQ(txmap_region_open(path, 0, &r2), TXMAP_OK);
     CHECK_EQ(txmap_view_open(r, &w), TXMAP_OK);
     CHECK_EQ(txmap_view_open(r2, &old), TXMAP_OK);

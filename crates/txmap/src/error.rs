@@ -30,9 +30,42 @@ pub enum Error {
     /// The transaction was aborted by the program (`abort`/`xabort`).
     #[error("transaction aborted by the program")]
     Aborted,
-    /// The call is not allowed in the current state or with these arguments.
+    /// The call is not allowed in the current state or with these arguments
+    /// (the failures below have variants of their own).
     #[error("{0}")]
     Invalid(String),
+    /// A file that would be created exists already (`what` says more: it
+    /// may be another process creating it).
+    #[error("{} already exists{what}", path.display())]
+    Exists { path: PathBuf, what: &'static str },
+    /// The file is not a txmap region (or is not the file to name).
+    #[error("{} is not a txmap region: {what}", path.display())]
+    NotARegion { path: PathBuf, what: String },
+    /// A size or a transaction exceeds a limit (`Options::max_size`, the
+    /// read and write sets of one transaction).
+    #[error("{0}")]
+    TooLarge(String),
+    /// `op` needs an open transaction and the view has none.
+    #[error("{op} outside a transaction")]
+    NotInTransaction { op: &'static str },
+    /// A store inside a read-only transaction; the transaction was rolled
+    /// back.
+    #[error("store inside a read-only transaction; it was rolled back")]
+    StoreInReadOnlyTransaction,
+    /// A region or view used by a process forked after it was opened: the
+    /// child must open the region itself.
+    #[error(
+        "{} was opened by process {owner}; process {pid} (a fork) must open it itself",
+        path.display()
+    )]
+    ForkedChild { path: PathBuf, owner: i32, pid: i32 },
+    /// Other processes have the region open with settings this open does
+    /// not match (durability, snapshot limit, fixed address, txmap version).
+    #[error("{}: {what}", path.display())]
+    Incompatible { path: PathBuf, what: String },
+    /// A byte range outside the region.
+    #[error("range {off}+{len} is outside the region ({size} bytes)")]
+    OutOfRange { off: u64, len: usize, size: usize },
     /// A memory-mapping call failed.
     #[error("{op}: {source}")]
     Os {

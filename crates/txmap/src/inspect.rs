@@ -408,10 +408,10 @@ pub(crate) fn fuzz_tail(log: &[u8], end: usize, h: &LogHeader, seq: u64) {
 }
 
 fn not_a_region(path: &Path) -> Error {
-    Error::Invalid(format!(
-        "{} is a txmap log file; name its region file (without \"-log\")",
-        path.display()
-    ))
+    Error::NotARegion {
+        path: path.to_path_buf(),
+        what: "it is a txmap log file; name its region file (without \"-log\")".into(),
+    }
 }
 
 fn examine(path: &Path) -> Result<Examined> {

@@ -426,7 +426,7 @@ pub(crate) fn check_size(size: u64, max: u64) -> Result<()> {
         )));
     }
     if size > max {
-        return Err(Error::Invalid(format!(
+        return Err(Error::TooLarge(format!(
             "region size {size} exceeds the maximum {max}; open with a larger Options::max_size"
         )));
     }
@@ -456,7 +456,10 @@ impl Region {
         if let Some(a) = opts.address {
             check_address(a, opts.max_size)?;
         }
-        let exists = || Error::Invalid(format!("{} already exists", path.display()));
+        let exists = || Error::Exists {
+            path: path.to_path_buf(),
+            what: "",
+        };
         if path.try_exists().map_err(|e| Error::io("stat", path, e))? {
             return Err(exists());
         }
@@ -479,10 +482,10 @@ impl Region {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     if !remove_abandoned_create(path, &lp)? {
-                        return Err(Error::Invalid(format!(
-                            "{} already exists (or is being created by another process)",
-                            path.display()
-                        )));
+                        return Err(Error::Exists {
+                            path: path.to_path_buf(),
+                            what: " (or is being created by another process)",
+                        });
                     }
                 }
                 Err(e) => return Err(Error::io("create", &lp, e)),
@@ -614,10 +617,10 @@ impl Region {
             let mut page = vec![0u8; HEADER_BYTES as usize];
             let txmap = data.read_at(&mut page, 0).is_ok() && RegionHeader::decode(&page).is_ok();
             if !txmap {
-                return Err(Error::Invalid(format!(
-                    "{} is not a txmap region: it has no valid region header (and no log file)",
-                    path.display()
-                )));
+                return Err(Error::NotARegion {
+                    path: path.to_path_buf(),
+                    what: "it has no valid region header (and no log file)".into(),
+                });
             }
             return Err(Error::io(
                 "open log",
@@ -902,21 +905,25 @@ impl Region {
         if let Some(a) = opts.address
             && a as u64 != header.address
         {
-            return Err(Error::Invalid(format!(
-                "{} is open by other processes at fixed address {:#x}; Options::address \
-                 {a:#x} can change it only when no other process has it open",
-                data.path().display(),
-                header.address
-            )));
+            return Err(Error::Incompatible {
+                path: data.path().to_path_buf(),
+                what: format!(
+                    "open by other processes at fixed address {:#x}; Options::address \
+                     {a:#x} can change it only when no other process has it open",
+                    header.address
+                ),
+            });
         }
         let spath = shared_path(data.path(), header.region_id)?;
         let mvcc = Mvcc::attach(&spath, file_mode(data)).map_err(|e| match e {
             crate::mvcc::AttachError::Io(e) => Error::io("open shared state", &spath, e),
-            crate::mvcc::AttachError::Layout(what) => Error::Invalid(format!(
-                "{}: open in other processes with incompatible shared state {}: {what}",
-                data.path().display(),
-                spath.display()
-            )),
+            crate::mvcc::AttachError::Layout(what) => Error::Incompatible {
+                path: data.path().to_path_buf(),
+                what: format!(
+                    "open in other processes with incompatible shared state {}: {what}",
+                    spath.display()
+                ),
+            },
         })?;
         let h = mvcc.hdr();
         if h.region_id.load(Ordering::Acquire) != header.region_id {
@@ -932,21 +939,25 @@ impl Region {
             Durability::Async
         };
         if theirs != opts.durability {
-            return Err(Error::Invalid(format!(
-                "{} is open in {theirs:?} mode by another process; open it with \
-                 Durability::{theirs:?} too, or close the others first",
-                data.path().display()
-            )));
+            return Err(Error::Incompatible {
+                path: data.path().to_path_buf(),
+                what: format!(
+                    "open in {theirs:?} mode by another process; open it with \
+                     Durability::{theirs:?} too, or close the others first"
+                ),
+            });
         }
         let mine = opts.snapshot_limit.encode()?;
         let (lag, versions) = mvcc.limit();
         if opts.snapshot_limit != SnapshotLimit::default() && mine != (lag, versions) {
-            return Err(Error::Invalid(format!(
-                "{} is open by another process with snapshot limit {:?}; open it \
-                 with that limit or the default, or close the others first",
-                data.path().display(),
-                SnapshotLimit::decode(lag, versions)
-            )));
+            return Err(Error::Incompatible {
+                path: data.path().to_path_buf(),
+                what: format!(
+                    "open by another process with snapshot limit {:?}; open it \
+                     with that limit or the default, or close the others first",
+                    SnapshotLimit::decode(lag, versions)
+                ),
+            });
         }
         Ok((mvcc, header.address as usize))
     }
@@ -1412,13 +1423,11 @@ impl RegionInner {
         if crate::os::signal::forks_now() == self.fork_generation {
             return Ok(());
         }
-        let me = rustix::process::getpid();
-        Err(Error::Invalid(format!(
-            "{} was opened by process {}; process {} (a fork) must open it itself",
-            self.path.display(),
-            self.owner.as_raw_nonzero(),
-            me.as_raw_nonzero()
-        )))
+        Err(Error::ForkedChild {
+            path: self.path.clone(),
+            owner: self.owner.as_raw_nonzero().get(),
+            pid: rustix::process::getpid().as_raw_nonzero().get(),
+        })
     }
 
     pub fn size(&self) -> u64 {

@@ -149,7 +149,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     Ok(()) => Ok(()),
                     Err(Error::Conflict) => Err("conflict"),
                     Err(Error::Aborted) => Err("aborted"),
-                    Err(Error::Invalid(_)) => Err("invalid"),
+                    Err(Error::StoreInReadOnlyTransaction) => Err("invalid"),
                     Err(e) => panic!("step {step}: {e}"),
                 };
                 let want = m.commit(v);

@@ -318,7 +318,8 @@ fn opener() {
     let path = env("TXMAP_PATH");
     match env("TXMAP_MODE").as_str() {
         "refused" => match Region::open(path.as_ref(), o) {
-            Err(Error::Invalid(msg)) => {
+            Err(e @ Error::Incompatible { .. }) => {
+                let msg = e.to_string();
                 let theirs = if durability == Durability::Async {
                     "Durable"
                 } else {

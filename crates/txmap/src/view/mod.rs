@@ -165,7 +165,7 @@ impl View {
         region.check_owner()?;
         let max = region.opts.max_size as usize;
         let slot = region.mvcc.claim_slot().ok_or_else(|| {
-            Error::Invalid(format!(
+            Error::TooLarge(format!(
                 "too many views on one region (at most {})",
                 crate::mvcc::MAX_SLOTS
             ))
@@ -426,7 +426,7 @@ impl View {
     pub fn commit(&mut self) -> Result<()> {
         self.inner.region.check_owner()?; // before anything touches shared memory
         match self.depth {
-            0 => return Err(Error::Invalid("commit outside a transaction".into())),
+            0 => return Err(Error::NotInTransaction { op: "commit" }),
             1 => {}
             _ => {
                 self.depth -= 1;
@@ -462,13 +462,9 @@ impl View {
                     path: v.region.path.clone(),
                 });
             }
-            DOOM_READ_ONLY_WRITE => {
-                return Err(Error::Invalid(
-                    "store inside a read-only transaction; it was rolled back".into(),
-                ));
-            }
+            DOOM_READ_ONLY_WRITE => return Err(Error::StoreInReadOnlyTransaction),
             _ => {
-                return Err(Error::Invalid(format!(
+                return Err(Error::TooLarge(format!(
                     "transaction too large: more than {MAX_WRITE_PAGES} pages written or {MAX_READ_PAGES} read"
                 )));
             }
@@ -580,7 +576,7 @@ impl View {
     pub fn abort(&mut self) -> Result<()> {
         self.inner.region.check_owner()?;
         if self.depth == 0 {
-            return Err(Error::Invalid("abort outside a transaction".into()));
+            return Err(Error::NotInTransaction { op: "abort" });
         }
         self.inner.doom(DOOM_USER);
         let v = &*self.inner;
@@ -662,10 +658,11 @@ impl View {
             .filter(|&e| e <= self.len() as u64);
         match end {
             Some(_) => Ok(off as usize),
-            None => Err(Error::Invalid(format!(
-                "range {off}+{len} is outside the region ({} bytes)",
-                self.len()
-            ))),
+            None => Err(Error::OutOfRange {
+                off,
+                len,
+                size: self.len(),
+            }),
         }
     }
 
@@ -689,7 +686,7 @@ impl View {
     /// Writable bytes at `off`; stores stay private until commit.
     pub fn slice_mut(&mut self, off: u64, len: usize) -> Result<&mut [u8]> {
         if self.depth == 0 {
-            return Err(Error::Invalid("store outside a transaction".into()));
+            return Err(Error::NotInTransaction { op: "store" });
         }
         let o = self.check_range(off, len)?;
         let p = self.inner.access(o, len, true);
@@ -729,9 +726,9 @@ impl View {
     pub fn set_page_access(&mut self, off: u64, len: usize, access: PageAccess) -> Result<()> {
         self.inner.region.check_owner()?;
         if self.depth == 0 {
-            return Err(Error::Invalid(
-                "set_page_access outside a transaction".into(),
-            ));
+            return Err(Error::NotInTransaction {
+                op: "set_page_access",
+            });
         }
         let o = self.check_range(off, len)?;
         if len == 0 {
