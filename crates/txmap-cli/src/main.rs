@@ -199,6 +199,10 @@ fn create(path: &Path, size: u64) -> Result<String, Fail> {
     ))
 }
 
+fn sums_name(p: &Path) -> String {
+    txmap::sums::sums_path(p).display().to_string()
+}
+
 fn info_text(r: &Report) -> String {
     let mut lines: Vec<(&str, String)> = vec![
         ("region", r.path.display().to_string()),
@@ -223,6 +227,17 @@ fn info_text(r: &Report) -> String {
         (
             "pages in use",
             format!("{} of {} in the data file", r.pages_in_use, r.pages()),
+        ),
+        (
+            "page checksums",
+            match r.checksummed_pages {
+                Some(n) => format!(
+                    "{} (table {})",
+                    plural(n, "page", "pages"),
+                    sums_name(&r.path)
+                ),
+                None => "none kept".to_string(),
+            },
         ),
         (
             "region file",
@@ -409,6 +424,10 @@ fn info_json(r: &Report) -> String {
         ("size", r.data_size.to_string()),
         ("pages", r.pages().to_string()),
         ("pages_in_use", r.pages_in_use.to_string()),
+        (
+            "checksummed_pages",
+            js_opt(&r.checksummed_pages, |n| n.to_string()),
+        ),
         ("file_len", r.file_len.to_string()),
         (
             "region_header_generation",

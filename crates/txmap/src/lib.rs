@@ -43,6 +43,7 @@ pub mod io;
 pub mod mvcc;
 pub mod os;
 mod region;
+pub mod sums;
 mod view;
 pub mod wal;
 

@@ -64,6 +64,12 @@ pub struct Options {
     /// [`Error::Corrupt`] naming the commits that would be lost, and writes
     /// nothing.
     pub accept_loss: bool,
+    /// Keep a CRC-32C of every data page a checkpoint writes in the page
+    /// checksum table (`PATH-sums`, docs/FORMAT.md), verified on the first
+    /// open and by `txmap check`. The first process to open the region
+    /// decides for every process of its session (later ones follow the
+    /// table's presence); opening alone with `false` removes the table.
+    pub page_checksums: bool,
 }
 
 /// How far behind long-running transactions may fall.
@@ -130,6 +136,7 @@ impl Default for Options {
             snapshot_limit: SnapshotLimit::default(),
             address: None,
             accept_loss: false,
+            page_checksums: true,
         }
     }
 }
@@ -255,6 +262,8 @@ pub(crate) struct RegionInner {
     /// The fixed address recorded in the region file (0: none); written
     /// back with every region header.
     pub address: usize,
+    /// The page checksum table, when the region keeps one.
+    pub sums: Option<crate::sums::PageSums>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -643,13 +652,28 @@ impl Region {
                 Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
                 None => true,
             };
+            // The first opener decides whether the session keeps page
+            // checksums; the others follow the table's presence.
+            let sums = match &locks {
+                None => None,
+                Some(_) if alone && !opts.page_checksums => {
+                    let p = crate::sums::sums_path(&path);
+                    match std::fs::remove_file(&p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io("remove", p, e)),
+                    }
+                    None
+                }
+                Some(_) => crate::sums::PageSums::open(&path, alone)?,
+            };
             let (mvcc, recovered, address, loss) = if alone {
-                Self::first_open(&*data, &*log, &opts, locks.is_some())?
+                Self::first_open(&*data, &*log, sums.as_ref(), &opts, locks.is_some())?
             } else {
                 let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
                 (mvcc, 0, address, Vec::new())
             };
-            let recovered = (recovered, alone, address, loss);
+            let recovered = (recovered, alone, address, loss, sums);
             if let Some(l) = &locks {
                 // Converting is not atomic, but nobody can look meanwhile:
                 // we hold the transition lock.
@@ -696,6 +720,7 @@ impl Region {
             locks,
             view_pool: Mutex::new(Vec::new()),
             address: recovered.2,
+            sums: recovered.4,
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
@@ -712,6 +737,7 @@ impl Region {
     fn first_open(
         data: &dyn Storage,
         log: &dyn Storage,
+        sums: Option<&crate::sums::PageSums>,
         opts: &Options,
         shared: bool,
     ) -> Result<(Mvcc, u64, usize, Vec<String>)> {
@@ -724,7 +750,7 @@ impl Region {
             s.allocate()
                 .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
         }
-        let mut rec = recover(data, log, opts.on_recovery_progress, opts.accept_loss)?;
+        let mut rec = recover(data, log, sums, opts.on_recovery_progress, opts.accept_loss)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
             check_address(a, max_size)?;
@@ -741,7 +767,7 @@ impl Region {
         if want != rec.header.address {
             rec.header.address = want;
             rec.header.generation += 1;
-            write_region_header(data, &rec.header)?;
+            write_region_header(data, sums, &rec.header)?;
         }
         let (lh, allocated) =
             crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
@@ -1040,6 +1066,7 @@ fn read_headers_raw(data: &dyn Storage, log: &dyn Storage) -> Result<(RegionHead
 pub(crate) fn recover(
     data: &dyn Storage,
     log: &dyn Storage,
+    sums: Option<&crate::sums::PageSums>,
     progress: Option<fn(u64, u64)>,
     accept_loss: bool,
 ) -> Result<Recovered> {
@@ -1092,6 +1119,11 @@ pub(crate) fn recover(
     let mut size = header.data_size;
     let base = header.checkpoint_seq;
     let total = records.iter().filter(|r| r.seq > base).count() as u64;
+    let replay: Vec<_> = records.iter().filter(|r| r.seq > base).collect();
+    let touched = crate::sums::touched_pages(replay.iter().flat_map(|r| r.ranges.iter()));
+    if let Some(s) = sums {
+        check_pages(data, s, &header, &touched, accept_loss, &mut loss)?;
+    }
     let report = |done: u64| {
         if let Some(f) = progress
             && (done.is_multiple_of(1024) || done == total)
@@ -1113,7 +1145,7 @@ pub(crate) fn recover(
         replayed += 1;
         report(replayed);
     }
-    if !loss.is_empty() {
+    if !reading.damage.is_empty() && accept_loss {
         let last = reading.damage.iter().filter_map(|d| d.last).max();
         let first = header.checkpoint_seq + 1;
         loss.push(match last {
@@ -1134,7 +1166,13 @@ pub(crate) fn recover(
     if replayed > 0 {
         header.generation += 1;
         header.data_size = size;
-        write_region_header(data, &header)?;
+        if let Some(s) = sums {
+            // Replayed pages are checkpointed now: their content is the
+            // log's, and their checksums are taken from it.
+            data.sync().map_err(|e| Error::io("sync", data.path(), e))?;
+            crate::sums::record_from_file(s, data, &touched, size)?;
+        }
+        write_region_header(data, sums, &header)?;
     }
     Ok(Recovered {
         header,
@@ -1144,9 +1182,50 @@ pub(crate) fn recover(
     })
 }
 
+/// Verifies the checksummed pages of the region file before replay. Pages
+/// the log is about to rewrite are skipped (an interrupted checkpoint may
+/// have torn them; replay repairs them). A table behind the region header
+/// (kept by no one since) is reset, not trusted.
+fn check_pages(
+    data: &dyn Storage,
+    s: &crate::sums::PageSums,
+    header: &RegionHeader,
+    touched: &std::collections::BTreeSet<u64>,
+    accept_loss: bool,
+    loss: &mut Vec<String>,
+) -> Result<()> {
+    let current = s
+        .header()?
+        .is_some_and(|t| t.region_id == header.region_id && t.generation >= header.generation);
+    if !current {
+        return s.reset(header.region_id, header.generation);
+    }
+    let entries = s.entries(header.data_size / PAGE as u64)?;
+    let bad = crate::sums::verify(data, &entries, |p| touched.contains(&p))?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    if !accept_loss {
+        return Err(crate::sums::damaged_error(data.path(), &bad));
+    }
+    for b in &bad {
+        loss.push(format!("{}: {b} (kept as it is)", data.path().display()));
+    }
+    Ok(())
+}
+
 /// Syncs the data, then writes and syncs a header slot: the header never
 /// claims data that is not on disk.
-fn write_region_header(data: &dyn Storage, h: &RegionHeader) -> Result<()> {
+fn write_region_header(
+    data: &dyn Storage,
+    sums: Option<&crate::sums::PageSums>,
+    h: &RegionHeader,
+) -> Result<()> {
+    // The table goes first: it is never behind a header that is on disk.
+    if let Some(s) = sums {
+        s.write_header(h.region_id, h.generation)?;
+        s.sync()?;
+    }
     let (off, slot) = h.encode();
     data.sync()
         .and_then(|_| data.write_at(&slot, off))
@@ -1514,10 +1593,18 @@ impl RegionInner {
                 if t <= ckpt {
                     return Ok(());
                 }
+                let mut crcs =
+                    Vec::with_capacity(if self.sums.is_some() { pages.len() } else { 0 });
                 for (page, v) in pages {
                     self.data
                         .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
                         .map_err(|e| Error::io("checkpoint", &self.path, e))?;
+                    if self.sums.is_some() {
+                        crcs.push((u64::from(page), crate::sums::page_crc(&v.data[..])));
+                    }
+                }
+                if let Some(s) = &self.sums {
+                    s.record(&mut crcs)?;
                 }
                 crate::debug::hit(crate::debug::CrashPoint::CheckpointWriting);
                 let next = RegionHeader {
@@ -1527,7 +1614,7 @@ impl RegionInner {
                     data_size: self.size(),
                     address: self.address as u64,
                 };
-                write_region_header(&*self.data, &next)?;
+                write_region_header(&*self.data, self.sums.as_ref(), &next)?;
                 h.region_generation
                     .store(next.generation, Ordering::Release);
                 h.checkpoint_seq.store(t, Ordering::Release);
