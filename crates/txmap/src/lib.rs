@@ -33,6 +33,7 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod backup;
 pub mod capi;
 pub mod collections;
 pub mod debug;
@@ -47,6 +48,7 @@ pub mod sums;
 mod view;
 pub mod wal;
 
+pub use backup::{BackupOptions, BackupReport};
 pub use error::{Error, Lost, Result};
 pub use region::{
     Durability, Options, Region, SharedStateSweep, SnapshotLimit, Stats, log_path,

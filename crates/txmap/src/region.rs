@@ -1253,7 +1253,7 @@ static PRIVATE: AtomicU64 = AtomicU64::new(0);
 
 /// A seed that differs between calls, processes and times (for region ids
 /// and fixed addresses).
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     static CALLS: AtomicU64 = AtomicU64::new(0);
     crate::io::sim::SplitMix(
         std::time::SystemTime::now()

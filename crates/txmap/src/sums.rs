@@ -134,6 +134,11 @@ impl PageSums {
         }
     }
 
+    /// A table over an open file (a backup's, under its temporary name).
+    pub(crate) fn from_file(file: FileStorage) -> PageSums {
+        PageSums { file }
+    }
+
     pub fn path(&self) -> &Path {
         self.file.path()
     }
