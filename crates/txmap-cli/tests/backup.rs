@@ -205,7 +205,7 @@ fn a_backup_under_four_processes_of_durable_transfers_holds_the_reported_commit(
 #[test]
 fn a_backup_killed_at_random_leaves_the_source_intact_and_no_half_copy() {
     let (d, src, dst) = paths("cli-backup-killed");
-    let (mut writers, watch, mut v) = running(&d, &src, 50);
+    let (writers, watch, mut v) = running(&d, &src, 50);
     let mut x = seed("a_backup_killed_at_random_leaves_the_source_intact_and_no_half_copy");
     let (mut killed, mut finished) = (0, 0);
     // One whole backup first: the kills then fall anywhere within as long.
