@@ -4,6 +4,7 @@
 //! `cargo run --release -p txmap-bench [-- --dir DIR --quick --only NAME | NAME]`
 
 mod aborts;
+mod backup;
 mod commit;
 mod compare;
 mod longreader;
@@ -93,6 +94,8 @@ enum Section {
     Longreader,
     /// STAMP-style reservations and clustering, sequential vs transactional, 1 and 2 processes.
     Stamp,
+    /// Page checksum cost, and online backup beside LMDB's and SQLite's (not part of core).
+    Backup,
 }
 
 const PARTS: [Section; 7] = [
@@ -117,6 +120,7 @@ fn steps(s: Section, reps: usize) -> usize {
         Section::Procs => procs::steps(reps),
         Section::Compare => 0,
         Section::Longreader => longreader::steps(reps),
+        Section::Backup => backup::steps(reps),
         Section::Stamp => stamp::steps(reps),
     }
 }
@@ -203,7 +207,11 @@ fn main() {
             Section::Uffd => vm::run_uffd(&mut ctx),
             Section::Procs => procs::run(&mut ctx),
             Section::Stamp => stamp::run(&mut ctx),
-            Section::Core | Section::Aborts | Section::Compare | Section::Longreader => {
+            Section::Core
+            | Section::Aborts
+            | Section::Compare
+            | Section::Longreader
+            | Section::Backup => {
                 unreachable!()
             }
         };
@@ -220,6 +228,14 @@ fn main() {
         failed = true;
         println!("\n**Aborts stopped with an error: {e}**\n");
         ctx.anomaly(format!("Aborts stopped with an error: {e}"));
+    }
+
+    if args.only == Section::Backup
+        && let Err(e) = backup::run(&mut ctx)
+    {
+        failed = true;
+        println!("\n**Backup stopped with an error: {e}**\n");
+        ctx.anomaly(format!("Backup stopped with an error: {e}"));
     }
 
     if args.only == Section::Longreader

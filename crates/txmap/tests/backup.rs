@@ -161,9 +161,10 @@ fn a_backup_killed_at_any_point_leaves_the_source_intact_and_no_region_at_dst() 
     let d = ext4_dir("backup-killed");
     let src = d.join("src.txm");
     let dst = d.join("dst.txm");
-    let r = Region::create(&src, 1024 * PAGE, Options::default()).unwrap();
+    // Three batches of 16 MiB.
+    let r = Region::create(&src, 3 * 4096 * PAGE, Options::default()).unwrap();
     let mut v = r.view().unwrap();
-    for p in 0..1024 {
+    for p in (0..3 * 4096).step_by(12) {
         stamp(&mut v, p, p + 7);
     }
     let last = r.stats().commit_seq;
@@ -171,7 +172,7 @@ fn a_backup_killed_at_any_point_leaves_the_source_intact_and_no_region_at_dst() 
     r.close().unwrap();
     for (point, nth) in [
         (CrashPoint::BackupCopying, 1),
-        (CrashPoint::BackupCopying, 3),
+        (CrashPoint::BackupCopying, 2),
         (CrashPoint::BackupPlacing, 1),
     ] {
         let status = child(
@@ -216,7 +217,7 @@ fn a_backup_killed_at_any_point_leaves_the_source_intact_and_no_region_at_dst() 
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let b = Region::open(&dst, Options::default()).unwrap();
     let v = b.view().unwrap();
-    for p in [0, 511, 1023] {
+    for p in [0, 4092, 3 * 4096 - 12] {
         assert_eq!(read_page(&v, p), (p + 7, p + 7));
     }
 }
