@@ -70,6 +70,12 @@ pub struct Options {
     /// decides for every process of its session (later ones follow the
     /// table's presence); opening alone with `false` removes the table.
     pub page_checksums: bool,
+    /// Log bytes kept when a checkpoint empties the log (a new epoch): the
+    /// file is cut to this (rounded up to 4 MiB, plus its header page), so
+    /// a burst of commits does not keep its high-water mark on disk.
+    /// `u64::MAX` keeps everything (the log never shrinks, and records
+    /// reuse its space without extending it). Default 4 MiB.
+    pub log_reserve: u64,
 }
 
 /// How far behind long-running transactions may fall.
@@ -137,6 +143,7 @@ impl Default for Options {
             address: None,
             accept_loss: false,
             page_checksums: true,
+            log_reserve: 4 << 20,
         }
     }
 }
@@ -704,7 +711,7 @@ impl Region {
             data,
             image,
             image_mapped: Mutex::new(0),
-            log: Log::new(log),
+            log: Log::new(log).with_reserve(opts.log_reserve),
             mvcc,
             recovered: recovered.0,
             recovery_loss: recovered.3,
@@ -769,8 +776,9 @@ impl Region {
             rec.header.generation += 1;
             write_region_header(data, sums, &rec.header)?;
         }
-        let (lh, allocated) =
+        let (lh, mut allocated) =
             crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
+        crate::wal::log::give_back(log, allocated, opts.log_reserve, |a| allocated = a);
         let init = crate::mvcc::Init {
             region_id: rec.header.region_id,
             durable: opts.durability == Durability::Durable,
