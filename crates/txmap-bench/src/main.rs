@@ -4,6 +4,7 @@
 //! `cargo run --release -p txmap-bench [-- --dir DIR --quick --only NAME | NAME]`
 
 mod aborts;
+mod backup;
 mod commit;
 mod compare;
 mod longreader;
@@ -93,6 +94,8 @@ enum Section {
     Longreader,
     /// STAMP-style reservations and clustering, sequential vs transactional, 1 and 2 processes.
     Stamp,
+    /// Page checksum cost, and online backup beside LMDB's and SQLite's (not part of core).
+    Backup,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -106,7 +109,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 9] = [
+const PARTS: [Part; 10] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -160,6 +163,12 @@ const PARTS: [Part; 9] = [
         in_core: false,
         steps: longreader::steps,
         run: longreader::run,
+    },
+    Part {
+        section: Section::Backup,
+        in_core: false,
+        steps: backup::steps,
+        run: backup::run,
     },
 ];
 

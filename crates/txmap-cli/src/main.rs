@@ -97,6 +97,18 @@ enum Cmd {
     /// Remove shared state files in /dev/shm that no process uses (left by a
     /// killed last user of a region); files in use are never removed
     Clean,
+    /// Copy a region (and its page checksums) to DST as of one commit, while
+    /// other processes keep committing; prints the commit the copy holds. The
+    /// copy opens without recovery. DST must not exist
+    Backup {
+        /// The region file to copy (open or not)
+        src: PathBuf,
+        /// The copy's region file (DST, DST-log and DST-sums are written)
+        dst: PathBuf,
+        /// Leave all-zero pages (never written, or freed heap blocks) as holes in the copy
+        #[arg(long)]
+        compact: bool,
+    },
 }
 
 /// A command's failure: one line for standard error and the exit status.
@@ -199,6 +211,10 @@ fn create(path: &Path, size: u64) -> Result<String, Fail> {
     ))
 }
 
+fn sums_name(p: &Path) -> String {
+    txmap::sums::sums_path(p).display().to_string()
+}
+
 fn info_text(r: &Report) -> String {
     let mut lines: Vec<(&str, String)> = vec![
         ("region", r.path.display().to_string()),
@@ -223,6 +239,17 @@ fn info_text(r: &Report) -> String {
         (
             "pages in use",
             format!("{} of {} in the data file", r.pages_in_use, r.pages()),
+        ),
+        (
+            "page checksums",
+            match r.checksummed_pages {
+                Some(n) => format!(
+                    "{} (table {})",
+                    plural(n, "page", "pages"),
+                    sums_name(&r.path)
+                ),
+                None => "none kept".to_string(),
+            },
         ),
         (
             "region file",
@@ -409,6 +436,10 @@ fn info_json(r: &Report) -> String {
         ("size", r.data_size.to_string()),
         ("pages", r.pages().to_string()),
         ("pages_in_use", r.pages_in_use.to_string()),
+        (
+            "checksummed_pages",
+            js_opt(&r.checksummed_pages, |n| n.to_string()),
+        ),
         ("file_len", r.file_len.to_string()),
         (
             "region_header_generation",
@@ -655,7 +686,54 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
         } => kv::kv(&path, &name, kind, op),
         Cmd::Recover { path, accept_loss } => recover(&path, accept_loss).map(|s| (s, 0)),
         Cmd::Clean => clean().map(|s| (s, 0)),
+        Cmd::Backup { src, dst, compact } => backup(&src, &dst, compact).map(|s| (s, 0)),
     }
+}
+
+/// Opens an existing region in the durability mode of the processes that
+/// have it open (durable when none does).
+pub(crate) fn open_joining(path: &Path) -> Result<Region, Fail> {
+    match Region::open(path, Options::default()) {
+        Err(Error::Invalid(m)) if m.contains("Async mode by another process") => {
+            let opts = Options {
+                durability: txmap::Durability::Async,
+                ..Options::default()
+            };
+            Ok(Region::open(path, opts)?)
+        }
+        r => Ok(r?),
+    }
+}
+
+fn backup(src: &Path, dst: &Path, compact: bool) -> Result<String, Fail> {
+    let region = open_joining(src)?;
+    let bar = indicatif::ProgressBar::new(region.size() / PAGE);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("backup {bar:40} {pos}/{len} pages ({eta})")
+    {
+        bar.set_style(style);
+    }
+    let show = |done: u64, _total: u64| bar.set_position(done);
+    let started = std::time::Instant::now();
+    let r = region.backup_with(
+        dst,
+        &txmap::BackupOptions {
+            compact,
+            progress: Some(&show),
+        },
+    )?;
+    let secs = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    drop(region);
+    Ok(format!(
+        "{} backed up to {} at commit {}: {} bytes of data, {} written in {secs:.2} s ({:.0} MiB/s)\n",
+        src.display(),
+        dst.display(),
+        r.commit,
+        r.size,
+        plural(r.pages_written, "page", "pages"),
+        r.size as f64 / (1 << 20) as f64 / secs.max(1e-9)
+    ))
 }
 
 fn clean() -> Result<String, Fail> {

@@ -116,6 +116,16 @@ pub trait Store: Send + Sync {
             what: "disk_bytes".into(),
         })
     }
+    /// Copies the store, consistently, into the empty directory `dst` with
+    /// the store's own online backup (txmap's `Region::backup`, LMDB's
+    /// `mdb_env_copy`, SQLite's backup API), while it stays open.
+    fn backup(&self, dst: &Path) -> Result<()> {
+        let _ = dst;
+        Err(Error::Unsupported {
+            store: "store",
+            what: "backup".into(),
+        })
+    }
 }
 
 /// One thread's handle on a store.

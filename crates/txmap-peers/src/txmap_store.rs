@@ -114,6 +114,12 @@ impl Store for TxStore {
     fn disk_bytes(&self) -> Result<u64> {
         crate::store_disk_bytes(self.id, &self.dir)
     }
+    fn backup(&self, dst: &std::path::Path) -> Result<()> {
+        self.region
+            .backup(&dst.join("data.txm"))
+            .map(|_| ())
+            .map_err(fail(self.id))
+    }
 }
 
 struct TxSession {

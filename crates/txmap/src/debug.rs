@@ -35,11 +35,16 @@ pub enum CrashPoint {
     /// Creating a region: the log made and formatted, the data file
     /// formatted under its temporary name, before it is renamed into place.
     Creating = 9,
+    /// Taking a backup: after each batch of pages is written to the copy.
+    BackupCopying = 10,
+    /// Taking a backup: every part written and synced under its temporary
+    /// name, before the renames into place.
+    BackupPlacing = 11,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 9] = [
+    pub const ALL: [CrashPoint; 11] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -49,6 +54,8 @@ impl CrashPoint {
         CrashPoint::CheckpointPreserved,
         CrashPoint::EpochPublishing,
         CrashPoint::Creating,
+        CrashPoint::BackupCopying,
+        CrashPoint::BackupPlacing,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -80,11 +87,14 @@ mod tests {
             | CrashPoint::LogReset
             | CrashPoint::CheckpointPreserved
             | CrashPoint::EpochPublishing
-            | CrashPoint::Creating => p as u32,
+            | CrashPoint::Creating
+            | CrashPoint::BackupCopying
+            | CrashPoint::BackupPlacing => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();
-        assert_eq!(numbers, (1..=9).collect::<Vec<_>>(), "ALL misses a point");
+        let want: Vec<u32> = (1..=CrashPoint::ALL.len() as u32).collect();
+        assert_eq!(numbers, want, "ALL misses a point");
     }
 }
 

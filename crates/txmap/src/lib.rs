@@ -35,6 +35,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod backup;
 pub mod collections;
 pub mod debug;
 mod error;
@@ -45,9 +46,11 @@ pub mod mvcc;
 pub mod os;
 pub mod rand;
 mod region;
+pub mod sums;
 mod view;
 pub mod wal;
 
+pub use backup::{BackupOptions, BackupReport};
 pub use error::{Error, Lost, Result};
 pub use region::{
     Durability, Options, Region, SharedStateSweep, SnapshotLimit, Stats, log_path,

@@ -73,6 +73,18 @@ pub struct Options {
     /// since the checkpoint in shared memory instead of replaying them into
     /// the file; writers that open the region meanwhile share that state.
     pub read_only: bool,
+    /// Keep a CRC-32C of every data page a checkpoint writes in the page
+    /// checksum table (`PATH-sums`, docs/FORMAT.md), verified on the first
+    /// open and by `txmap check`. The first process to open the region
+    /// decides for every process of its session (later ones follow the
+    /// table's presence); opening alone with `false` removes the table.
+    pub page_checksums: bool,
+    /// Log bytes kept when a checkpoint empties the log (a new epoch): the
+    /// file is cut to this (rounded up to 4 MiB, plus its header page), so
+    /// a burst of commits does not keep its high-water mark on disk.
+    /// `u64::MAX` keeps everything (the log never shrinks, and records
+    /// reuse its space without extending it). Default 4 MiB.
+    pub log_reserve: u64,
 }
 
 /// How far behind long-running transactions may fall.
@@ -140,6 +152,8 @@ impl Default for Options {
             address: None,
             accept_loss: false,
             read_only: false,
+            page_checksums: true,
+            log_reserve: 4 << 20,
         }
     }
 }
@@ -265,6 +279,8 @@ pub(crate) struct RegionInner {
     /// The fixed address recorded in the region file (0: none); written
     /// back with every region header.
     pub address: usize,
+    /// The page checksum table, when the region keeps one.
+    pub sums: Option<crate::sums::PageSums>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -683,15 +699,32 @@ impl Region {
                 Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
                 None => true,
             };
+            // The first opener decides whether the session keeps page
+            // checksums; the others follow the table's presence.
+            let sums = match &locks {
+                // A read-only handle neither verifies nor writes checksums.
+                _ if opts.read_only => None,
+                None => None,
+                Some(_) if alone && !opts.page_checksums => {
+                    let p = crate::sums::sums_path(&path);
+                    match std::fs::remove_file(&p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io("remove", p, e)),
+                    }
+                    None
+                }
+                Some(_) => crate::sums::PageSums::open(&path, alone)?,
+            };
             let (mvcc, recovered, address, loss) = if alone && opts.read_only {
                 Self::first_open_read_only(&*data, &*log, &opts, locks.is_some())?
             } else if alone {
-                Self::first_open(&*data, &*log, &opts, locks.is_some())?
+                Self::first_open(&*data, &*log, sums.as_ref(), &opts, locks.is_some())?
             } else {
                 let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
                 (mvcc, 0, address, Vec::new())
             };
-            let recovered = (recovered, alone, address, loss);
+            let recovered = (recovered, alone, address, loss, sums);
             if let Some(l) = &locks {
                 // Converting is not atomic, but nobody can look meanwhile:
                 // we hold the transition lock.
@@ -722,7 +755,7 @@ impl Region {
             data,
             image,
             image_mapped: Mutex::new(0),
-            log: Log::new(log),
+            log: Log::new(log).with_reserve(opts.log_reserve),
             mvcc,
             recovered: recovered.0,
             recovery_loss: recovered.3,
@@ -738,6 +771,7 @@ impl Region {
             locks,
             view_pool: Mutex::new(Vec::new()),
             address: recovered.2,
+            sums: recovered.4,
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
@@ -754,6 +788,7 @@ impl Region {
     fn first_open(
         data: &dyn Storage,
         log: &dyn Storage,
+        sums: Option<&crate::sums::PageSums>,
         opts: &Options,
         shared: bool,
     ) -> Result<(Mvcc, u64, usize, Vec<String>)> {
@@ -766,7 +801,7 @@ impl Region {
             s.allocate()
                 .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
         }
-        let mut rec = recover(data, log, opts.on_recovery_progress, opts.accept_loss)?;
+        let mut rec = recover(data, log, sums, opts.on_recovery_progress, opts.accept_loss)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
             check_address(a, max_size)?;
@@ -783,10 +818,11 @@ impl Region {
         if want != rec.header.address {
             rec.header.address = want;
             rec.header.generation += 1;
-            write_region_header(data, &rec.header)?;
+            write_region_header(data, sums, &rec.header)?;
         }
-        let (lh, allocated) =
+        let (lh, mut allocated) =
             crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
+        crate::wal::log::give_back(log, allocated, opts.log_reserve, |a| allocated = a);
         let init = crate::mvcc::Init {
             region_id: rec.header.region_id,
             max_pages: max_size / PAGE as u64,
@@ -1186,6 +1222,7 @@ fn read_headers_raw(data: &dyn Storage, log: &dyn Storage) -> Result<(RegionHead
 pub(crate) fn recover(
     data: &dyn Storage,
     log: &dyn Storage,
+    sums: Option<&crate::sums::PageSums>,
     progress: Option<fn(u64, u64)>,
     accept_loss: bool,
 ) -> Result<Recovered> {
@@ -1203,6 +1240,11 @@ pub(crate) fn recover(
     let mut size = header.data_size;
     let base = header.checkpoint_seq;
     let total = records.iter().filter(|r| r.seq > base).count() as u64;
+    let replay: Vec<_> = records.iter().filter(|r| r.seq > base).collect();
+    let touched = crate::sums::touched_pages(replay.iter().flat_map(|r| r.ranges.iter()));
+    if let Some(s) = sums {
+        check_pages(data, s, &header, &touched, accept_loss, &mut loss)?;
+    }
     let report = |done: u64| {
         if let Some(f) = progress
             && (done.is_multiple_of(1024) || done == total)
@@ -1224,7 +1266,7 @@ pub(crate) fn recover(
         replayed += 1;
         report(replayed);
     }
-    if !loss.is_empty() {
+    if !reading.damage.is_empty() && accept_loss {
         let last = reading.damage.iter().filter_map(|d| d.last).max();
         let first = header.checkpoint_seq + 1;
         loss.push(match last {
@@ -1245,7 +1287,13 @@ pub(crate) fn recover(
     if replayed > 0 {
         header.generation += 1;
         header.data_size = size;
-        write_region_header(data, &header)?;
+        if let Some(s) = sums {
+            // Replayed pages are checkpointed now: their content is the
+            // log's, and their checksums are taken from it.
+            data.sync().map_err(|e| Error::io("sync", data.path(), e))?;
+            crate::sums::record_from_file(s, data, &touched, size)?;
+        }
+        write_region_header(data, sums, &header)?;
     }
     Ok(Recovered {
         header,
@@ -1347,9 +1395,50 @@ fn publish_record(
         .map_err(err)
 }
 
+/// Verifies the checksummed pages of the region file before replay. Pages
+/// the log is about to rewrite are skipped (an interrupted checkpoint may
+/// have torn them; replay repairs them). A table behind the region header
+/// (kept by no one since) is reset, not trusted.
+fn check_pages(
+    data: &dyn Storage,
+    s: &crate::sums::PageSums,
+    header: &RegionHeader,
+    touched: &std::collections::BTreeSet<u64>,
+    accept_loss: bool,
+    loss: &mut Vec<String>,
+) -> Result<()> {
+    let current = s
+        .header()?
+        .is_some_and(|t| t.region_id == header.region_id && t.generation >= header.generation);
+    if !current {
+        return s.reset(header.region_id, header.generation);
+    }
+    let entries = s.entries(header.data_size / PAGE as u64)?;
+    let bad = crate::sums::verify(data, &entries, |p| touched.contains(&p))?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    if !accept_loss {
+        return Err(crate::sums::damaged_error(data.path(), &bad));
+    }
+    for b in &bad {
+        loss.push(format!("{}: {b} (kept as it is)", data.path().display()));
+    }
+    Ok(())
+}
+
 /// Syncs the data, then writes and syncs a header slot: the header never
 /// claims data that is not on disk.
-fn write_region_header(data: &dyn Storage, h: &RegionHeader) -> Result<()> {
+fn write_region_header(
+    data: &dyn Storage,
+    sums: Option<&crate::sums::PageSums>,
+    h: &RegionHeader,
+) -> Result<()> {
+    // The table goes first: it is never behind a header that is on disk.
+    if let Some(s) = sums {
+        s.write_header(h.region_id, h.generation)?;
+        s.sync()?;
+    }
     let (off, slot) = h.encode();
     data.sync()
         .and_then(|_| data.write_at(&slot, off))
@@ -1741,10 +1830,18 @@ impl RegionInner {
                 if t <= ckpt {
                     return Ok(());
                 }
+                let mut crcs =
+                    Vec::with_capacity(if self.sums.is_some() { pages.len() } else { 0 });
                 for (page, v) in pages {
                     self.data
                         .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
                         .map_err(|e| Error::io("checkpoint", &self.path, e))?;
+                    if self.sums.is_some() {
+                        crcs.push((u64::from(page), crate::sums::page_crc(&v.data[..])));
+                    }
+                }
+                if let Some(s) = &self.sums {
+                    s.record(&mut crcs)?;
                 }
                 crate::debug::hit(crate::debug::CrashPoint::CheckpointWriting);
                 let next = RegionHeader {
@@ -1754,7 +1851,7 @@ impl RegionInner {
                     data_size: self.size(),
                     address: self.address as u64,
                 };
-                write_region_header(&*self.data, &next)?;
+                write_region_header(&*self.data, self.sums.as_ref(), &next)?;
                 h.region_generation
                     .store(next.generation, Ordering::Release);
                 h.checkpoint_seq.store(t, Ordering::Release);

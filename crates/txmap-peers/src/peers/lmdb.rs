@@ -143,6 +143,7 @@ mod imp {
         fn mdb_env_set_maxreaders(env: *mut MdbEnv, readers: c_uint) -> c_int;
         fn mdb_env_open(env: *mut MdbEnv, path: *const c_char, flags: c_uint, mode: u32) -> c_int;
         fn mdb_env_close(env: *mut MdbEnv);
+        fn mdb_env_copy(env: *mut MdbEnv, path: *const c_char) -> c_int;
         fn mdb_env_sync(env: *mut MdbEnv, force: c_int) -> c_int;
         fn mdb_reader_check(env: *mut MdbEnv, dead: *mut c_int) -> c_int;
         fn mdb_txn_begin(
@@ -305,6 +306,19 @@ mod imp {
         }
         fn disk_bytes(&self) -> Result<u64> {
             crate::store_disk_bytes(ID, &self.dir)
+        }
+        fn backup(&self, dst: &std::path::Path) -> Result<()> {
+            use std::os::unix::ffi::OsStrExt;
+            let path =
+                std::ffi::CString::new(dst.as_os_str().as_bytes()).map_err(|_| Error::Failed {
+                    store: ID,
+                    what: format!("{}: NUL in path", dst.display()),
+                })?;
+            // SAFETY: the environment is open (as long as `self`); `path`
+            // outlives the call.
+            check("mdb_env_copy", unsafe {
+                mdb_env_copy(self.env, path.as_ptr())
+            })
         }
     }
 

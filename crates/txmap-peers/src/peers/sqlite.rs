@@ -104,6 +104,14 @@ mod imp {
             vfs: *const c_char,
         ) -> c_int;
         fn sqlite3_close(db: *mut Sqlite3) -> c_int;
+        fn sqlite3_backup_init(
+            dst: *mut Sqlite3,
+            dst_name: *const c_char,
+            src: *mut Sqlite3,
+            src_name: *const c_char,
+        ) -> *mut c_void;
+        fn sqlite3_backup_step(b: *mut c_void, pages: c_int) -> c_int;
+        fn sqlite3_backup_finish(b: *mut c_void) -> c_int;
         fn sqlite3_errmsg(db: *mut Sqlite3) -> *const c_char;
         fn sqlite3_errstr(code: c_int) -> *const c_char;
         fn sqlite3_extended_errcode(db: *mut Sqlite3) -> c_int;
@@ -361,6 +369,37 @@ mod imp {
         }
         fn disk_bytes(&self) -> Result<u64> {
             crate::store_disk_bytes(ID, &self.dir)
+        }
+        fn backup(&self, dst: &std::path::Path) -> Result<()> {
+            let file = dst.join("data.db");
+            let path = CString::new(file.as_os_str().as_bytes()).map_err(|_| Error::Failed {
+                store: ID,
+                what: format!("{}: NUL in path", file.display()),
+            })?;
+            let src = Conn::open(&self.path, false)?;
+            let to = Conn::open(&path, true)?;
+            let main = c"main";
+            // SAFETY: both connections are open for the whole copy and used
+            // by this thread only; the backup handle is finished once.
+            unsafe {
+                let b = sqlite3_backup_init(to.db, main.as_ptr(), src.db, main.as_ptr());
+                if b.is_null() {
+                    return Err(code_error(
+                        "sqlite3_backup_init",
+                        sqlite3_extended_errcode(to.db),
+                    ));
+                }
+                // -1: every page in one step (one read transaction on the source).
+                let r = sqlite3_backup_step(b, -1);
+                let f = sqlite3_backup_finish(b);
+                if r != SQLITE_DONE {
+                    return Err(code_error("sqlite3_backup_step", r));
+                }
+                if f != SQLITE_OK {
+                    return Err(code_error("sqlite3_backup_finish", f));
+                }
+            }
+            Ok(())
         }
     }
 

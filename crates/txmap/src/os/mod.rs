@@ -5,3 +5,4 @@ pub mod lock;
 pub mod mem;
 pub mod shm;
 pub mod signal;
+pub mod writeback;

@@ -156,11 +156,22 @@ fn seq_bits(before: u64, after: u64) -> Option<NonZeroU32> {
 /// sync progress live in the shared header.
 pub struct Log {
     storage: Box<dyn Storage>,
+    /// Log bytes kept when a new epoch starts; beyond it the file is cut.
+    reserve: u64,
 }
 
 impl Log {
     pub fn new(storage: Box<dyn Storage>) -> Log {
-        Log { storage }
+        Log {
+            storage,
+            reserve: u64::MAX,
+        }
+    }
+
+    /// Gives back the file's space beyond `reserve` bytes at each new epoch.
+    pub fn with_reserve(mut self, reserve: u64) -> Log {
+        self.reserve = reserve;
+        self
     }
 
     pub fn storage(&self) -> &dyn Storage {
@@ -465,6 +476,10 @@ impl Log {
         };
         crate::debug::hit(crate::debug::CrashPoint::LogReset);
         publish_epoch(h, &next);
+        let allocated = h.log_allocated.load(Ordering::Acquire);
+        give_back(&*self.storage, allocated, self.reserve, |a| {
+            h.log_allocated.store(a, Ordering::Release)
+        });
         Ok(true)
     }
 }
@@ -496,6 +511,35 @@ pub fn start_epoch(
         .and_then(|_| storage.sync())
         .map_err(|e| err("write log header", e))?;
     Ok((header, allocated.max(HEADER_BYTES)))
+}
+
+/// The length a log is cut to at a new epoch: `reserve` rounded up to
+/// whole extensions, and never less than the header and one extension.
+pub fn reserve_len(reserve: u64) -> u64 {
+    HEADER_BYTES + reserve.max(PREALLOCATE).div_ceil(PREALLOCATE) * PREALLOCATE
+}
+
+/// At the start of an epoch (no record of it written yet, and none can be:
+/// the caller holds the commit lock or is alone), cuts the log file to
+/// [`reserve_len`] if it is longer. Every byte past the header belongs to
+/// older epochs, all in the checkpoint. `publish` records the new allocated
+/// length first: if the process dies before the cut, the file is only
+/// longer than recorded (appends extend it again from there, writing
+/// zeros); recorded after, a death would leave appends going past the
+/// file's end without the synced extension that recovery relies on. Best
+/// effort: a failed cut or sync leaves a longer file, which is harmless.
+pub fn give_back(storage: &dyn Storage, allocated: u64, reserve: u64, publish: impl FnOnce(u64)) {
+    if reserve == u64::MAX {
+        return;
+    }
+    let keep = reserve_len(reserve);
+    if allocated <= keep {
+        return;
+    }
+    publish(keep);
+    if storage.set_len(keep).is_ok() {
+        let _ = storage.sync();
+    }
 }
 
 /// Makes a new epoch (already written to the file) current in shared memory.

@@ -1,0 +1,249 @@
+//! Backups and page checksums (issue 21): what page checksums cost durable
+//! commits and checkpoints (the same run, on and off side by side), and
+//! online backup throughput of txmap beside LMDB's `mdb_env_copy` and
+//! SQLite's backup API on the same data.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use txmap::{Options, Region};
+use txmap_peers::{Config, Durability, Op, Store, stores};
+
+use crate::report::{Ctx, Res, Summary, Table, num};
+
+const PAGE: u64 = 4096;
+/// Stores whose online backups are compared.
+const STORES: [&str; 3] = ["txmap-btree", "lmdb", "sqlite"];
+
+pub fn steps(reps: usize) -> usize {
+    reps * 3 + STORES.len() * (1 + reps)
+}
+
+pub fn run(ctx: &mut Ctx) -> Res<()> {
+    checksum_cost(ctx)?;
+    backup_throughput(ctx)
+}
+
+fn region(ctx: &Ctx, name: &str, sums: bool) -> Res<Region> {
+    let path = ctx.dir.join(name);
+    for p in [
+        path.clone(),
+        txmap::log_path(&path),
+        txmap::sums::sums_path(&path),
+    ] {
+        let _ = std::fs::remove_file(p);
+    }
+    let opts = Options {
+        max_size: 1 << 30,
+        // Checkpoints every 1 MiB of log, so their cost shows in the rate.
+        checkpoint_bytes: 1 << 20,
+        page_checksums: sums,
+        ..Options::default()
+    };
+    Ok(Region::create(&path, 4096 * PAGE, opts)?)
+}
+
+/// Durable commits per second for `d`, one thread, each commit writing
+/// 64 bytes on one of `spread` pages (so checkpoints write many pages).
+fn commit_rate(r: &Region, spread: u64, d: Duration) -> Res<f64> {
+    let mut v = r.view()?;
+    let start = r.stats().commit_seq << 20;
+    let end = Instant::now() + d;
+    let t = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < end {
+        let page = (n * 7919) % spread;
+        v.begin()?;
+        // The commit number itself: never equal to what was there (an
+        // unchanged page would make an empty commit, with no log record).
+        let at = page * PAGE + (n % 64) * 64;
+        v.slice_mut(at, 64)?.fill(0x5a);
+        v.write(at, &(n + start))?;
+        v.commit()?;
+        n += 1;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Seconds to checkpoint `pages` dirty pages.
+fn checkpoint_time(r: &Region, pages: u64) -> Res<f64> {
+    let mut v = r.view()?;
+    let round = r.stats().commit_seq;
+    v.begin()?;
+    for p in 0..pages {
+        v.write(p * PAGE, &(round + p + 1))?;
+    }
+    v.commit()?;
+    let t = Instant::now();
+    r.checkpoint()?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn checksum_cost(ctx: &mut Ctx) -> Res<()> {
+    println!("## Page checksums: cost on durable commits and checkpoints\n");
+    let d = Duration::from_millis(if ctx.quick { 500 } else { 2000 });
+    let on = region(ctx, "sums-on.txm", true)?;
+    let off = region(ctx, "sums-off.txm", false)?;
+    let mut rate = [Vec::new(), Vec::new()];
+    let mut ckpt = [Vec::new(), Vec::new()];
+    // On and off alternate within each repetition (the same background load).
+    for rep in 1..=ctx.reps {
+        ctx.progress(format!(
+            "rep {rep}/{}: durable commits, checksums on/off",
+            ctx.reps
+        ));
+        // In 8 alternating slices, so load changes hit both alike.
+        let mut sums = [0.0, 0.0];
+        for slice in 0..8 {
+            let order = if slice % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                sums[i] += commit_rate([&on, &off][i], 4096, d / 8)? / 8.0;
+            }
+        }
+        rate[0].push(sums[0]);
+        rate[1].push(sums[1]);
+        ctx.progress(format!("rep {rep}/{}: checkpoint of 4096 pages", ctx.reps));
+        for (i, r) in [&on, &off].into_iter().enumerate() {
+            ckpt[i].push(checkpoint_time(r, 4096)? * 1e3);
+        }
+        ctx.progress(format!("rep {rep}/{}: idle", ctx.reps));
+    }
+    let mut t = Table::new(&[
+        "measurement",
+        "checksums on",
+        "checksums off",
+        "on / off (medians)",
+    ]);
+    let rs: Vec<Summary> = rate.iter().map(|x| Summary::of(x)).collect();
+    let cs: Vec<Summary> = ckpt.iter().map(|x| Summary::of(x)).collect();
+    t.row(vec![
+        format!(
+            "durable commits/s, 1 thread, 64 B on one of 4096 pages, checkpoint every 1 MiB of log ({} s)",
+            d.as_secs_f64()
+        ),
+        rs[0].cell(),
+        rs[1].cell(),
+        num(rs[0].median / rs[1].median),
+    ]);
+    t.row(vec![
+        "checkpoint of 4096 dirty pages (16 MiB), ms".into(),
+        cs[0].cell(),
+        cs[1].cell(),
+        num(cs[0].median / cs[1].median),
+    ]);
+    t.print();
+    let cost = 1.0 - rs[0].median / rs[1].median;
+    ctx.target(
+        "durable commit rate with checksums within 5 % of without",
+        format!("{:.1} % slower", cost * 100.0),
+        Some(cost <= 0.05),
+    );
+    Ok(())
+}
+
+fn key(i: u64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    k[..8].copy_from_slice(&x.to_be_bytes());
+    k[8..16].copy_from_slice(&i.to_le_bytes());
+    k
+}
+
+fn backup_throughput(ctx: &mut Ctx) -> Res<()> {
+    println!("\n## Online backup of the same data\n");
+    let n: u64 = if ctx.quick { 100_000 } else { 250_000 };
+    println!(
+        "{n} pairs (24-byte keys, 150-byte values) loaded in transactions of 1,000, then \
+         copied with each store's online backup call while the store is open; the page \
+         cache is warm. txmap's copy is synced (three files and the directory); SQLite's \
+         backup commits into a new database file in rollback-journal mode (synchronous=FULL \
+         syncs it); `mdb_env_copy` writes the copy (LMDB does not document a sync).\n"
+    );
+    let mut t = Table::new(&[
+        "store",
+        "source on disk (MiB)",
+        "copy (MiB)",
+        "backup time (ms)",
+        "copy MiB/s",
+        "pairs/s (millions)",
+    ]);
+    let mut medians = Vec::new();
+    for id in STORES {
+        let Some(p) = stores().into_iter().find(|p| p.id == id) else {
+            continue;
+        };
+        if let Err(install) = p.available {
+            println!("- {id}: not available ({install})\n");
+            continue;
+        }
+        ctx.progress(format!("{id}: load {n} pairs"));
+        let dir = ctx.dir.join(format!("backup-src-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        let mut cfg = Config::new(&dir, Durability::Durable);
+        cfg.expected_keys = n;
+        cfg.expected_bytes = n * 174;
+        let store: Box<dyn Store> = (p.open)(&cfg)?;
+        load(&*store, n)?;
+        let src_mib = txmap_peers::dir_disk_bytes(&dir)? as f64 / (1 << 20) as f64;
+        let (mut ms, mut copy_mib) = (Vec::new(), 0.0);
+        for rep in 1..=ctx.reps {
+            ctx.progress(format!("{id}: backup {rep}/{}", ctx.reps));
+            let dst = ctx.dir.join(format!("backup-dst-{id}"));
+            let _ = std::fs::remove_dir_all(&dst);
+            std::fs::create_dir_all(&dst)?;
+            let t0 = Instant::now();
+            store.backup(&dst)?;
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            copy_mib = apparent_bytes(&dst)? as f64 / (1 << 20) as f64;
+            std::fs::remove_dir_all(&dst)?;
+        }
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = Summary::of(&ms);
+        medians.push((id, s.median));
+        t.row(vec![
+            p.name.to_string(),
+            num(src_mib),
+            num(copy_mib),
+            s.cell(),
+            num(copy_mib / (s.median / 1e3)),
+            num(n as f64 / (s.median / 1e3) / 1e6),
+        ]);
+    }
+    t.print();
+    if let Some(&(_, ours)) = medians.iter().find(|m| m.0 == "txmap-btree") {
+        let best = medians
+            .iter()
+            .filter(|m| m.0 != "txmap-btree")
+            .map(|m| m.1)
+            .fold(f64::INFINITY, f64::min);
+        if best.is_finite() {
+            ctx.target(
+                "backup of the same data at least as fast as the faster of mdb_env_copy and SQLite's backup",
+                format!("{}× the faster one's speed", num(best / ours)),
+                Some(ours <= best),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn load(store: &dyn Store, n: u64) -> Res<()> {
+    let mut s = store.session()?;
+    let value = [0x5au8; 150];
+    let keys: Vec<[u8; 24]> = (0..n).map(key).collect();
+    for chunk in keys.chunks(1000) {
+        let ops: Vec<Op<'_>> = chunk.iter().map(|k| Op::Put(k, &value)).collect();
+        s.write(&ops)?;
+    }
+    Ok(())
+}
+
+/// Sum of the lengths of the files in `dir`.
+fn apparent_bytes(dir: &Path) -> Res<u64> {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir)? {
+        total += e?.metadata()?.len();
+    }
+    Ok(total)
+}

@@ -1,0 +1,378 @@
+//! Hot backup: a consistent copy of a region at one commit, taken while
+//! other threads and processes keep committing.
+//!
+//! The copy reads the region at a registered snapshot, exactly as a
+//! read-only transaction would: each page's version at the snapshot from
+//! the shared version chains, or else from the region file, read on the
+//! MVCC read side (a checkpoint that overwrites a page this snapshot reads
+//! from the file keeps its old content as a version first and waits for
+//! readers, docs/ARCHITECTURE.md invariant 2). So nobody waits for the
+//! backup: commits and checkpoints go on, and the snapshot holds at most
+//! one version per page changed meanwhile.
+//!
+//! The copy is written under temporary names (`DST.backup-<pid>`,
+//! `DST-log.backup-<pid>`, `DST-sums.backup-<pid>`), synced, and renamed
+//! into place with the region file last, then the directory is synced: a
+//! region file at `DST` is always a whole backup. Its header records the
+//! snapshot as its checkpoint, and its log is an empty epoch starting after
+//! it, so it opens without recovery at that commit.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use crate::error::{Error, Result};
+use crate::io::{FileStorage, Storage};
+use crate::os::mem::PAGE;
+use crate::region::log_path;
+use crate::sums::{PageSums, page_crc, sums_path};
+use crate::wal::format::{HEADER_BYTES, LogHeader, RegionHeader};
+
+/// How [`crate::Region::backup_with`] copies.
+#[derive(Default)]
+pub struct BackupOptions<'a> {
+    /// Leave pages that hold only zeros as holes in the copy (freed heap
+    /// blocks are zeroed, so this skips free space of a collections
+    /// region). The first open of the copy allocates the holes.
+    pub compact: bool,
+    /// Called as (pages copied, pages in all) after every batch of pages.
+    pub progress: Option<&'a dyn Fn(u64, u64)>,
+}
+
+/// What a backup copied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupReport {
+    /// The commit the copy holds: every commit up to this one, none after.
+    pub commit: u64,
+    /// Bytes of region data in the copy.
+    pub size: u64,
+    /// Pages written (all pages, or with `compact` those not all zero).
+    pub pages_written: u64,
+    /// The copy's region file.
+    pub path: PathBuf,
+}
+
+/// Pages written at once (1 MiB).
+const BATCH: u64 = 256;
+/// Pages read per turn on the read side (1 MiB).
+const READ: u64 = 256;
+const SUFFIX: &str = ".backup-";
+
+/// A registered snapshot, ended and its slot released on drop.
+struct Snapshot<'a> {
+    mvcc: &'a crate::mvcc::Mvcc,
+    slot: usize,
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        self.mvcc.end(self.slot);
+        self.mvcc.release_slot(self.slot);
+    }
+}
+
+/// One file of the copy, under its temporary name until `place`.
+struct Part {
+    tmp: PathBuf,
+    dst: PathBuf,
+    file: FileStorage,
+}
+
+impl Part {
+    fn create(dst: PathBuf) -> Result<Part> {
+        let mut t = dst.as_os_str().to_owned();
+        t.push(format!("{SUFFIX}{}", std::process::id()));
+        let tmp = PathBuf::from(t);
+        let _ = std::fs::remove_file(&tmp);
+        let file = FileStorage::create_new(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        Ok(Part { tmp, dst, file })
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.file
+            .sync()
+            .map_err(|e| Error::io("sync", &self.tmp, e))
+    }
+
+    /// Renames into place, never replacing an existing file.
+    fn place(&self) -> Result<()> {
+        let cwd = rustix::fs::CWD;
+        match rustix::fs::renameat_with(
+            cwd,
+            &self.tmp,
+            cwd,
+            &self.dst,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::EXIST) => Err(Error::Invalid(format!(
+                "{} appeared while the backup was written; the copy is left at {}",
+                self.dst.display(),
+                self.tmp.display()
+            ))),
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                std::fs::hard_link(&self.tmp, &self.dst)
+                    .map_err(|e| Error::io("link into place", &self.dst, e))?;
+                let _ = std::fs::remove_file(&self.tmp);
+                Ok(())
+            }
+            Err(e) => Err(Error::io("rename into place", &self.dst, e.into())),
+        }
+    }
+}
+
+/// Removes temporary files of backups to `dst` whose process is gone.
+fn remove_dead_temporaries(dst: &Path) {
+    let dir = match dst.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = dst.file_name() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let b = n.as_encoded_bytes();
+        let Some(rest) = b.strip_prefix(name.as_encoded_bytes()) else {
+            continue;
+        };
+        let rest = [b"" as &[u8], b"-log", b"-sums"]
+            .iter()
+            .find_map(|p| rest.strip_prefix(*p)?.strip_prefix(SUFFIX.as_bytes()));
+        let pid = rest
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !crate::os::shm::process_alive(p)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+impl crate::Region {
+    /// Copies the region to `dst` (and `dst-log`, `dst-sums`) as of one
+    /// commit, while others keep committing; see [`BackupOptions`] and the
+    /// module docs of `backup.rs`. Fails if `dst` exists. The copy opens
+    /// without recovery at [`BackupReport::commit`].
+    pub fn backup(&self, dst: &Path) -> Result<BackupReport> {
+        self.backup_with(dst, &BackupOptions::default())
+    }
+
+    /// [`Region::backup`](crate::Region::backup) with options.
+    pub fn backup_with(&self, dst: &Path, opts: &BackupOptions<'_>) -> Result<BackupReport> {
+        let r = &**self.inner;
+        r.check_owner()?;
+        let exists =
+            |p: &Path| -> Result<bool> { p.try_exists().map_err(|e| Error::io("stat", p, e)) };
+        if exists(dst)? {
+            return Err(Error::Invalid(format!("{} already exists", dst.display())));
+        }
+        remove_dead_temporaries(dst);
+        for p in [log_path(dst), sums_path(dst)] {
+            if exists(&p)? {
+                return Err(Error::Invalid(format!(
+                    "{} already exists (without its region {}): remove it first",
+                    p.display(),
+                    dst.display()
+                )));
+            }
+        }
+        let slot = r.mvcc.claim_slot().ok_or_else(|| {
+            Error::Invalid(format!(
+                "too many views on {} (at most {}) to take a backup",
+                r.path.display(),
+                crate::mvcc::MAX_SLOTS
+            ))
+        })?;
+        let snap = Snapshot {
+            mvcc: &r.mvcc,
+            slot,
+        };
+        let seq = r.mvcc.begin(slot);
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+        r.mvcc.stamp(slot, now.tv_sec as u64);
+        // At least the size at the snapshot: growth is published after the
+        // file is extended, and pages grown later read as they were then.
+        let size = r.size();
+        let pages = size / PAGE as u64;
+        let parts = [
+            Part::create(dst.to_path_buf())?,
+            Part::create(log_path(dst))?,
+            Part::create(sums_path(dst))?,
+        ];
+        let done = (|| {
+            let written = copy_pages(r, &snap, seq, &parts[0], &parts[2], pages, opts)?;
+            drop(snap);
+            let h = r.mvcc.hdr();
+            let region_id = h.region_id.load(Ordering::Acquire);
+            write_headers(&parts, region_id, seq, size, r.address as u64)?;
+            for p in &parts {
+                p.sync()?;
+            }
+            crate::debug::hit(crate::debug::CrashPoint::BackupPlacing);
+            // The region file last: whoever sees it sees a whole copy.
+            parts[2].place()?;
+            parts[1].place()?;
+            parts[0].place()?;
+            let dir = dst.parent().unwrap_or(Path::new(""));
+            crate::io::sync_dir(dir).map_err(|e| Error::io("sync directory of", dst, e))?;
+            Ok(written)
+        })();
+        match done {
+            Ok(written) => Ok(BackupReport {
+                commit: seq,
+                size,
+                pages_written: written,
+                path: dst.to_path_buf(),
+            }),
+            Err(e) => {
+                for p in &parts {
+                    let _ = std::fs::remove_file(&p.tmp);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Copies pages `0..pages` at snapshot `seq` into the data part (after its
+/// header page) and their checksums into the table part. Returns the pages
+/// written.
+fn copy_pages(
+    r: &crate::region::RegionInner,
+    snap: &Snapshot<'_>,
+    seq: u64,
+    data: &Part,
+    sums: &Part,
+    pages: u64,
+    opts: &BackupOptions<'_>,
+) -> Result<u64> {
+    let mut buf = vec![0u8; BATCH as usize * PAGE];
+    let mut entries = Vec::with_capacity((BATCH * crate::sums::ENTRY_BYTES) as usize);
+    let mut written = 0;
+    let mut first = 0;
+    while first < pages {
+        let n = BATCH.min(pages - first);
+        let b = &mut buf[..n as usize * PAGE];
+        for sub in (0..n).step_by(READ as usize) {
+            let m = READ.min(n - sub);
+            let part = &mut b[(sub as usize) * PAGE..((sub + m) as usize) * PAGE];
+            let at = first + sub;
+            // On the read side: a checkpoint that overwrites one of these
+            // pages in the file waits until we leave, after it linked the
+            // old content, which the lookup below then finds.
+            let entered = r.mvcc.enter(snap.slot);
+            let read = r
+                .data
+                .read_at(part, HEADER_BYTES + at * PAGE as u64)
+                .map_err(|e| Error::io("read for backup", &r.path, e));
+            if read.is_ok() {
+                for k in 0..m as usize {
+                    if let Some(v) = r.mvcc.lookup((at as usize) + k, seq) {
+                        part[k * PAGE..(k + 1) * PAGE].copy_from_slice(&v.data[..]);
+                    }
+                }
+            }
+            if entered {
+                r.mvcc.leave(snap.slot);
+            }
+            read?;
+        }
+        entries.clear();
+        let mut k = 0;
+        while k < n as usize {
+            // Runs of pages to write (all of them, or the non-zero ones).
+            let zero =
+                |k: usize| opts.compact && b[k * PAGE..(k + 1) * PAGE].iter().all(|&x| x == 0);
+            if zero(k) {
+                k += 1;
+                continue;
+            }
+            let start = k;
+            while k < n as usize && !zero(k) {
+                k += 1;
+            }
+            let (bytes, at) = (
+                &b[start * PAGE..k * PAGE],
+                HEADER_BYTES + (first + start as u64) * PAGE as u64,
+            );
+            data.file
+                .write_at(bytes, at)
+                .map_err(|e| Error::io("write backup", &data.tmp, e))?;
+            written += (k - start) as u64;
+        }
+        for k in 0..n as usize {
+            entries.extend_from_slice(&page_crc(&b[k * PAGE..(k + 1) * PAGE]).to_le_bytes());
+            entries.extend_from_slice(&crate::sums::ENTRY_TAG.to_le_bytes());
+        }
+        sums.file
+            .write_at(&entries, HEADER_BYTES + first * crate::sums::ENTRY_BYTES)
+            .map_err(|e| Error::io("write page checksums to", &sums.tmp, e))?;
+        // The final sync then finds most of the copy written already.
+        // Writeback starts now, so the final sync finds little left to do.
+        // (O_DIRECT writes, as mdb_env_copy makes, were slower here: each
+        // waits for the device.)
+        let _ = crate::os::writeback::start(
+            data.file.fd(),
+            HEADER_BYTES + first * PAGE as u64,
+            n * PAGE as u64,
+        );
+        first += n;
+        crate::debug::hit(crate::debug::CrashPoint::BackupCopying);
+        if let Some(f) = opts.progress {
+            f(first, pages);
+        }
+    }
+    // Not preallocated: written in order, each write extends the file,
+    // which ext4 does cheaply (writes into a hole or preallocated extent
+    // cost a conversion per extent). With `compact`, zero pages at the end
+    // stay a hole, which the copy's first open allocates.
+    data.file
+        .file()
+        .set_len(HEADER_BYTES + pages * PAGE as u64)
+        .map_err(|e| Error::io("size", &data.tmp, e))?;
+    Ok(written)
+}
+
+/// The copy's headers: region header (checkpoint = the snapshot), an empty
+/// log epoch after it, and the table in step with the region header.
+fn write_headers(
+    parts: &[Part; 3],
+    region_id: u64,
+    seq: u64,
+    size: u64,
+    address: u64,
+) -> Result<()> {
+    let mut page = vec![0u8; HEADER_BYTES as usize];
+    for g in [1, 2] {
+        let (off, slot) = RegionHeader {
+            region_id,
+            generation: g,
+            checkpoint_seq: seq,
+            data_size: size,
+            address,
+        }
+        .encode();
+        page[off as usize..off as usize + slot.len()].copy_from_slice(&slot);
+    }
+    parts[0]
+        .file
+        .write_at(&page, 0)
+        .map_err(|e| Error::io("write header of", &parts[0].tmp, e))?;
+    let mut page = vec![0u8; HEADER_BYTES as usize];
+    let (off, slot) = LogHeader {
+        region_id,
+        generation: 1,
+        salt: crate::rand::fresh() | 1,
+        start_seq: seq + 1,
+    }
+    .encode();
+    page[off as usize..off as usize + slot.len()].copy_from_slice(&slot);
+    parts[1]
+        .file
+        .write_at(&page, 0)
+        .map_err(|e| Error::io("write header of", &parts[1].tmp, e))?;
+    let sums = PageSums::from_file(
+        FileStorage::open(&parts[2].tmp, false).map_err(|e| Error::io("open", &parts[2].tmp, e))?,
+    );
+    sums.write_header(region_id, 2)
+}
