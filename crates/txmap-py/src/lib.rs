@@ -54,7 +54,7 @@ pub(crate) fn to_py(py: Python<'_>, e: txmap::Error, path: &Path) -> PyErr {
             path: p,
             source,
         } => {
-            let code = source.raw_os_error().unwrap_or(0);
+            let code = errno_of(&source);
             let msg = format!("{op} {}: {source}", p.display());
             let build = || -> PyResult<PyErr> {
                 let f = errors(py)?.getattr("_file_error")?;
@@ -67,7 +67,7 @@ pub(crate) fn to_py(py: Python<'_>, e: txmap::Error, path: &Path) -> PyErr {
             build().unwrap_or_else(|e| e)
         }
         txmap::Error::Os { op, source } => {
-            let code = source.raw_os_error().unwrap_or(0);
+            let code = errno_of(&source);
             let msg = named(format!("{op}: {source}"));
             let build = || -> PyResult<PyErr> {
                 let f = errors(py)?.getattr("_file_error")?;
@@ -112,6 +112,18 @@ pub(crate) fn to_py(py: Python<'_>, e: txmap::Error, path: &Path) -> PyErr {
         }
         other => raise(py, "Error", named(other.to_string()), path),
     }
+}
+
+/// The errno of an I/O error, or the one its kind stands for.
+fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error()
+        .filter(|&c| c != 0)
+        .unwrap_or(match e.kind() {
+            std::io::ErrorKind::NotFound => libc::ENOENT,
+            std::io::ErrorKind::AlreadyExists => libc::EEXIST,
+            std::io::ErrorKind::PermissionDenied => libc::EACCES,
+            _ => libc::EIO,
+        })
 }
 
 fn raise_exists(py: Python<'_>, msg: String, path: &Path) -> PyErr {

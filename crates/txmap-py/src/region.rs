@@ -9,7 +9,7 @@ use txmap::{Durability, Options};
 
 use crate::{invalid, to_py, txn_error};
 
-/// An open region: a file of ``size`` bytes (and its log, ``PATH.log``)
+/// An open region: a file of ``size`` bytes (and its log, ``PATH-log``)
 /// that views map and transactions change.
 ///
 /// Open a region once per process (a forked child must open it again: the
