@@ -27,7 +27,7 @@ fn errors(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
 }
 
 /// An exception of `txmap._errors` named `class`, built with `args` and `path`.
-fn raise(py: Python<'_>, class: &str, msg: String, path: &Path) -> PyErr {
+pub(crate) fn raise(py: Python<'_>, class: &str, msg: String, path: &Path) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let cls = errors(py)?.getattr(class)?;
         let kw = pyo3::types::PyDict::new(py);

@@ -144,8 +144,26 @@ pub(crate) fn bytes_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>>
     )))
 }
 
+/// The SIGSEGV handler txmap installed (recorded when the first view opened).
+static HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// The SIGSEGV handler installed now.
+fn sigsegv_handler() -> usize {
+    // SAFETY: sigaction with a NULL new action only reads the current one
+    // into a zeroed struct.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) != 0 {
+            return 0;
+        }
+        old.sa_sigaction
+    }
+}
+
 impl View {
     pub(crate) fn new(region: Py<Region>, v: txmap::View, path: PathBuf) -> View {
+        // Opening the view installed txmap's handler (once per process).
+        let _ = HANDLER.compare_exchange(0, sigsegv_handler(), Ordering::AcqRel, Ordering::Acquire);
         View {
             region,
             path,
@@ -175,6 +193,22 @@ impl View {
 
     pub(crate) fn begin_with(&self, py: Python<'_>, opts: TxnOptions) -> PyResult<u64> {
         let mut st = self.lock(py)?;
+        // Something that took SIGSEGV over after txmap (`faulthandler.enable()`
+        // after the first view opened, `signal.signal`) would turn the first
+        // touch of a page into a crash: refuse to begin instead.
+        if st.depth == 0 && sigsegv_handler() != HANDLER.load(Ordering::Acquire) {
+            return Err(crate::raise(
+                py,
+                "Error",
+                format!(
+                    "{}: the SIGSEGV handler txmap installed was replaced after the first view \
+                     opened (faulthandler.enable() or signal.signal(SIGSEGV, ...) after that?); \
+                     page tracking would crash: enable faulthandler before opening views",
+                    self.path.display()
+                ),
+                &self.path,
+            ));
+        }
         let path = &self.path;
         let v = st.view(py, path)?;
         v.begin_with(opts).map_err(|e| to_py(py, e, path))?;

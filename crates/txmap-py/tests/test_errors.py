@@ -113,3 +113,26 @@ def test_closed_region_and_view(path):
 def test_views_do_not_pickle(view):
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(view)
+
+
+def test_faulthandler_enabled_after_a_view_is_refused_not_a_crash(path):
+    import subprocess
+    import sys
+
+    txmap.Region.create(path, 1 << 16).close()
+    code = f"""
+import faulthandler, txmap
+faulthandler.disable()
+r = txmap.Region.open({path!r})
+v = r.view()
+with v.transaction():
+    v.write(0, b"ok")
+faulthandler.enable()  # takes SIGSEGV over from txmap
+try:
+    v.begin()
+except txmap.Error as e:
+    print("refused:", e)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "refused:" in p.stdout and "faulthandler" in p.stdout and path in p.stdout
