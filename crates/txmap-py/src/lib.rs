@@ -155,6 +155,12 @@ pub(crate) fn invalid(py: Python<'_>, msg: impl Into<String>, path: &Path) -> Py
     raise(py, "InvalidError", format!("{shown}: {}", msg.into()), path)
 }
 
+/// Tests only: makes this process's log syncs `us` microseconds longer.
+#[pyfunction]
+fn _debug_slow_syncs(us: u64) {
+    txmap::debug::slow_syncs(us);
+}
+
 #[pymodule]
 fn _txmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::Region>()?;
@@ -165,6 +171,7 @@ fn _txmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collections::Array>()?;
     m.add_class::<collections::ArrayIter>()?;
     m.add("PAGE_SIZE", 4096)?;
+    m.add_function(wrap_pyfunction!(_debug_slow_syncs, m)?)?;
     buffer::init(m)?;
     Ok(())
 }

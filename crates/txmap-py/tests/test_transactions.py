@@ -251,3 +251,43 @@ def test_threads_increment_with_retries_exactly(region):
         t.join()
     with region.view() as v, v.transaction(read_only=True):
         assert u64(v, 0) == threads * times
+
+
+def test_gil_is_released_while_a_commit_waits_for_its_sync(region):
+    """Another thread runs while a commit is inside its log sync: it finds
+    the committing view busy, which it can see only if the committer let
+    the GIL go while holding the view (syncs slowed to 0.3 s to make the
+    window wide)."""
+    from txmap import _txmap
+
+    v = region.view()
+    seen = []
+    started = threading.Event()
+    done = threading.Event()
+
+    def committer():
+        with v.transaction():
+            v.write(0, b"x")
+            started.set()
+        done.set()
+
+    def observer():
+        started.wait()
+        while not done.is_set():
+            try:
+                v.in_transaction  # noqa: B018
+            except txmap.TransactionError as e:
+                seen.append(str(e))
+                return
+
+    _txmap._debug_slow_syncs(300_000)
+    try:
+        ts = [threading.Thread(target=committer), threading.Thread(target=observer)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        _txmap._debug_slow_syncs(0)
+    assert seen and "another thread" in seen[0]
+    v.close()
