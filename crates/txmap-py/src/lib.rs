@@ -171,6 +171,8 @@ fn _txmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collections::Array>()?;
     m.add_class::<collections::ArrayIter>()?;
     m.add("PAGE_SIZE", 4096)?;
+    // True when views export the buffer protocol themselves (`memoryview(view)`).
+    m.add("VIEW_EXPORTS_BUFFER", cfg!(feature = "py311"))?;
     m.add_function(wrap_pyfunction!(_debug_slow_syncs, m)?)?;
     buffer::init(m)?;
     Ok(())
