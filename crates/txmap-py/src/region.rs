@@ -149,13 +149,16 @@ impl Region {
                         Err(txmap::Error::Io { source, .. })
                             if create
                                 && source.kind() == std::io::ErrorKind::NotFound
-                                && tries < 8 =>
+                                && tries < 100 =>
                         {
                             tries += 1;
                             match txmap::Region::create(&path, size.unwrap_or(0), o.clone()) {
-                                // Another process created it first: open theirs.
+                                // Another process created it first (or is creating
+                                // it right now): open theirs once it is in place.
                                 Err(txmap::Error::Invalid(m)) if m.contains("already exists") => {
-                                    std::thread::sleep(std::time::Duration::from_millis(tries))
+                                    std::thread::sleep(std::time::Duration::from_millis(
+                                        tries.min(20),
+                                    ))
                                 }
                                 other => return other,
                             }

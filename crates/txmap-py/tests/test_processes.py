@@ -137,3 +137,29 @@ def test_sigkill_during_durable_commits_loses_nothing_acknowledged(path):
                         len(present),
                     )
             v.close()
+
+
+def _open_or_create_and_put(path, w, barrier):
+    barrier.wait()
+    r = txmap.Region.open(path, 1 << 20, create=True)
+    v = r.view()
+    v.run(lambda v: v.map("who").__setitem__(b"w%d" % w, b"here"))
+    v.close()
+    r.close()
+
+
+def test_processes_racing_to_create_one_region_all_get_it(path):
+    ctx = multiprocessing.get_context("spawn")
+    n = 4
+    barrier = ctx.Barrier(n)
+    ps = [ctx.Process(target=_open_or_create_and_put, args=(path, w, barrier)) for w in range(n)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(120)
+        assert p.exitcode == 0
+    with txmap.Region.open(path) as r:
+        v = r.view()
+        with v.transaction(read_only=True):
+            assert sorted(v.map("who", create=False)) == [b"w%d" % w for w in range(n)]
+        v.close()
