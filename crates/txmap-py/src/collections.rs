@@ -189,10 +189,12 @@ impl Map {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let k = bytes_arg(key, "key")?;
-        match self.with(py, "map lookup", false, |v, m| m.get(v, &k))? {
-            Some(val) => Ok(PyBytes::new(py, &val)),
-            None => Err(Self::missing(py, &k)),
-        }
+        // Copied once, from the region straight into the `bytes`.
+        let mut out = None;
+        self.with(py, "map lookup", false, |v, m| {
+            m.get_with(v, &k, &mut |b| out = Some(PyBytes::new(py, b)))
+        })?;
+        out.ok_or_else(|| Self::missing(py, &k))
     }
 
     /// The value under ``key``, or ``default``.
@@ -204,12 +206,11 @@ impl Map {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let k = bytes_arg(key, "key")?;
-        Ok(
-            match self.with(py, "map lookup", false, |v, m| m.get(v, &k))? {
-                Some(val) => Some(PyBytes::new(py, &val).into_any()),
-                None => default,
-            },
-        )
+        let mut out = None;
+        self.with(py, "map lookup", false, |v, m| {
+            m.get_with(v, &k, &mut |b| out = Some(PyBytes::new(py, b).into_any()))
+        })?;
+        Ok(out.or(default))
     }
 
     fn __setitem__(
