@@ -128,6 +128,42 @@ def test_conflict_raised_at_with_exit(region, view):
             incr(view, 0)
 
 
+@pytest.mark.parametrize("isolation", ["serializable", "snapshot"])
+def test_write_skew_only_under_snapshot_isolation(region, isolation):
+    # A reads x and writes y; B reads y and writes x; neither writes what the other writes.
+    a, b = region.view(), region.view()
+    a.begin(isolation=isolation)
+    b.begin(isolation=isolation)
+    u64(a, 0), u64(b, 4096)
+    a.write(4096, struct.pack("<Q", 1))
+    b.write(0, struct.pack("<Q", 1))
+    a.commit()
+    if isolation == "snapshot":
+        b.commit()  # write skew is allowed
+        expected = (1, 1)
+    else:
+        with pytest.raises(txmap.Conflict):
+            b.commit()
+        expected = (0, 1)
+    with a.transaction(read_only=True):
+        assert (u64(a, 0), u64(a, 4096)) == expected
+
+
+def test_region_sync_checkpoint_and_stats(path):
+    with txmap.Region.create(path, 1 << 16, durability="async") as r:
+        assert r.durability == "async" and r.size == 1 << 16
+        v = r.view()
+        before = r.stats()["commit_seq"]
+        for i in range(5):
+            with v.transaction():
+                v.write(8 * i, b"12345678")
+        r.sync()
+        r.checkpoint()
+        s = r.stats()
+        assert s["commit_seq"] == before + 5 and s["checkpoint_seq"] == s["commit_seq"]
+        v.close()
+
+
 def test_run_retries_a_conflict_and_returns_the_result(region, view):
     other = region.view()
     calls = []

@@ -58,10 +58,10 @@ def numpy_worker(path: str, off: int, n: int, worker: int, rounds: int) -> None:
     region.close()
 
 
-def map_writer(path: str, prefix: str) -> None:
-    """Writes keys PREFIX-i = i forever, one durable transaction each, and
-    prints i after each commit returned (its acknowledgement)."""
-    region = txmap.Region.open(path)
+def map_writer(path: str, prefix: str, durability: str = "durable") -> None:
+    """Writes keys PREFIX-i = i forever, one transaction each, and prints i
+    after each commit returned (its acknowledgement)."""
+    region = txmap.Region.open(path, durability=durability)
     view = region.view()
     m = view.map("acks")
     i = 0
