@@ -4,6 +4,7 @@
 //! in a rotating order so that drift of the machine hits all of them alike.
 //! Writes a Markdown report and SVG plots (default `target/bench-report/`).
 
+mod python;
 mod svg;
 mod work;
 
@@ -285,10 +286,11 @@ pub fn steps(reps: usize, quick: bool, only: &[String], workloads: &[String]) ->
             + want("redb")
             + plan.abc_durabilities.len() * 9 * want("abc"))
         + want("touch"))
+        + want("python")
 }
 
 /// The workloads, in report order.
-pub const WORKLOADS: [&str; 5] = ["inserts", "hash", "redb", "abc", "touch"];
+pub const WORKLOADS: [&str; 6] = ["inserts", "hash", "redb", "abc", "touch", "python"];
 
 /// Runs the comparison; `out` receives `README.md` and the plots. `only`
 /// selects stores and `workloads` workloads (empty: all).
@@ -340,6 +342,10 @@ pub fn run(
     }
     if want("touch") {
         page_touch(ctx, &mut r, &base)?;
+    }
+    if want("python") {
+        ctx.progress("python: txmap beside py-lmdb and sqlite3");
+        r.md.push_str(&python::section(ctx.quick));
     }
     render(ctx, &r, &plan)?;
     Ok(())

@@ -1,0 +1,737 @@
+//! `txmap.View` (one mapping of a region, with the buffer protocol) and
+//! `txmap.Transaction` (its context manager).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use pyo3::exceptions::PyBufferError;
+#[cfg(feature = "py311")]
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use txmap::collections::alloc;
+use txmap::{Isolation, PageAccess, TxnOptions};
+
+use crate::region::{Region, positive};
+use crate::{invalid, to_py, txn_error};
+
+/// The Rust view and the transaction state the bindings keep beside it.
+pub(crate) struct State {
+    pub(crate) view: Option<txmap::View>,
+    /// Nesting depth of the current transaction (0: none).
+    pub(crate) depth: u32,
+    /// Counts outermost transactions, so a context manager or an iterator
+    /// can tell whether the transaction it belongs to is still the current one.
+    pub(crate) serial: u64,
+    pub(crate) read_only: bool,
+}
+
+/// One mapping of a region, for one thread at a time (open one per thread).
+///
+/// Inside a transaction, loads see one consistent snapshot and stores stay
+/// private until commit. The view exposes the buffer protocol inside a
+/// transaction: ``memoryview(view)`` and ``numpy.frombuffer(view, ...)`` are
+/// the region's bytes themselves (no copy); the first touch of each page is
+/// caught by page protection and tracked.
+///
+/// A memoryview or array taken from a view keeps pointing at the view's
+/// mapping, whose address never changes, and may be used again in any
+/// later transaction of the same view. Outside a transaction, reading
+/// through it reads committed data (not a consistent snapshot), and storing
+/// through it stops the process with the message ``txmap: store to a view
+/// outside a transaction``: the store is never applied. Taking a buffer
+/// outside a transaction raises ``BufferError``, and so does closing a view
+/// while buffers of it are alive.
+#[pyclass(module = "txmap", frozen)]
+pub struct View {
+    region: Py<Region>,
+    pub(crate) path: PathBuf,
+    state: Mutex<State>,
+    exports: AtomicUsize,
+    base: usize,
+}
+
+/// A locked view state.
+pub(crate) type Locked<'a> = MutexGuard<'a, State>;
+
+impl State {
+    /// The open view, or an error if it was closed.
+    pub(crate) fn view(
+        &mut self,
+        py: Python<'_>,
+        path: &std::path::Path,
+    ) -> PyResult<&mut txmap::View> {
+        self.view
+            .as_mut()
+            .ok_or_else(|| txn_error(py, "the view is closed", path))
+    }
+
+    /// The open view inside a transaction (`what` names the call).
+    pub(crate) fn in_txn(
+        &mut self,
+        py: Python<'_>,
+        path: &std::path::Path,
+        what: &str,
+    ) -> PyResult<&mut txmap::View> {
+        if self.view.is_some() && self.depth == 0 {
+            return Err(txn_error(
+                py,
+                format!("{what} outside a transaction (use `with view.transaction():`)"),
+                path,
+            ));
+        }
+        self.view(py, path)
+    }
+
+    /// Catches up with the Rust view after a call that may have ended the
+    /// transaction (an outermost commit, a rollback).
+    fn resync(&mut self) {
+        if let Some(v) = &self.view
+            && !v.in_transaction()
+        {
+            self.depth = 0;
+        }
+    }
+}
+
+fn txn_options(
+    py: Python<'_>,
+    read_only: bool,
+    isolation: &str,
+    path: &std::path::Path,
+) -> PyResult<TxnOptions> {
+    let isolation = match isolation {
+        "serializable" => Isolation::Serializable,
+        "snapshot" => Isolation::Snapshot,
+        _ => {
+            return Err(invalid(
+                py,
+                format!("isolation must be \"serializable\" or \"snapshot\", not {isolation:?}"),
+                path,
+            ));
+        }
+    };
+    Ok(TxnOptions {
+        read_only,
+        isolation,
+    })
+}
+
+/// A region offset and length argument.
+fn range(py: Python<'_>, off: i128, len: i128, path: &std::path::Path) -> PyResult<(u64, usize)> {
+    if off < 0 || len < 0 || off > u64::MAX as i128 || len > isize::MAX as i128 {
+        return Err(invalid(
+            py,
+            format!("offset and length must be non-negative (got {off}, {len})"),
+            path,
+        ));
+    }
+    Ok((off as u64, len as usize))
+}
+
+/// Bytes of a `bytes`, `bytearray` or other contiguous buffer argument.
+pub(crate) fn bytes_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(b) = obj.cast::<pyo3::types::PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "{what} must be bytes or bytearray, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+/// The SIGSEGV handler txmap installed (recorded when the first view opened).
+static HANDLER: AtomicUsize = AtomicUsize::new(0);
+
+/// The SIGSEGV handler installed now.
+fn sigsegv_handler() -> usize {
+    // SAFETY: sigaction with a NULL new action only reads the current one
+    // into a zeroed struct.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut old) != 0 {
+            return 0;
+        }
+        old.sa_sigaction
+    }
+}
+
+impl View {
+    pub(crate) fn new(region: Py<Region>, v: txmap::View, path: PathBuf) -> View {
+        // Opening the view installed txmap's handler (once per process).
+        let _ = HANDLER.compare_exchange(0, sigsegv_handler(), Ordering::AcqRel, Ordering::Acquire);
+        View {
+            region,
+            path,
+            base: v.base() as usize,
+            state: Mutex::new(State {
+                view: Some(v),
+                depth: 0,
+                serial: 0,
+                read_only: false,
+            }),
+            exports: AtomicUsize::new(0),
+        }
+    }
+
+    /// Locks the state; another thread inside a call on this view is an error.
+    pub(crate) fn lock(&self, py: Python<'_>) -> PyResult<Locked<'_>> {
+        match self.state.try_lock() {
+            Ok(g) => Ok(g),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(txn_error(
+                py,
+                "the view is in use by another thread at this moment: open one view per thread",
+                &self.path,
+            )),
+        }
+    }
+
+    pub(crate) fn begin_with(&self, py: Python<'_>, opts: TxnOptions) -> PyResult<u64> {
+        let mut st = self.lock(py)?;
+        // Something that took SIGSEGV over after txmap (`faulthandler.enable()`
+        // after the first view opened, `signal.signal`) would turn the first
+        // touch of a page into a crash: refuse to begin instead.
+        if st.depth == 0 && sigsegv_handler() != HANDLER.load(Ordering::Acquire) {
+            return Err(crate::raise(
+                py,
+                "Error",
+                format!(
+                    "{}: the SIGSEGV handler txmap installed was replaced after the first view \
+                     opened (faulthandler.enable() or signal.signal(SIGSEGV, ...) after that?); \
+                     page tracking would crash: enable faulthandler before opening views",
+                    self.path.display()
+                ),
+                &self.path,
+            ));
+        }
+        let path = &self.path;
+        let v = st.view(py, path)?;
+        v.begin_with(opts).map_err(|e| to_py(py, e, path))?;
+        if st.depth == 0 {
+            st.serial += 1;
+            st.read_only = opts.read_only;
+        }
+        st.depth += 1;
+        Ok(st.serial)
+    }
+
+    /// Commits one level; the outermost with the GIL released.
+    pub(crate) fn commit_level(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = self.lock(py)?;
+        let path = &self.path;
+        let depth = st.depth;
+        let v = st.in_txn(py, path, "commit")?;
+        let r = if depth > 1 {
+            v.commit()
+        } else {
+            py.detach(|| v.commit())
+        };
+        if depth > 1 && r.is_ok() {
+            st.depth -= 1;
+        }
+        st.resync();
+        r.map_err(|e| to_py(py, e, path))
+    }
+
+    /// Ends the transaction now, whatever its depth, discarding its stores.
+    pub(crate) fn rollback_all(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = self.lock(py)?;
+        if let Some(v) = st.view.as_mut() {
+            v.rollback();
+        }
+        st.depth = 0;
+        Ok(())
+    }
+
+    /// Leaves one nested level after an exception: the whole transaction is
+    /// doomed (its stores discarded at once; the outermost commit raises Aborted).
+    fn abort_level(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = self.lock(py)?;
+        let path = &self.path;
+        let v = st.in_txn(py, path, "abort")?;
+        v.abort().map_err(|e| to_py(py, e, path))?;
+        v.commit().map_err(|e| to_py(py, e, path))?;
+        st.depth -= 1;
+        st.resync();
+        Ok(())
+    }
+
+    /// (depth, serial) now.
+    pub(crate) fn position(&self, py: Python<'_>) -> PyResult<(u32, u64)> {
+        let st = self.lock(py)?;
+        Ok((st.depth, st.serial))
+    }
+}
+
+/// Randomised exponential backoff between retries (2 µs doubling to 10 ms),
+/// slept with the GIL released.
+struct Backoff {
+    state: u64,
+    limit_us: u64,
+}
+
+impl Backoff {
+    fn new(seed: u64) -> Backoff {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Backoff {
+            state: seed ^ t ^ (std::process::id() as u64) << 32 | 1,
+            limit_us: 2,
+        }
+    }
+
+    fn wait(&mut self, py: Python<'_>) {
+        // xorshift64
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let us = self.state % self.limit_us;
+        self.limit_us = (self.limit_us * 2).min(10_000);
+        py.detach(|| {
+            if us < 2 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(us));
+            }
+        });
+    }
+}
+
+fn is_retryable(py: Python<'_>, e: &PyErr) -> PyResult<bool> {
+    let conflict = crate::errors(py)?.getattr("Conflict")?;
+    e.get_type(py).is_subclass(&conflict)
+}
+
+#[pymethods]
+impl View {
+    /// A transaction as a context manager: ``with view.transaction():``
+    /// begins on entry and commits on exit (the GIL is released while the
+    /// commit waits for its log sync). An exception in the block aborts it
+    /// and propagates. A conflict raises ``Conflict`` at exit: nothing of the
+    /// transaction is visible then. Nested transactions fold into the
+    /// outermost. ``read_only=True``: never conflicts, and buffers taken in
+    /// it are read-only. ``isolation="snapshot"`` allows write skew.
+    #[pyo3(signature = (*, read_only = false, isolation = "serializable"))]
+    fn transaction(
+        slf: &Bound<'_, Self>,
+        read_only: bool,
+        isolation: &str,
+    ) -> PyResult<Transaction> {
+        let opts = txn_options(slf.py(), read_only, isolation, &slf.get().path)?;
+        Ok(Transaction {
+            view: slf.clone().unbind(),
+            opts,
+            serial: Mutex::new(None),
+        })
+    }
+
+    /// Begins a transaction (nested calls fold into the outermost).
+    #[pyo3(signature = (*, read_only = false, isolation = "serializable"))]
+    fn begin(&self, py: Python<'_>, read_only: bool, isolation: &str) -> PyResult<()> {
+        let opts = txn_options(py, read_only, isolation, &self.path)?;
+        self.begin_with(py, opts).map(|_| ())
+    }
+
+    /// Commits (the outermost level with the GIL released). Raises
+    /// ``Conflict`` if a concurrent commit invalidated what the transaction
+    /// read; the transaction is over either way.
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        self.commit_level(py)
+    }
+
+    /// Ends the transaction now, discarding its stores, whatever its depth.
+    /// Outside a transaction it does nothing.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.rollback_all(py)
+    }
+
+    /// Runs ``fn(view)`` in a transaction and commits, retrying on
+    /// ``Conflict`` with randomised exponential backoff (the GIL released
+    /// while waiting), at most ``attempts`` times if given. Returns what
+    /// ``fn`` returned. Another exception aborts and propagates. Inside a
+    /// transaction, ``fn`` simply runs in it (no retry: the outer one retries).
+    #[pyo3(signature = (fn_, *, read_only = false, isolation = "serializable", attempts = None))]
+    fn run(
+        slf: &Bound<'_, Self>,
+        fn_: &Bound<'_, PyAny>,
+        read_only: bool,
+        isolation: &str,
+        attempts: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let me = slf.get();
+        let opts = txn_options(py, read_only, isolation, &me.path)?;
+        if attempts == Some(0) {
+            return Err(invalid(py, "attempts must be at least 1", &me.path));
+        }
+        if me.position(py)?.0 > 0 {
+            return Ok(fn_.call1((slf,))?.unbind());
+        }
+        let mut backoff = Backoff::new(me.base as u64);
+        let mut tried = 0u64;
+        loop {
+            tried += 1;
+            let serial = me.begin_with(py, opts)?;
+            let r = fn_.call1((slf,));
+            let current = me.position(py)? == (1, serial);
+            let r = match r {
+                Ok(x) if current => me.commit_level(py).map(|_| x.unbind()),
+                Ok(_) => Err(txn_error(
+                    py,
+                    "the function given to run() ended its transaction itself",
+                    &me.path,
+                )),
+                Err(e) => {
+                    if me.position(py)?.1 == serial {
+                        me.rollback_all(py)?;
+                    }
+                    Err(e)
+                }
+            };
+            match r {
+                Err(e) if is_retryable(py, &e)? && attempts.is_none_or(|a| tried < a) => {
+                    backoff.wait(py)
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Bytes ``[offset, offset+length)`` of the transaction's snapshot (a copy).
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: i128,
+        length: i128,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (off, len) = range(py, offset, length, &self.path)?;
+        let mut st = self.lock(py)?;
+        let v = st.in_txn(py, &self.path, "read")?;
+        let b = v.slice(off, len).map_err(|e| to_py(py, e, &self.path))?;
+        Ok(PyBytes::new(py, b))
+    }
+
+    /// Writes ``data`` at ``offset`` (private until commit).
+    fn write(&self, py: Python<'_>, offset: i128, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let data = bytes_arg(data, "data")?;
+        let (off, _) = range(py, offset, data.len() as i128, &self.path)?;
+        let mut st = self.lock(py)?;
+        let ro = st.read_only;
+        let v = st.in_txn(py, &self.path, "write")?;
+        if ro {
+            return Err(txn_error(
+                py,
+                "write in a read-only transaction",
+                &self.path,
+            ));
+        }
+        v.slice_mut(off, data.len())
+            .map_err(|e| to_py(py, e, &self.path))?
+            .copy_from_slice(&data);
+        Ok(())
+    }
+
+    /// Declares that the transaction will read (or write) ``[offset,
+    /// offset+length)``: its pages are brought in at once instead of one
+    /// page fault each. Do this before a large numpy operation, or before
+    /// handing the memory to a system call (which page protection cannot
+    /// follow).
+    #[pyo3(signature = (offset, length, *, write = false))]
+    fn set_page_access(
+        &self,
+        py: Python<'_>,
+        offset: i128,
+        length: i128,
+        write: bool,
+    ) -> PyResult<()> {
+        let (off, len) = range(py, offset, length, &self.path)?;
+        let mut st = self.lock(py)?;
+        let ro = st.read_only;
+        let v = st.in_txn(py, &self.path, "set_page_access")?;
+        if ro && write {
+            return Err(txn_error(
+                py,
+                "write access in a read-only transaction",
+                &self.path,
+            ));
+        }
+        let a = if write {
+            PageAccess::Write
+        } else {
+            PageAccess::Read
+        };
+        v.set_page_access(off, len, a)
+            .map_err(|e| to_py(py, e, &self.path))
+    }
+
+    /// Allocates ``size`` zeroed bytes from the region's transactional heap
+    /// (inside a transaction: an abort frees it again); returns the offset.
+    fn alloc(&self, py: Python<'_>, size: i128) -> PyResult<u64> {
+        let size = positive(py, "size", size, &self.path)?;
+        let mut st = self.lock(py)?;
+        let v = st.in_txn(py, &self.path, "alloc")?;
+        alloc::alloc(v, size).map_err(|e| to_py(py, e, &self.path))
+    }
+
+    /// Frees a block ``alloc`` returned.
+    fn free(&self, py: Python<'_>, offset: i128) -> PyResult<()> {
+        let (off, _) = range(py, offset, 0, &self.path)?;
+        let mut st = self.lock(py)?;
+        let v = st.in_txn(py, &self.path, "free")?;
+        alloc::free(v, off).map_err(|e| to_py(py, e, &self.path))
+    }
+
+    /// The region's root object: ``size`` zeroed bytes allocated from the
+    /// heap on first use; later calls return the same offset.
+    fn root(&self, py: Python<'_>, size: i128) -> PyResult<u64> {
+        let size = positive(py, "size", size, &self.path)?;
+        let mut st = self.lock(py)?;
+        let v = st.in_txn(py, &self.path, "root")?;
+        alloc::root(v, size).map_err(|e| to_py(py, e, &self.path))
+    }
+
+    /// The named map structure ``name`` (see ``txmap.Map``). ``kind``:
+    /// ``"btree"``, ``"cobtree"`` or ``"lhash"``; None takes whatever kind
+    /// exists (a B+-tree if it is created). With ``create=False`` a missing
+    /// name raises ``KeyError``. Outside a transaction it runs one of its own.
+    #[pyo3(signature = (name, kind = None, *, create = true))]
+    fn map(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        kind: Option<&str>,
+        create: bool,
+    ) -> PyResult<crate::collections::Map> {
+        crate::collections::open_map(slf, name, kind, create)
+    }
+
+    /// The named array list ``name`` of ``itemsize``-byte elements (see
+    /// ``txmap.Array``). ``itemsize`` is needed only to create it.
+    #[pyo3(signature = (name, itemsize = None, *, create = true))]
+    fn array(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        itemsize: Option<i128>,
+        create: bool,
+    ) -> PyResult<crate::collections::Array> {
+        crate::collections::open_array(slf, name, itemsize, create)
+    }
+
+    /// The named structures in the region, as (name, kind) pairs.
+    fn names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut st = self.lock(py)?;
+        let v = st.in_txn(py, &self.path, "names")?;
+        let out = PyList::empty(py);
+        if !alloc::is_formatted(v).map_err(|e| to_py(py, e, &self.path))? {
+            return Ok(out);
+        }
+        for e in alloc::catalog(v).map_err(|e| to_py(py, e, &self.path))? {
+            out.append((e.name, e.kind.name()))?;
+        }
+        Ok(out)
+    }
+
+    /// Grows the region to at least ``size`` bytes and maps the new part here.
+    fn grow(&self, py: Python<'_>, size: i128) -> PyResult<()> {
+        let size = positive(py, "size", size, &self.path)?;
+        let mut st = self.lock(py)?;
+        let v = st.view(py, &self.path)?;
+        py.detach(|| v.grow(size))
+            .map_err(|e| to_py(py, e, &self.path))
+    }
+
+    /// Bytes of the region mapped in this view.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut st = self.lock(py)?;
+        Ok(st.view(py, &self.path)?.len())
+    }
+
+    /// Bytes of the region mapped in this view.
+    #[getter]
+    fn size(&self, py: Python<'_>) -> PyResult<usize> {
+        self.__len__(py)
+    }
+
+    /// Address of byte 0 of the region in this view (never changes).
+    #[getter]
+    fn address(&self) -> usize {
+        self.base
+    }
+
+    /// True inside a transaction.
+    #[getter]
+    fn in_transaction(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.position(py)?.0 > 0)
+    }
+
+    /// Page faults this view has handled (first touches of pages).
+    #[getter]
+    fn faults(&self, py: Python<'_>) -> PyResult<u64> {
+        let mut st = self.lock(py)?;
+        Ok(st.view(py, &self.path)?.faults())
+    }
+
+    /// Buffers (memoryviews, arrays) of this view alive now.
+    #[getter]
+    fn exports(&self) -> usize {
+        self.exports.load(Ordering::Acquire)
+    }
+
+    /// The region this view maps.
+    #[getter]
+    fn region(&self, py: Python<'_>) -> Py<Region> {
+        self.region.clone_ref(py)
+    }
+
+    /// Closes the view (ending any transaction, discarding it). Raises
+    /// ``BufferError`` while memoryviews or arrays of it are alive: their
+    /// memory would go away. Closing twice does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let n = self.exports.load(Ordering::Acquire);
+        if n > 0 {
+            return Err(PyBufferError::new_err(format!(
+                "{}: cannot close a view while {n} buffer(s) of it (memoryviews, numpy arrays) \
+                 are alive: release them first (del, or memoryview.release())",
+                self.path.display()
+            )));
+        }
+        let mut st = self.lock(py)?;
+        st.depth = 0;
+        let v = st.view.take();
+        drop(st);
+        drop(v);
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(pyo3::exceptions::PyTypeError::new_err(
+            "a txmap.View cannot be pickled: pass the Region and open a view in the other process",
+        ))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<txmap.View of {:?}>", self.path.display().to_string())
+    }
+
+    /// A writable (read-only in a read-only transaction) memoryview of the
+    /// whole region in this view: no copy, ``numpy.frombuffer(view.buffer(),
+    /// dtype, count, offset)`` updates the region in place. Only inside a
+    /// transaction; see the class docstring for its use outside one.
+    fn buffer<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::buffer::memoryview(slf)
+    }
+
+    /// The buffer protocol on the view itself (``memoryview(view)``):
+    /// in builds for Python 3.11+ (the `py311` feature).
+    #[cfg(feature = "py311")]
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: std::ffi::c_int,
+    ) -> PyResult<()> {
+        let owner = slf.as_ptr();
+        // SAFETY: `view` is the caller's buffer; `slf` is the owner.
+        unsafe { crate::buffer::fill(&slf, owner, view.cast(), flags) }
+    }
+
+    #[cfg(feature = "py311")]
+    unsafe fn __releasebuffer__(&self, view: *mut ffi::Py_buffer) {
+        // SAFETY: filled by __getbuffer__ above.
+        unsafe { crate::buffer::release(self, view.cast()) }
+    }
+}
+
+impl View {
+    /// (address, length, read-only) of the memory to export now: only
+    /// inside a transaction.
+    pub(crate) fn export_range(&self, py: Python<'_>) -> PyResult<(usize, usize, bool)> {
+        let mut st = self.lock(py)?;
+        let (depth, read_only) = (st.depth, st.read_only);
+        let len = st.view(py, &self.path)?.len();
+        if depth == 0 {
+            return Err(PyBufferError::new_err(format!(
+                "{}: a view's memory is exported only inside a transaction \
+                 (use `with view.transaction():`)",
+                self.path.display()
+            )));
+        }
+        Ok((self.base, len, read_only))
+    }
+
+    /// Counts buffers made (+1) and released (-1).
+    pub(crate) fn exported(&self, n: isize) {
+        if n > 0 {
+            self.exports.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.exports.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// ``view.transaction()``: begins on ``__enter__``, commits on ``__exit__``
+/// (or aborts when the block raised). Single use.
+#[pyclass(module = "txmap", frozen)]
+pub struct Transaction {
+    view: Py<View>,
+    opts: TxnOptions,
+    /// (depth, serial) at entry.
+    serial: Mutex<Option<(u32, u64)>>,
+}
+
+#[pymethods]
+impl Transaction {
+    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<View>> {
+        let mut s = self.serial.lock().unwrap_or_else(|e| e.into_inner());
+        let v = self.view.get();
+        if s.is_some() {
+            return Err(txn_error(
+                py,
+                "a Transaction is used once (call view.transaction() again)",
+                &v.path,
+            ));
+        }
+        let serial = v.begin_with(py, self.opts)?;
+        *s = Some((v.position(py)?.0, serial));
+        Ok(self.view.clone_ref(py))
+    }
+
+    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let v = self.view.get();
+        let Some((depth, serial)) = *self.serial.lock().unwrap_or_else(|e| e.into_inner()) else {
+            return Ok(false);
+        };
+        // Ended inside the block (view.abort()): nothing left to do.
+        if v.position(py)? != (depth, serial) {
+            return Ok(false);
+        }
+        let failed = exc_type.is_some_and(|t| !t.is_none());
+        match (failed, depth) {
+            (false, _) => v.commit_level(py)?,
+            (true, 1) => v.rollback_all(py)?,
+            (true, _) => v.abort_level(py)?,
+        }
+        Ok(false)
+    }
+}
