@@ -760,8 +760,15 @@ impl Mvcc {
             let e = self
                 .entry(page as usize)
                 .ok_or_else(|| std::io::Error::other("page beyond the shared tables"))?;
-            if self.head_seq(page as usize) != Some(seq) {
+            let head = self.head_seq(page as usize);
+            if head != Some(seq) {
                 assert_eq!(data.len(), PAGE);
+                // Chains run newest first; lookups (paired) stop at the
+                // first version at or below a snapshot.
+                assert!(
+                    head.is_none_or(|h| h < seq),
+                    "version {seq} of page {page} linked above newer {head:?}"
+                );
                 let b = self.alloc_block(l)?;
                 // SAFETY: block b was just allocated to us under the commit
                 // lock and is not reachable by any reader until linked below.

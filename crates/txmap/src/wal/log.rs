@@ -202,11 +202,23 @@ impl Log {
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
     ) -> Result<()> {
+        // Paired with the scan (wal/scan.rs), which calls a record out of
+        // sequence damage: records go in sequence order, after what is
+        // published, never into the header page.
+        assert_eq!(
+            Self::written_seq(h) + 1,
+            seq,
+            "records are appended in sequence order"
+        );
         let mut buf = Vec::new();
         let salt = h.log_salt.load(Ordering::Acquire);
         let synced = h.synced_seq.load(Ordering::Acquire);
         format::encode_commit(&mut buf, salt, seq, synced, data_size, ranges);
         let off = h.log_end.load(Ordering::Acquire);
+        assert!(
+            off >= HEADER_BYTES && h.published_end.load(Ordering::Acquire) <= off,
+            "a record goes after the header and after every published record"
+        );
         let end = off + buf.len() as u64;
         let allocated = h.log_allocated.load(Ordering::Acquire);
         let r = (|| {

@@ -138,7 +138,10 @@ impl LogShared {
     /// commit lock.
     pub fn mark_published(&self) {
         let end = self.log_end.load(Ordering::Acquire);
-        debug_assert!(self.published_end.load(Ordering::Acquire) <= end);
+        assert!(
+            self.published_end.load(Ordering::Acquire) <= end,
+            "the published end never passes the log end"
+        );
         self.published_end.store(end, Ordering::Release);
     }
 
