@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::ops::Bound;
 
-use crate::collections::{self, AnyMap, Kind, Map};
+use crate::collections::{self, Map};
 use crate::io::sim::SimStorage;
 use crate::os::mem::PAGE;
 use crate::wal::format::{
@@ -327,20 +327,16 @@ pub fn collection_ops(data: &[u8]) {
             return;
         };
         for e in entries.iter().take(4) {
-            let m = match e.kind {
-                Kind::BTree => collections::BTree::open(v, e.at).map(AnyMap::BTree),
-                Kind::CoBTree => collections::CoBTree::open(v, e.at).map(AnyMap::CoBTree),
-                Kind::LinearHash => collections::LinearHash::open(v, e.at).map(AnyMap::LinearHash),
-                Kind::Array => {
-                    if let Ok(a) = collections::ArrayList::open(v, e.at) {
-                        let _ = a.get(v, 0);
-                        let _ = a.push(v, &[1; 8]);
-                        let _ = a.pop(v);
-                    }
+            let m = match collections::Structure::open(v, e.kind, e.at) {
+                Ok(collections::Structure::Map(m)) => m,
+                Ok(collections::Structure::Array(a)) => {
+                    let _ = a.get(v, 0);
+                    let _ = a.push(v, &[1; 8]);
+                    let _ = a.pop(v);
                     continue;
                 }
+                Err(_) => continue,
             };
-            let Ok(m) = m else { continue };
             let _ = m.get(v, b"key-1");
             let mut seen = 0;
             let _ = m.scan(v, Bound::Unbounded, Bound::Unbounded, &mut |_, _| {

@@ -428,28 +428,65 @@ pub enum Kind {
     Array = 4,
 }
 
+/// What the catalog and the tools know of each kind: its number in the
+/// catalog (`as u32`) and its name (`txmap kv --kind`, `txmap check`). The
+/// one table of kinds: adding a structure is a variant, a row here, and
+/// its arms in `collections::Structure::open` and `AnyMap` (mod.rs).
+const KINDS: [(Kind, &str); 4] = [
+    (Kind::BTree, "btree"),
+    (Kind::CoBTree, "cobtree"),
+    (Kind::LinearHash, "lhash"),
+    (Kind::Array, "array"),
+];
+
 impl Kind {
-    pub fn from_u32(x: u32) -> Option<Kind> {
-        Some(match x {
-            1 => Kind::BTree,
-            2 => Kind::CoBTree,
-            3 => Kind::LinearHash,
-            4 => Kind::Array,
-            _ => return None,
-        })
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::BTree => "btree",
-            Kind::CoBTree => "cobtree",
-            Kind::LinearHash => "lhash",
-            Kind::Array => "array",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Kind> {
-        [Kind::BTree, Kind::CoBTree, Kind::LinearHash, Kind::Array]
+    /// Every kind, in catalog-number order.
+    pub const ALL: [Kind; 4] = [Kind::BTree, Kind::CoBTree, Kind::LinearHash, Kind::Array];
+
+    fn row(self) -> (Kind, &'static str) {
+        KINDS
             .into_iter()
-            .find(|k| k.name() == s)
+            .find(|r| r.0 == self)
+            .expect("every kind has a row (tested)")
+    }
+
+    /// The kind whose catalog number is `x`.
+    pub fn from_u32(x: u32) -> Option<Kind> {
+        KINDS.into_iter().map(|r| r.0).find(|&k| k as u32 == x)
+    }
+
+    pub fn name(self) -> &'static str {
+        self.row().1
+    }
+
+    /// The kind named `s` (as `name` gives it).
+    pub fn parse(s: &str) -> Option<Kind> {
+        KINDS.into_iter().find(|r| r.1 == s).map(|r| r.0)
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    /// The table has every kind once, numbered 1.. without gaps, with
+    /// distinct names (the match stops compiling when a kind is added,
+    /// until it is listed in `Kind::ALL`).
+    #[test]
+    fn every_kind_has_one_row() {
+        let listed = |k: Kind| match k {
+            Kind::BTree | Kind::CoBTree | Kind::LinearHash | Kind::Array => k,
+        };
+        let all: Vec<Kind> = Kind::ALL.into_iter().map(listed).collect();
+        let rows: Vec<Kind> = KINDS.iter().map(|r| r.0).collect();
+        assert_eq!(all, rows);
+        for (i, k) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(k as u32, i as u32 + 1);
+            assert_eq!(Kind::from_u32(k as u32), Some(k));
+            assert_eq!(Kind::parse(k.name()), Some(k));
+        }
+        assert_eq!(Kind::from_u32(0), None);
+        assert_eq!(Kind::from_u32(Kind::ALL.len() as u32 + 1), None);
     }
 }
 

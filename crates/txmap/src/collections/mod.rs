@@ -165,6 +165,43 @@ impl Map for CoBTree {
     }
 }
 
+/// A structure of the catalog, opened: the one place that maps a [`Kind`]
+/// to its type (with `AnyMap::create_named`, which builds one).
+pub enum Structure {
+    Map(AnyMap),
+    Array(ArrayList),
+}
+
+impl Structure {
+    /// Opens the structure of kind `kind` whose header block is at `at`.
+    pub fn open(v: &View, kind: Kind, at: u64) -> Result<Structure> {
+        Ok(match kind {
+            Kind::BTree => Structure::Map(AnyMap::BTree(BTree::open(v, at)?)),
+            Kind::CoBTree => Structure::Map(AnyMap::CoBTree(CoBTree::open(v, at)?)),
+            Kind::LinearHash => Structure::Map(AnyMap::LinearHash(LinearHash::open(v, at)?)),
+            Kind::Array => Structure::Array(ArrayList::open(v, at)?),
+        })
+    }
+
+    /// Verifies the structure's invariants.
+    pub fn check(&self, v: &View) -> Result<Report> {
+        match self {
+            Structure::Map(m) => m.check(v),
+            Structure::Array(a) => {
+                let r = a.check(v)?;
+                Ok(Report {
+                    entries: r.len,
+                    blocks: 1 + r.segments,
+                    detail: format!(
+                        "{}-byte elements, capacity {} in {} segments",
+                        r.elem_size, r.capacity, r.segments
+                    ),
+                })
+            }
+        }
+    }
+}
+
 /// A map structure of any kind, as found in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AnyMap {
@@ -179,32 +216,28 @@ impl AnyMap {
         let Some(e) = alloc::lookup(v, name)? else {
             return Ok(None);
         };
-        Ok(Some(match e.kind {
-            Kind::BTree => AnyMap::BTree(BTree::open(v, e.at)?),
-            Kind::CoBTree => AnyMap::CoBTree(CoBTree::open(v, e.at)?),
-            Kind::LinearHash => AnyMap::LinearHash(LinearHash::open(v, e.at)?),
-            k => {
-                return Err(crate::Error::Invalid(format!(
-                    "structure {name:?} is a {}, not a map",
-                    k.name()
-                )));
-            }
-        }))
+        match Structure::open(v, e.kind, e.at)? {
+            Structure::Map(m) => Ok(Some(m)),
+            Structure::Array(_) => Err(crate::Error::Invalid(format!(
+                "structure {name:?} is a {}, not a map",
+                e.kind.name()
+            ))),
+        }
     }
 
     /// Creates a map structure and enters it in the catalog under `name`.
     pub fn create_named(v: &mut View, name: &str, kind: Kind) -> Result<AnyMap> {
+        if kind == Kind::Array {
+            return Err(crate::Error::Invalid(format!(
+                "a {} is not a map",
+                kind.name()
+            )));
+        }
         alloc::init(v)?;
         let m = match kind {
             Kind::BTree => AnyMap::BTree(BTree::create(v)?),
             Kind::CoBTree => AnyMap::CoBTree(CoBTree::create(v)?),
-            Kind::LinearHash => AnyMap::LinearHash(LinearHash::create_default(v)?),
-            k => {
-                return Err(crate::Error::Invalid(format!(
-                    "a {} is not a map",
-                    k.name()
-                )));
-            }
+            Kind::LinearHash | Kind::Array => AnyMap::LinearHash(LinearHash::create_default(v)?),
         };
         alloc::register(v, name, kind, m.at())?;
         Ok(m)
@@ -276,22 +309,7 @@ pub(crate) fn check_region_in(v: &View) -> Result<Option<RegionCheck>> {
     let heap = alloc::check(v);
     let mut structures = Vec::new();
     for e in alloc::catalog(v)? {
-        let rep = match e.kind {
-            Kind::BTree => BTree::open(v, e.at).and_then(|t| Map::check(&t, v)),
-            Kind::LinearHash => LinearHash::open(v, e.at).and_then(|t| Map::check(&t, v)),
-            Kind::Array => ArrayList::open(v, e.at).and_then(|a| {
-                let r = a.check(v)?;
-                Ok(Report {
-                    entries: r.len,
-                    blocks: 1 + r.segments,
-                    detail: format!(
-                        "{}-byte elements, capacity {} in {} segments",
-                        r.elem_size, r.capacity, r.segments
-                    ),
-                })
-            }),
-            Kind::CoBTree => CoBTree::open(v, e.at).and_then(|t| Map::check(&t, v)),
-        };
+        let rep = Structure::open(v, e.kind, e.at).and_then(|s| s.check(v));
         structures.push((e, rep));
     }
     let unowned_blocks = match &heap {
