@@ -109,6 +109,21 @@ enum Cmd {
         #[arg(long)]
         compact: bool,
     },
+    /// Rebuild a region at DST from a backup plus the log segments archived
+    /// after it (Options::log_archive), up to the last archived commit or
+    /// --to-commit N; a gap or damage in the archive is an error naming it
+    Restore {
+        /// The backup (a region made by `txmap backup`, or any closed region)
+        backup: PathBuf,
+        /// The directory of archived log segments
+        #[arg(long)]
+        archive: PathBuf,
+        /// Stop after this commit (default: the last one archived)
+        #[arg(long, value_name = "N")]
+        to_commit: Option<u64>,
+        /// The region to create (must not exist)
+        dst: PathBuf,
+    },
 }
 
 /// A command's failure: one line for standard error and the exit status.
@@ -687,6 +702,26 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
         Cmd::Recover { path, accept_loss } => recover(&path, accept_loss).map(|s| (s, 0)),
         Cmd::Clean => clean().map(|s| (s, 0)),
         Cmd::Backup { src, dst, compact } => backup(&src, &dst, compact).map(|s| (s, 0)),
+        Cmd::Restore {
+            backup,
+            archive,
+            to_commit,
+            dst,
+        } => {
+            let r = txmap::archive::restore(&backup, &archive, to_commit, &dst)?;
+            Ok((
+                format!(
+                    "{} restored from {} (commit {}) and {} of {}: at commit {}\n",
+                    dst.display(),
+                    backup.display(),
+                    r.from,
+                    plural(r.replayed, "archived commit", "archived commits"),
+                    plural(r.segments as u64, "segment", "segments"),
+                    r.commit
+                ),
+                0,
+            ))
+        }
     }
 }
 

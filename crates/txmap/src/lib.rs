@@ -33,6 +33,7 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod archive;
 pub mod backup;
 pub mod capi;
 pub mod collections;
