@@ -37,6 +37,7 @@ pub mod archive;
 pub mod backup;
 pub mod capi;
 pub mod collections;
+pub mod compact;
 pub mod debug;
 mod error;
 pub mod fuzz;

@@ -1253,7 +1253,7 @@ fn check_pages(
 
 /// Syncs the data, then writes and syncs a header slot: the header never
 /// claims data that is not on disk.
-fn write_region_header(
+pub(crate) fn write_region_header(
     data: &dyn Storage,
     sums: Option<&crate::sums::PageSums>,
     h: &RegionHeader,
