@@ -109,6 +109,27 @@ enum Cmd {
         #[arg(long)]
         compact: bool,
     },
+    /// Give back space offline: replay and cut the log to its reserve, and cut
+    /// a collections region's file above its heap's top (data is never moved)
+    Compact {
+        /// The region file (no process may have it open)
+        path: PathBuf,
+    },
+    /// Rebuild a region at DST from a backup plus the log segments archived
+    /// after it (Options::log_archive), up to the last archived commit or
+    /// --to-commit N; a gap or damage in the archive is an error naming it
+    Restore {
+        /// The backup (a region made by `txmap backup`, or any closed region)
+        backup: PathBuf,
+        /// The directory of archived log segments
+        #[arg(long)]
+        archive: PathBuf,
+        /// Stop after this commit (default: the last one archived)
+        #[arg(long, value_name = "N")]
+        to_commit: Option<u64>,
+        /// The region to create (must not exist)
+        dst: PathBuf,
+    },
 }
 
 /// A command's failure: one line for standard error and the exit status.
@@ -687,6 +708,45 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
         Cmd::Recover { path, accept_loss } => recover(&path, accept_loss).map(|s| (s, 0)),
         Cmd::Clean => clean().map(|s| (s, 0)),
         Cmd::Backup { src, dst, compact } => backup(&src, &dst, compact).map(|s| (s, 0)),
+        Cmd::Compact { path } => {
+            let r = txmap::compact::compact(&path)?;
+            let what = if r.heap {
+                "collections heap: data cut above its top"
+            } else {
+                "not a collections heap: size kept (a raw region has no notion of free space)"
+            };
+            Ok((
+                format!(
+                    "{}: data {} -> {} bytes ({what}); log {} -> {} bytes\n",
+                    path.display(),
+                    r.size_before,
+                    r.size_after,
+                    r.log_before,
+                    r.log_after
+                ),
+                0,
+            ))
+        }
+        Cmd::Restore {
+            backup,
+            archive,
+            to_commit,
+            dst,
+        } => {
+            let r = txmap::archive::restore(&backup, &archive, to_commit, &dst)?;
+            Ok((
+                format!(
+                    "{} restored from {} (commit {}) and {} of {}: at commit {}\n",
+                    dst.display(),
+                    backup.display(),
+                    r.from,
+                    plural(r.replayed, "archived commit", "archived commits"),
+                    plural(r.segments as u64, "segment", "segments"),
+                    r.commit
+                ),
+                0,
+            ))
+        }
     }
 }
 

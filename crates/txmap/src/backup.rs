@@ -71,14 +71,14 @@ impl Drop for Snapshot<'_> {
 }
 
 /// One file of the copy, under its temporary name until `place`.
-struct Part {
-    tmp: PathBuf,
-    dst: PathBuf,
-    file: FileStorage,
+pub(crate) struct Part {
+    pub tmp: PathBuf,
+    pub dst: PathBuf,
+    pub file: FileStorage,
 }
 
 impl Part {
-    fn create(dst: PathBuf) -> Result<Part> {
+    pub(crate) fn create(dst: PathBuf) -> Result<Part> {
         let mut t = dst.as_os_str().to_owned();
         t.push(format!("{SUFFIX}{}", std::process::id()));
         let tmp = PathBuf::from(t);
@@ -87,14 +87,14 @@ impl Part {
         Ok(Part { tmp, dst, file })
     }
 
-    fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         self.file
             .sync()
             .map_err(|e| Error::io("sync", &self.tmp, e))
     }
 
     /// Renames into place, never replacing an existing file.
-    fn place(&self) -> Result<()> {
+    pub(crate) fn place(&self) -> Result<()> {
         let cwd = rustix::fs::CWD;
         match rustix::fs::renameat_with(
             cwd,
@@ -121,7 +121,7 @@ impl Part {
 }
 
 /// Removes temporary files of backups to `dst` whose process is gone.
-fn remove_dead_temporaries(dst: &Path) {
+pub(crate) fn remove_dead_temporaries(dst: &Path) {
     let dir = match dst.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -335,7 +335,7 @@ fn copy_pages(
 
 /// The copy's headers: region header (checkpoint = the snapshot), an empty
 /// log epoch after it, and the table in step with the region header.
-fn write_headers(
+pub(crate) fn write_headers(
     parts: &[Part; 3],
     region_id: u64,
     seq: u64,

@@ -35,8 +35,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod archive;
 pub mod backup;
 pub mod collections;
+pub mod compact;
 pub mod debug;
 mod error;
 pub mod fuzz;

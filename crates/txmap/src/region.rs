@@ -85,6 +85,12 @@ pub struct Options {
     /// `u64::MAX` keeps everything (the log never shrinks, and records
     /// reuse its space without extending it). Default 4 MiB.
     pub log_reserve: u64,
+    /// Keep every log epoch in this directory (`txmap restore` rebuilds a
+    /// region from a backup plus these segments; docs/FORMAT.md, "Log
+    /// archive"). Each epoch is copied, durably, before the log is reset,
+    /// and by the first opener after a crash. Every process that opens
+    /// the region should name the same directory. `None` (default): none.
+    pub log_archive: Option<PathBuf>,
 }
 
 /// How far behind long-running transactions may fall.
@@ -154,6 +160,7 @@ impl Default for Options {
             read_only: false,
             page_checksums: true,
             log_reserve: 4 << 20,
+            log_archive: None,
         }
     }
 }
@@ -755,7 +762,9 @@ impl Region {
             data,
             image,
             image_mapped: Mutex::new(0),
-            log: Log::new(log).with_reserve(opts.log_reserve),
+            log: Log::new(log)
+                .with_reserve(opts.log_reserve)
+                .with_archive(opts.log_archive.clone()),
             mvcc,
             recovered: recovered.0,
             recovery_loss: recovered.3,
@@ -819,6 +828,16 @@ impl Region {
             rec.header.address = want;
             rec.header.generation += 1;
             write_region_header(data, sums, &rec.header)?;
+        }
+        if let Some(dir) = &opts.log_archive {
+            crate::archive::archive_epoch(
+                log,
+                dir,
+                rec.header.region_id,
+                rec.log_header.start_seq,
+                rec.log_last,
+                rec.log_end,
+            )?;
         }
         let (lh, mut allocated) =
             crate::wal::log::start_epoch(log, &rec.log_header, rec.header.checkpoint_seq)?;
@@ -1132,6 +1151,10 @@ pub(crate) struct Recovered {
     pub header: RegionHeader,
     pub log_header: LogHeader,
     pub replayed: u64,
+    /// End of the valid records of the log's epoch, and the last one's
+    /// commit (for the archive).
+    pub log_end: u64,
+    pub log_last: u64,
     /// With `accept_loss`: what a damaged log lost or needed (empty: nothing).
     pub loss: Vec<String>,
 }
@@ -1299,6 +1322,12 @@ pub(crate) fn recover(
         header,
         log_header: lh,
         replayed,
+        log_end: reading.scan.end,
+        log_last: reading
+            .scan
+            .records
+            .last()
+            .map_or(lh.start_seq.saturating_sub(1), |r| r.seq),
         loss,
     })
 }
@@ -1429,7 +1458,7 @@ fn check_pages(
 
 /// Syncs the data, then writes and syncs a header slot: the header never
 /// claims data that is not on disk.
-fn write_region_header(
+pub(crate) fn write_region_header(
     data: &dyn Storage,
     sums: Option<&crate::sums::PageSums>,
     h: &RegionHeader,

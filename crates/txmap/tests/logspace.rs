@@ -188,3 +188,77 @@ fn processes_killed_while_checkpoints_cut_the_log_lose_no_acknowledged_commit() 
     }
     assert!(cut, "no checkpoint cut the log while the children ran");
 }
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key-{i:08}").into_bytes()
+}
+
+#[test]
+fn compact_cuts_a_heap_region_above_its_top_and_keeps_every_entry() {
+    use txmap::collections::{AnyMap, Kind, Map};
+    let d = ext4_dir("logspace-compact");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 256 * 1024, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    let m = v
+        .run(|v| AnyMap::open_or_create(v, "m", Kind::BTree))
+        .unwrap();
+    for chunk in 0..40u32 {
+        v.run(|v| {
+            for i in chunk * 500..(chunk + 1) * 500 {
+                m.put(v, &key(i), &[7u8; 100])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    drop(v);
+    r.close().unwrap();
+    let rep = txmap::compact::compact(&p).unwrap();
+    assert!(rep.heap);
+    assert!(
+        rep.size_after < rep.size_before,
+        "the heap's growth left room above its top: {rep:?}"
+    );
+    assert!(rep.log_after <= 4096 + 4 * MIB, "{rep:?}");
+    let c = txmap::inspect::check(&p).unwrap();
+    assert!(c.is_sound(), "{c:?}");
+    assert_eq!(c.report.data_size, rep.size_after);
+    let r = Region::open(&p, Options::default()).unwrap();
+    assert_eq!(r.size(), rep.size_after);
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    let top = txmap::collections::alloc::check(&v).unwrap().top;
+    assert!(top <= rep.size_after);
+    for i in (0..20_000).step_by(97) {
+        assert_eq!(
+            m.get(&v, &key(i)).unwrap().as_deref(),
+            Some(&[7u8; 100][..]),
+            "key {i}"
+        );
+    }
+    v.commit().unwrap();
+    // The heap grows the region again when it needs room.
+    v.run(|v| {
+        for i in 20_000..25_000 {
+            m.put(v, &key(i), &[8u8; 100])?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert!(r.size() > rep.size_after);
+}
+
+#[test]
+fn compact_keeps_the_size_of_a_raw_region_and_cuts_its_log() {
+    let d = ext4_dir("logspace-compact-raw");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 64 * PAGE, opts(u64::MAX)).unwrap();
+    churn(&r, 200, 1);
+    drop(r);
+    let rep = txmap::compact::compact(&p).unwrap();
+    assert!(!rep.heap);
+    assert_eq!(rep.size_after, 64 * PAGE);
+    assert!(rep.log_before > 12 * MIB, "{rep:?}");
+    assert_eq!(rep.log_after, 4096 + 4 * MIB);
+}

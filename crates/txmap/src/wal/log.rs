@@ -158,6 +158,8 @@ pub struct Log {
     storage: Box<dyn Storage>,
     /// Log bytes kept when a new epoch starts; beyond it the file is cut.
     reserve: u64,
+    /// Where each epoch is copied before the log is reset, if anywhere.
+    archive: Option<std::path::PathBuf>,
 }
 
 impl Log {
@@ -165,7 +167,14 @@ impl Log {
         Log {
             storage,
             reserve: u64::MAX,
+            archive: None,
         }
+    }
+
+    /// Copies each epoch into `dir` before the log is reset.
+    pub fn with_archive(mut self, dir: Option<std::path::PathBuf>) -> Log {
+        self.archive = dir;
+        self
     }
 
     /// Gives back the file's space beyond `reserve` bytes at each new epoch.
@@ -476,6 +485,17 @@ impl Log {
         check_poison(h)?;
         if checkpoint_seq < Self::written_seq(h) || commit_seq > checkpoint_seq {
             return Ok(false);
+        }
+        if let Some(dir) = &self.archive {
+            // Before the reset: a failure leaves the log as it is.
+            crate::archive::archive_epoch(
+                &*self.storage,
+                dir,
+                h.region_id.load(Ordering::Acquire),
+                h.log_start_seq.load(Ordering::Acquire),
+                Self::written_seq(h),
+                h.log_end.load(Ordering::Acquire),
+            )?;
         }
         let prev = Self::header(h);
         let r = start_epoch(&*self.storage, &prev, checkpoint_seq);
