@@ -23,9 +23,9 @@ use std::sync::atomic::Ordering;
 use crate::error::{Error, Result};
 use crate::io::{FileStorage, Storage};
 use crate::os::mem::PAGE;
-use crate::region::log_path;
 use crate::sums::{PageSums, page_crc, sums_path};
 use crate::wal::format::{HEADER_BYTES, LogHeader, RegionHeader};
+use crate::wal::log_path;
 
 /// How [`crate::Region::backup_with`] copies.
 #[derive(Default)]
@@ -238,7 +238,7 @@ impl crate::Region {
 /// header page) and their checksums into the table part. Returns the pages
 /// written.
 fn copy_pages(
-    r: &crate::region::RegionInner,
+    r: &crate::engine::RegionInner,
     snap: &Snapshot<'_>,
     seq: u64,
     data: &Part,

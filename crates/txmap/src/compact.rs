@@ -38,7 +38,7 @@ pub struct CompactReport {
 /// Compacts the region at `path`, which no process may have open (see the
 /// module docs for what is given back).
 pub fn compact(path: &Path) -> Result<CompactReport> {
-    let lp = crate::region::log_path(path);
+    let lp = crate::wal::log_path(path);
     let len = |p: &Path| {
         std::fs::metadata(p)
             .map(|m| m.len())
@@ -97,7 +97,7 @@ pub fn compact(path: &Path) -> Result<CompactReport> {
 /// longer than its data size, which is allowed.
 fn shrink(path: &Path, size: u64) -> Result<()> {
     use rustix::fs::FlockOperation as F;
-    let lp = crate::region::log_path(path);
+    let lp = crate::wal::log_path(path);
     let transition = std::fs::File::open(&lp).map_err(|e| Error::io("open", &lp, e))?;
     rustix::fs::flock(&transition, F::LockExclusive)
         .map_err(|e| Error::io("lock", &lp, e.into()))?;
@@ -116,7 +116,7 @@ fn shrink(path: &Path, size: u64) -> Result<()> {
     h.generation += 1;
     h.data_size = size;
     let sums = crate::sums::PageSums::open(path, false)?;
-    crate::region::write_region_header(&data, sums.as_ref(), &h)?;
+    crate::recovery::write_region_header(&data, sums.as_ref(), &h)?;
     data.set_len(HEADER_BYTES + size)
         .and_then(|_| data.sync())
         .map_err(|e| Error::io("truncate", path, e))?;

@@ -188,7 +188,7 @@ pub fn recover(data: &[u8]) {
         ) else {
             return;
         };
-        let _ = crate::region::recover(&d, &l, None, None, accept_loss);
+        let _ = crate::recovery::recover(&d, &l, None, None, accept_loss);
     }
 }
 

@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::os::mem::PAGE;
-use crate::region::log_path;
 use crate::wal::format::{
     self, HEADER_BYTES, HeaderError, LogHeader, RECORD_HEADER, RECORD_MAGIC, RegionHeader,
     SLOT_OFFSETS,
 };
+use crate::wal::log_path;
 use crate::wal::scan;
 
 /// What a region and its log hold, as read from disk.

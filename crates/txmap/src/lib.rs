@@ -40,23 +40,27 @@ pub mod backup;
 pub mod collections;
 pub mod compact;
 pub mod debug;
+mod engine;
 mod error;
 pub mod fuzz;
 pub mod inspect;
 pub mod io;
 pub mod mvcc;
+mod options;
 pub mod os;
 pub mod rand;
+mod recovery;
 mod region;
 pub mod sums;
 mod view;
+mod viewmem;
 pub mod wal;
 
 pub use backup::{BackupOptions, BackupReport};
 pub use error::{Error, Lost, Result};
+pub use options::{Durability, Options, SnapshotLimit};
 pub use region::{
-    Durability, Options, Region, SharedStateSweep, SnapshotLimit, Stats, log_path,
-    remove_stale_shared_state, shared_path,
+    Region, SharedStateSweep, Stats, log_path, remove_stale_shared_state, shared_path,
 };
 pub use view::{
     Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Pod, Ptr, TxnOptions, View,

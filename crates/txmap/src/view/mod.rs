@@ -13,19 +13,18 @@
 //! record.
 
 mod fault;
-pub(crate) mod memory;
 
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+use crate::engine::{CommitRequest, RegionRef};
 use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE};
 use crate::os::signal::{self, Registration};
-use crate::region::{CommitRequest, RegionRef};
+pub use crate::viewmem::{MAX_READ_PAGES, MAX_WRITE_PAGES};
+use crate::viewmem::{POOLED_VIEWS, ViewMemory};
 use crate::wal::format::Range;
-pub use memory::{MAX_READ_PAGES, MAX_WRITE_PAGES};
-use memory::{POOLED_VIEWS, ViewMemory};
 
 const TOUCH_READ: u32 = 1;
 const TOUCH_WRITE: u32 = 2;

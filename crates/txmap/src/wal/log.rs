@@ -488,7 +488,7 @@ impl Log {
         }
         if let Some(dir) = &self.archive {
             // Before the reset: a failure leaves the log as it is.
-            crate::archive::archive_epoch(
+            super::archive::archive_epoch(
                 &*self.storage,
                 dir,
                 h.region_id.load(Ordering::Acquire),

@@ -1,6 +1,6 @@
 //! A view's memory (address space, private memory file, page tables),
 //! which a region keeps after a view closes for the next view opened.
-//! Below both the region and the view: the region only holds it.
+//! Below the engine, which only holds it in its pool, and the view.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
@@ -19,24 +19,24 @@ pub const MAX_READ_PAGES: usize = 1 << 22;
 /// and mapped, so the new view's first touches cost what a long-lived
 /// view's do, without allocating and zeroing a page each.
 pub(crate) struct ViewMemory {
-    pub(super) user: Reservation,
-    pub(super) alias: Reservation,
-    pub(super) memfd: OwnedFd,
-    pub(super) mapped: AtomicUsize,
-    pub(super) valid: ReservedArray<AtomicU8>,
-    pub(super) touched: ReservedArray<AtomicU32>,
-    pub(super) read_set: ReservedArray<u32>,
-    pub(super) write_set: ReservedArray<u32>,
+    pub(crate) user: Reservation,
+    pub(crate) alias: Reservation,
+    pub(crate) memfd: OwnedFd,
+    pub(crate) mapped: AtomicUsize,
+    pub(crate) valid: ReservedArray<AtomicU8>,
+    pub(crate) touched: ReservedArray<AtomicU32>,
+    pub(crate) read_set: ReservedArray<u32>,
+    pub(crate) write_set: ReservedArray<u32>,
 }
 
 /// Most closed views' memory a region keeps for reuse.
-pub(super) const POOLED_VIEWS: usize = 4;
+pub(crate) const POOLED_VIEWS: usize = 4;
 /// A closed view's memory is kept only if its private pages take at most this.
 const POOLED_BYTES: u64 = 64 << 20;
 
 impl ViewMemory {
     /// `path` names the region in the error when `at` is taken.
-    pub(super) fn new(max: usize, at: Option<usize>, path: &std::path::Path) -> Result<ViewMemory> {
+    pub(crate) fn new(max: usize, at: Option<usize>, path: &std::path::Path) -> Result<ViewMemory> {
         let pages = max / PAGE;
         let os = |op| move |e| Error::os(op, e);
         Ok(ViewMemory {
@@ -62,7 +62,7 @@ impl ViewMemory {
     /// Makes the memory of a closed view fit for the next one: no page valid
     /// or touched, nothing accessible at the user address. Returns `None`
     /// (the memory is freed) if that fails or the memory is too large to keep.
-    pub(super) fn recycle(mut self, exposed: bool) -> Option<ViewMemory> {
+    pub(crate) fn recycle(mut self, exposed: bool) -> Option<ViewMemory> {
         let used = rustix::fs::fstat(&self.memfd).ok()?.st_blocks as u64 * 512;
         if used > POOLED_BYTES {
             return None;

@@ -1,0 +1,579 @@
+//! The commit and checkpoint engine of an open region: the state every
+//! handle and view of one process shares (`RegionInner`: files, image of
+//! the region file, log, shared state), commits (validate, log, publish,
+//! sync), checkpoints, growth, the repair after a dead lock holder, and the
+//! last-out close. Below the view (which commits through it) and the
+//! handle (`region.rs`, which opens it).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::mvcc::Mvcc;
+use crate::os::mem::{Access, PAGE, Reservation, round_up};
+use crate::wal::format::{HEADER_BYTES, LogHeader, Range, RegionHeader};
+use crate::wal::log::Log;
+
+use crate::options::{Durability, Options};
+use crate::recovery::{publish_record, write_region_header};
+
+/// A handle's or a view's strong reference to a region. It is dropped
+/// under the region's round lock, which the async flusher holds while it
+/// holds a reference of its own: so the last reference is always dropped,
+/// and the region closed (last-out checkpoint, file locks released), on the
+/// thread that closed the last handle, before that call returns. (Before,
+/// `xShutdown` could return while the flusher still held the region, and an
+/// immediate reopen in the other durability mode failed.)
+#[derive(Clone)]
+pub(crate) struct RegionRef(Option<Arc<RegionInner>>);
+
+impl RegionRef {
+    pub(crate) fn new(inner: Arc<RegionInner>) -> RegionRef {
+        RegionRef(Some(inner))
+    }
+}
+
+impl std::ops::Deref for RegionRef {
+    type Target = Arc<RegionInner>;
+    fn deref(&self) -> &Arc<RegionInner> {
+        self.0
+            .as_ref()
+            .expect("a region reference is used only until dropped")
+    }
+}
+
+impl Drop for RegionRef {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            // A forked child has no flusher (and may have inherited the
+            // lock held by the parent's, forever): it drops as it is.
+            if inner.check_owner().is_err() {
+                return;
+            }
+            let round = Arc::clone(&inner.round);
+            let _held = lock(&round);
+            drop(inner);
+        }
+    }
+}
+
+/// File locks that order opening and closing between processes.
+pub(crate) struct OpenLocks {
+    /// Shared while the region is open here; exclusive for whoever finds
+    /// itself alone (it recovers, or removes the shared state at close).
+    pub(crate) users: std::fs::File,
+    /// Exclusive around the open and close transitions.
+    pub(crate) transition: std::fs::File,
+}
+
+pub(crate) struct RegionInner {
+    pub path: PathBuf,
+    pub data: Box<dyn Storage>,
+    /// A read-only shared mapping of the data file (header page included).
+    pub image: Reservation,
+    /// Bytes of the region mapped in `image` (grows when another process grows the region).
+    pub(crate) image_mapped: Mutex<u64>,
+    pub log: Log,
+    pub mvcc: Mvcc,
+    pub opts: Options,
+    pub(crate) recovered: u64,
+    pub(crate) recovery_loss: Vec<String>,
+    pub(crate) opened_alone: bool,
+    pub(crate) flusher: Mutex<Option<std::thread::Thread>>,
+    /// Held by the flusher while it holds a strong reference, and by a
+    /// `RegionRef` while it drops its own (see `RegionRef`).
+    pub(crate) round: Arc<Mutex<()>>,
+    /// The process that opened the region. A child forked from it shares the
+    /// file locks but must open the region itself.
+    pub owner: rustix::process::Pid,
+    /// `signal::forks()` when opened: differs in a forked child.
+    pub fork_generation: usize,
+    pub(crate) locks: Option<OpenLocks>,
+    /// Memory of closed views, for the next views opened (`View::open`).
+    pub(crate) view_pool: Mutex<Vec<crate::viewmem::ViewMemory>>,
+    /// The fixed address recorded in the region file (0: none); written
+    /// back with every region header.
+    pub address: usize,
+    /// The page checksum table, when the region keeps one.
+    pub sums: Option<crate::sums::PageSums>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Checks a region size: whole pages, at least one, at most `max`.
+pub(crate) fn check_size(size: u64, max: u64) -> Result<()> {
+    if size == 0 || !size.is_multiple_of(PAGE as u64) {
+        return Err(Error::Invalid(format!(
+            "region size {size} must be a positive multiple of the page size {PAGE}"
+        )));
+    }
+    if size > max {
+        return Err(Error::TooLarge(format!(
+            "region size {size} exceeds the maximum {max}; open with a larger Options::max_size"
+        )));
+    }
+    Ok(())
+}
+
+/// A transaction's changes, ready to commit.
+pub(crate) struct CommitRequest<'a> {
+    pub snapshot: u64,
+    /// Pages whose reads must not have changed since the snapshot (serializable).
+    pub read_pages: &'a [u32],
+    /// Serializable without a read set: tells which pages the transaction
+    /// may have read; it conflicts if a commit after the snapshot changed
+    /// one of them (or the change journal no longer reaches back).
+    pub untracked_reads: Option<&'a dyn Fn(u32) -> bool>,
+    /// Pages written, each with its new content.
+    pub pages: Vec<(u32, &'a [u8])>,
+    pub ranges: Vec<Range<'a>>,
+    /// The committing view's snapshot slot.
+    pub slot: usize,
+}
+
+impl RegionInner {
+    /// Memory that closed views left for reuse.
+    pub(crate) fn view_pool(&self) -> MutexGuard<'_, Vec<crate::viewmem::ViewMemory>> {
+        lock(&self.view_pool)
+    }
+
+    /// Fails in a process forked after the region was opened.
+    pub fn check_owner(&self) -> Result<()> {
+        if crate::os::signal::forks_now() == self.fork_generation {
+            return Ok(());
+        }
+        Err(Error::ForkedChild {
+            path: self.path.clone(),
+            owner: self.owner.as_raw_nonzero().get(),
+            pid: rustix::process::getpid().as_raw_nonzero().get(),
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.mvcc.hdr().data_size.load(Ordering::Acquire)
+    }
+
+    fn shared_lock_err(&self, e: std::io::Error) -> Error {
+        Error::io("lock shared state", self.mvcc.path(), e)
+    }
+
+    /// Where the region's data starts in this process's image of the file
+    /// (past the header page); mapped up to the size `map_image` was given.
+    pub fn image_data(&self) -> *const u8 {
+        self.image.base().wrapping_add(HEADER_BYTES as usize)
+    }
+
+    /// Maps the region file in this process's image up to `size` bytes (other
+    /// processes may have grown it).
+    pub fn map_image(&self, size: u64) -> Result<()> {
+        let mut mapped = lock(&self.image_mapped);
+        if *mapped >= size {
+            return Ok(());
+        }
+        let from = if *mapped == 0 {
+            0
+        } else {
+            round_up((HEADER_BYTES + *mapped) as usize)
+        };
+        let to = round_up((HEADER_BYTES + size) as usize);
+        self.image
+            .map_shared(from, to - from, self.data.fd(), from as u64, Access::Read)
+            .map_err(|e| Error::os("map region file", e))?;
+        *mapped = size;
+        Ok(())
+    }
+
+    /// Takes the shared commit lock, first finishing what a holder that
+    /// died left half done.
+    pub fn lock_commit(&self) -> Result<crate::mvcc::Locked<'_>> {
+        let l = self.mvcc.lock().map_err(|e| self.shared_lock_err(e))?;
+        if l.owner_died
+            && let Err(e) = self.repair(&l)
+        {
+            // The lock is consistent again, so no later holder would
+            // repair: nobody may commit on the half-done state.
+            crate::wal::log::poison(&self.mvcc.hdr().log, &e);
+            return Err(e);
+        }
+        Ok(l)
+    }
+
+    /// Repairs after a process died holding the commit lock:
+    /// - a log reset whose new header reached the file but not shared memory
+    ///   (or not all of it: the generation is published last) is completed;
+    /// - records written before the death (the shared log end covers them)
+    ///   but not yet published are published from the log (redo), so
+    ///   sequence numbers never repeat and nothing another process may have
+    ///   synced is lost; a record past the log end is ignored (its committer
+    ///   was never told it committed) and overwritten by the next commit;
+    /// - a page listed twice in the dirty list is listed once.
+    fn repair(&self, l: &crate::mvcc::Locked<'_>) -> Result<()> {
+        let h = self.mvcc.hdr();
+        let storage = self.log.storage();
+        let mut page = vec![0u8; HEADER_BYTES as usize];
+        storage
+            .read_at(&mut page, 0)
+            .map_err(|e| Error::io("read header of", storage.path(), e))?;
+        let disk = LogHeader::decode(&page)
+            .map_err(|e| Error::corrupt(storage.path(), 0, e.to_string()))?;
+        if disk.generation > h.log.generation() {
+            crate::wal::log::publish_epoch(&h.log, &disk);
+        }
+        let (from, to, salt) = h.log.unpublished();
+        if to > from {
+            let mut bytes = vec![0u8; (to - from) as usize];
+            storage
+                .read_at(&mut bytes, from)
+                .map_err(|e| Error::io("read", storage.path(), e))?;
+            let mut at = 0;
+            while at < bytes.len() {
+                let r = crate::wal::format::decode_record(&bytes[at..], salt).map_err(|e| {
+                    Error::corrupt(
+                        storage.path(),
+                        from + at as u64,
+                        format!("unpublished record left by a dead process: {e:?}"),
+                    )
+                })?;
+                at += r.len;
+                if r.seq <= self.mvcc.commit_seq() {
+                    continue;
+                }
+                self.republish(l, &r)?;
+            }
+            h.log.mark_published();
+        }
+        h.log.raise_written(self.mvcc.commit_seq());
+        self.mvcc.dedupe_dirty(l);
+        Ok(())
+    }
+
+    fn republish(
+        &self,
+        l: &crate::mvcc::Locked<'_>,
+        r: &crate::wal::format::CommitRecord<'_>,
+    ) -> Result<()> {
+        publish_record(&self.mvcc, &*self.data, l, r)
+    }
+
+    /// The version store could not take more versions: expire the oldest
+    /// snapshot holding old ones, so memory comes back when it ends.
+    fn version_store_full(&self, e: std::io::Error) -> Error {
+        self.mvcc
+            .expire_oldest(Log::synced_seq(&self.mvcc.hdr().log));
+        Error::VersionStoreFull {
+            path: self.mvcc.path().to_path_buf(),
+            versions: self.mvcc.version_pages() as u64,
+            reason: e.to_string(),
+        }
+    }
+
+    /// Fails if this handle may not write the region's files.
+    fn check_writable(&self, op: &'static str) -> Result<()> {
+        if self.opts.read_only {
+            return Err(Error::ReadOnly {
+                op,
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn grow(&self, size: u64) -> Result<()> {
+        self.check_owner()?;
+        self.check_writable("growing the region")?;
+        let size = round_up(size as usize) as u64;
+        let h = self.mvcc.hdr();
+        let _g = h.grow_lock.lock().map_err(|e| self.shared_lock_err(e))?;
+        let old = self.size();
+        if size <= old {
+            return Ok(());
+        }
+        check_size(size, self.opts.max_size)?;
+        crate::wal::log::check_poison(&h.log)?;
+        self.data
+            .set_len(HEADER_BYTES + size)
+            .map_err(|e| Error::io("allocate disk space to grow", &self.path, e))?;
+        self.mvcc
+            .back_tables(size / PAGE as u64)
+            .map_err(|e| Error::io("grow shared state", self.mvcc.path(), e))?;
+        h.data_size.store(size, Ordering::Release);
+        self.map_image(size)
+    }
+
+    /// Validates and commits; returns the commit's sequence number once it is
+    /// as durable as the region's mode promises.
+    pub fn commit(&self, req: CommitRequest<'_>) -> Result<u64> {
+        self.check_owner()?;
+        self.check_writable("commit")?;
+        let h = self.mvcc.hdr();
+        crate::wal::log::check_poison(&h.log)?;
+        let seq = {
+            let l = self.lock_commit()?;
+            let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
+            if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
+                return Err(Error::Conflict);
+            }
+            if let Some(maybe_read) = req.untracked_reads {
+                let mut hit = false;
+                let now = self.mvcc.commit_seq();
+                let complete = self
+                    .mvcc
+                    .changed_pages(req.snapshot, now, |p| hit |= maybe_read(p));
+                if hit || !complete {
+                    return Err(Error::Conflict);
+                }
+            }
+            // Room for the versions first: once the record is written, the
+            // commit must be published.
+            self.mvcc
+                .reserve(&l, req.pages.len())
+                .map_err(|e| self.version_store_full(e))?;
+            let seq = self.mvcc.commit_seq() + 1;
+            crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
+            self.log.append(
+                &h.log,
+                l.guard(),
+                seq,
+                self.size(),
+                req.ranges.iter().cloned(),
+            )?;
+            crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
+            let published = self
+                .mvcc
+                .publish(&l, seq, &req.pages, Log::synced_seq(&h.log));
+            assert!(
+                published.is_ok(),
+                "publishing a logged commit failed after space was reserved: {published:?}"
+            );
+            h.log.mark_published();
+            seq
+        };
+        if self.opts.durability == Durability::Durable {
+            self.log.flush(&h.log, seq)?;
+        }
+        if Log::epoch_bytes(&h.log) > self.opts.checkpoint_bytes {
+            // This commit is already as durable as promised: a failing
+            // checkpoint poisons the log, and the next call reports it.
+            // The transaction reads nothing more: its snapshot (older than
+            // its commit) must not hold the checkpoint back, or a log that
+            // only commits checkpoint is never reset.
+            self.mvcc.end(req.slot);
+            let _ = self.checkpoint_unless_busy();
+        }
+        Ok(seq)
+    }
+
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_owner()?;
+        self.check_writable("checkpoint")?;
+        let g = self
+            .mvcc
+            .hdr()
+            .checkpoint_lock
+            .lock()
+            .map_err(|e| self.shared_lock_err(e))?;
+        self.checkpoint_locked(g)
+    }
+
+    /// A checkpoint unless one is under way: the automatic checkpoint of a
+    /// commit must not wait for another process's (it may be stopped, and
+    /// its checkpoint empties the log all the same).
+    fn checkpoint_unless_busy(&self) -> Result<()> {
+        let g = self
+            .mvcc
+            .hdr()
+            .checkpoint_lock
+            .try_lock()
+            .map_err(|e| self.shared_lock_err(e))?;
+        match g {
+            Some(g) => self.checkpoint_locked(g),
+            None => Ok(()),
+        }
+    }
+
+    fn checkpoint_locked(&self, g: crate::os::lock::Guard<'_>) -> Result<()> {
+        let h = self.mvcc.hdr();
+        if g.owner_died {
+            // The region header may be newer on disk than in shared memory.
+            let mut page = vec![0u8; HEADER_BYTES as usize];
+            self.data
+                .read_at(&mut page, 0)
+                .map_err(|e| Error::io("read header of", &self.path, e))?;
+            let disk = RegionHeader::decode(&page)
+                .map_err(|e| Error::corrupt(&self.path, 0, e.to_string()))?;
+            h.region_generation
+                .fetch_max(disk.generation, Ordering::AcqRel);
+            h.checkpoint_seq
+                .fetch_max(disk.checkpoint_seq, Ordering::AcqRel);
+        }
+        crate::wal::log::check_poison(&h.log)?;
+        // A process that died in a transaction pins nothing from now on.
+        self.mvcc.reap_dead_slots();
+        self.log.sync_all(&h.log)?;
+        // Every synced commit goes to the file, however old the live
+        // snapshots: what they read there is preserved first. The bound is
+        // chosen under the same hold of the commit lock as the pages: every
+        // pruning so far (all under that lock) used a bound at or below it,
+        // so each page's newest version at or below it is still linked. A
+        // bound read earlier could fall below a later pruning's, whose
+        // version it needs would be gone, and the header would claim it.
+        let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
+        let pin = self.mvcc.pin_for_checkpoint();
+        crate::debug::checkpoint_pause();
+        let (mut t, mut pages, preserve, oldest) = {
+            let l = self.lock_commit()?;
+            let (t, oldest) = self.mvcc.horizon(Log::synced_seq(&h.log));
+            let (pages, preserve) = if t > ckpt {
+                pin.pages(&l, t, ckpt, oldest, true)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            (t, pages, preserve, oldest)
+        };
+        if t > ckpt {
+            if let Some(o) = oldest
+                && !preserve.is_empty()
+                && !(crate::debug::copy_on_checkpoint() && self.copy_on_checkpoint(&preserve, o)?)
+            {
+                // No room for the copies (or a reader is stuck): write only
+                // what every live snapshot is past; the log keeps the rest.
+                // The oldest snapshot is read again under the lock: one
+                // still live below `t` has had its versions kept by every
+                // pruning, so the versions can be looked up again at it.
+                // If none is (the snapshot ended), the pages found at `t`
+                // are written as they are: pruning since may have unlinked
+                // some (the pin keeps their memory), and looking again at
+                // `t` would skip those pages under a header claiming them.
+                crate::debug::checkpoint_pause();
+                let l = self.lock_commit()?;
+                let (_, now) = self.mvcc.horizon(t);
+                if let Some(o) = now.filter(|&o| o < t) {
+                    t = o;
+                    pages = if t > ckpt {
+                        pin.pages(&l, t, ckpt, None, false).0
+                    } else {
+                        Vec::new()
+                    };
+                }
+            }
+            let r = (|| {
+                if t <= ckpt {
+                    return Ok(());
+                }
+                let mut crcs =
+                    Vec::with_capacity(if self.sums.is_some() { pages.len() } else { 0 });
+                for (page, v) in pages {
+                    self.data
+                        .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
+                        .map_err(|e| Error::io("checkpoint", &self.path, e))?;
+                    if self.sums.is_some() {
+                        crcs.push((u64::from(page), crate::sums::page_crc(&v.data[..])));
+                    }
+                }
+                if let Some(s) = &self.sums {
+                    s.record(&mut crcs)?;
+                }
+                crate::debug::hit(crate::debug::CrashPoint::CheckpointWriting);
+                let next = RegionHeader {
+                    region_id: h.region_id.load(Ordering::Acquire),
+                    generation: h.region_generation.load(Ordering::Acquire) + 1,
+                    checkpoint_seq: t,
+                    data_size: self.size(),
+                    address: self.address as u64,
+                };
+                write_region_header(&*self.data, self.sums.as_ref(), &next)?;
+                h.region_generation
+                    .store(next.generation, Ordering::Release);
+                h.checkpoint_seq.store(t, Ordering::Release);
+                Ok(())
+            })();
+            if let Err(e) = r {
+                crate::wal::log::poison(&h.log, &e);
+                return Err(e);
+            }
+        }
+        drop(pin);
+        let l = self.lock_commit()?;
+        let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
+        self.log
+            .maybe_reset(&h.log, l.guard(), self.mvcc.commit_seq(), ckpt)?;
+        self.mvcc.trim(&l, ckpt);
+        drop(l);
+        drop(g);
+        Ok(())
+    }
+}
+
+impl RegionInner {
+    /// Copy-on-checkpoint: keeps the region-file content of `pages` as their
+    /// oldest version in shared memory, labelled with the oldest live
+    /// snapshot `oldest` (every snapshot that reads these pages from the file
+    /// is at or above it), then waits until no reader can still be copying
+    /// them from the file. Caller holds the checkpoint lock, so the file does
+    /// not change meanwhile. False if the store has no room or a reader does
+    /// not move on; the copies made are harmless then (they equal the file).
+    fn copy_on_checkpoint(&self, pages: &[u32], oldest: u64) -> Result<bool> {
+        // In batches, so the buffer stays small and the lock is held briefly.
+        const BATCH: usize = 256;
+        let mut images = vec![0u8; pages.len().min(BATCH) * PAGE];
+        for batch in pages.chunks(BATCH) {
+            for (k, &p) in batch.iter().enumerate() {
+                self.data
+                    .read_at(
+                        &mut images[k * PAGE..(k + 1) * PAGE],
+                        HEADER_BYTES + u64::from(p) * PAGE as u64,
+                    )
+                    .map_err(|e| Error::io("read for checkpoint", &self.path, e))?;
+            }
+            let l = self.lock_commit()?;
+            if self.mvcc.reserve(&l, batch.len()).is_err() {
+                return Ok(false);
+            }
+            for (k, &p) in batch.iter().enumerate() {
+                let image = &images[k * PAGE..(k + 1) * PAGE];
+                if self.mvcc.preserve(&l, p, oldest, image).is_err() {
+                    return Ok(false);
+                }
+            }
+        }
+        let settled = self.mvcc.wait_for_readers(Duration::from_secs(2));
+        crate::debug::hit(crate::debug::CrashPoint::CheckpointPreserved);
+        Ok(settled)
+    }
+}
+
+impl Drop for RegionInner {
+    fn drop(&mut self) {
+        if let Some(t) = lock(&self.flusher).take() {
+            t.unpark();
+        }
+        if self.check_owner().is_err() {
+            return; // a forked child: the parent's state is not ours to touch
+        }
+        // Only the last process out checkpoints (below): the others leave
+        // the log to it, so closing in a busy region costs no checkpoint.
+        let Some(l) = &self.locks else {
+            let _ = self.checkpoint(); // a region opened over test storage
+            return;
+        };
+        use rustix::fs::FlockOperation as F;
+        if rustix::fs::flock(&l.transition, F::LockExclusive).is_err() {
+            return;
+        }
+        let _ = rustix::fs::flock(&l.users, F::Unlock);
+        if rustix::fs::flock(&l.users, F::NonBlockingLockExclusive).is_ok() {
+            // The last one out: a clean close leaves an empty log (if the
+            // checkpoint fails, the log still has everything and the next
+            // opener recovers), and the shared state goes.
+            let _ = self.checkpoint();
+            let _ = std::fs::remove_file(self.mvcc.path());
+            let _ = rustix::fs::flock(&l.users, F::Unlock);
+        }
+        let _ = rustix::fs::flock(&l.transition, F::Unlock);
+    }
+}

@@ -1,0 +1,347 @@
+//! Reading a region's files back: both headers, the log's records after the
+//! checkpoint (torn tail or damage), redo into the region file, page
+//! checksums; and publishing a logged commit as page versions (the repair
+//! after a dead committer, a read-only first opener). Used by the handle's
+//! open and by the engine.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::mvcc::Mvcc;
+use crate::os::mem::PAGE;
+use crate::wal::format::{HEADER_BYTES, HeaderError, LogHeader, RegionHeader};
+use crate::wal::log::Log;
+use crate::wal::scan;
+
+/// What recovery found and did.
+pub(crate) struct Recovered {
+    pub header: RegionHeader,
+    pub log_header: LogHeader,
+    pub replayed: u64,
+    /// End of the valid records of the log's epoch, and the last one's
+    /// commit (for the archive).
+    pub log_end: u64,
+    pub log_last: u64,
+    /// With `accept_loss`: what a damaged log lost or needed (empty: nothing).
+    pub loss: Vec<String>,
+}
+
+/// Reads the region and log headers and reports both, without writing.
+pub(crate) fn read_headers(
+    data: &dyn Storage,
+    log: &dyn Storage,
+) -> Result<(RegionHeader, LogHeader)> {
+    let (header, page) = read_headers_raw(data, log)?;
+    let lh = LogHeader::decode(&page).map_err(|e| Error::corrupt(log.path(), 0, e.to_string()))?;
+    Ok((header, lh))
+}
+
+/// The region header, checked against the log's, and the log's header page.
+/// Both log slots damaged is left to the caller (recovery may see the epoch
+/// in the records); any other unreadable log header is an error.
+pub(crate) fn read_headers_raw(
+    data: &dyn Storage,
+    log: &dyn Storage,
+) -> Result<(RegionHeader, Vec<u8>)> {
+    let mut page = vec![0u8; HEADER_BYTES as usize];
+    let dl = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+    if dl < HEADER_BYTES {
+        return Err(Error::corrupt(
+            data.path(),
+            dl,
+            "file shorter than its header page",
+        ));
+    }
+    data.read_at(&mut page, 0)
+        .map_err(|e| Error::io("read header of", data.path(), e))?;
+    let header =
+        RegionHeader::decode(&page).map_err(|e| Error::corrupt(data.path(), 0, e.to_string()))?;
+    let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
+    if ll < HEADER_BYTES {
+        return Err(Error::corrupt(
+            log.path(),
+            ll,
+            "log shorter than its header page",
+        ));
+    }
+    log.read_at(&mut page, 0)
+        .map_err(|e| Error::io("read header of", log.path(), e))?;
+    match LogHeader::decode(&page) {
+        Ok(lh) if lh.region_id != header.region_id => {
+            return Err(Error::corrupt(
+                log.path(),
+                0,
+                format!(
+                    "log belongs to region {:016x}, not to {} ({:016x})",
+                    lh.region_id,
+                    data.path().display(),
+                    header.region_id
+                ),
+            ));
+        }
+        Ok(_) | Err(HeaderError::BadChecksum) => {}
+        Err(e) => return Err(Error::corrupt(log.path(), 0, e.to_string())),
+    }
+    if header.data_size == 0 || !header.data_size.is_multiple_of(PAGE as u64) {
+        return Err(Error::corrupt(
+            data.path(),
+            0,
+            format!(
+                "header claims a data size of {} bytes, not a whole number of pages",
+                header.data_size
+            ),
+        ));
+    }
+    if dl < HEADER_BYTES.saturating_add(header.data_size) {
+        return Err(Error::corrupt(
+            data.path(),
+            dl,
+            format!(
+                "region file truncated: {} bytes of data expected",
+                header.data_size
+            ),
+        ));
+    }
+    Ok((header, page))
+}
+
+/// Redo recovery: replays every logged commit after the checkpoint into the
+/// data file, syncs it and records the new checkpoint. Idempotent: a crash
+/// during recovery leaves a log that replays to the same result.
+///
+/// A damaged log (docs/FORMAT.md, "Reading the log") is an error naming
+/// the commits it would lose, and nothing is written; with `accept_loss`
+/// the commits before the damage are replayed and the rest dropped.
+pub(crate) fn recover(
+    data: &dyn Storage,
+    log: &dyn Storage,
+    sums: Option<&crate::sums::PageSums>,
+    progress: Option<fn(u64, u64)>,
+    accept_loss: bool,
+) -> Result<Recovered> {
+    let (mut header, page) = read_headers_raw(data, log)?;
+    let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
+    // Mapped, not read: a log held long by old snapshots may be large.
+    let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
+        .map_err(|e| Error::os("map log", e))?;
+    let (reading, mut loss) = read_log(image.bytes(), &page, &header, log.path(), accept_loss)?;
+    let lh = reading.header;
+    // After a gap nothing can be replayed onto the checkpoint.
+    let gap = lh.start_seq > header.checkpoint_seq.saturating_add(1);
+    let records: &[_] = if gap { &[] } else { &reading.scan.records };
+    let mut replayed = 0;
+    let mut size = header.data_size;
+    let base = header.checkpoint_seq;
+    let total = records.iter().filter(|r| r.seq > base).count() as u64;
+    let replay: Vec<_> = records.iter().filter(|r| r.seq > base).collect();
+    let touched = crate::sums::touched_pages(replay.iter().flat_map(|r| r.ranges.iter()));
+    if let Some(s) = sums {
+        check_pages(data, s, &header, &touched, accept_loss, &mut loss)?;
+    }
+    let report = |done: u64| {
+        if let Some(f) = progress
+            && (done.is_multiple_of(1024) || done == total)
+        {
+            f(done, total);
+        }
+    };
+    for r in records.iter().filter(|r| r.seq > base) {
+        if r.data_size > size {
+            size = r.data_size;
+            data.set_len(HEADER_BYTES + size)
+                .map_err(|e| Error::io("allocate disk space to grow", data.path(), e))?;
+        }
+        for range in &r.ranges {
+            data.write_at(range.bytes, HEADER_BYTES + range.offset)
+                .map_err(|e| Error::io("replay into", data.path(), e))?;
+        }
+        header.checkpoint_seq = r.seq;
+        replayed += 1;
+        report(replayed);
+    }
+    if !reading.damage.is_empty() && accept_loss {
+        let last = reading.damage.iter().filter_map(|d| d.last).max();
+        let first = header.checkpoint_seq + 1;
+        loss.push(match last {
+            Some(l) if l >= first => format!(
+                "recovered up to commit {}; dropped {}",
+                header.checkpoint_seq,
+                crate::error::Lost {
+                    first,
+                    last: Some(l)
+                }
+            ),
+            _ => format!(
+                "recovered up to commit {}; dropped anything after it",
+                header.checkpoint_seq
+            ),
+        });
+    }
+    if replayed > 0 {
+        header.generation += 1;
+        header.data_size = size;
+        if let Some(s) = sums {
+            // Replayed pages are checkpointed now: their content is the
+            // log's, and their checksums are taken from it.
+            data.sync().map_err(|e| Error::io("sync", data.path(), e))?;
+            crate::sums::record_from_file(s, data, &touched, size)?;
+        }
+        write_region_header(data, sums, &header)?;
+    }
+    Ok(Recovered {
+        header,
+        log_header: lh,
+        replayed,
+        log_end: reading.scan.end,
+        log_last: reading
+            .scan
+            .records
+            .last()
+            .map_or(lh.start_seq.saturating_sub(1), |r| r.seq),
+        loss,
+    })
+}
+
+/// Reads the log's records after the region's checkpoint. Damage a crash
+/// cannot explain is an error naming the commits it loses, unless
+/// `accept_loss`: then it is described in the returned lines.
+pub(crate) fn read_log<'a>(
+    bytes: &'a [u8],
+    header_page: &[u8],
+    header: &RegionHeader,
+    path: &Path,
+    accept_loss: bool,
+) -> Result<(scan::Reading<'a>, Vec<String>)> {
+    let reading = scan::read(
+        bytes,
+        LogHeader::decode(header_page).ok(),
+        &crate::wal::format::damaged_slots(header_page, crate::wal::format::LOG_MAGIC),
+        header.region_id,
+        header.checkpoint_seq,
+    );
+    let mut loss = Vec::new();
+    if let Some(d) = reading.damage.first() {
+        let lost = crate::error::Lost {
+            first: d.seq,
+            last: reading.damage.iter().filter_map(|d| d.last).max(),
+        };
+        if !accept_loss {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                offset: d.offset,
+                what: reading
+                    .damage
+                    .iter()
+                    .map(|d| d.what.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                lost: Some(lost),
+            });
+        }
+        for d in &reading.damage {
+            loss.push(format!(
+                "{} at offset {}: {}",
+                path.display(),
+                d.offset,
+                d.what
+            ));
+        }
+    }
+    Ok((reading, loss))
+}
+
+/// Publishes a logged commit: each page it changed is its previous version
+/// (or the region file's page) with the record's byte ranges applied.
+pub(crate) fn publish_record(
+    mvcc: &Mvcc,
+    data: &dyn Storage,
+    l: &crate::mvcc::Locked<'_>,
+    r: &crate::wal::format::CommitRecord<'_>,
+) -> Result<()> {
+    let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+    for range in &r.ranges {
+        let mut off = range.offset;
+        let mut bytes = range.bytes;
+        while !bytes.is_empty() {
+            let p = (off / PAGE as u64) as u32;
+            let in_page = (off % PAGE as u64) as usize;
+            let n = bytes.len().min(PAGE - in_page);
+            if let std::collections::btree_map::Entry::Vacant(slot) = pages.entry(p) {
+                let mut buf = vec![0u8; PAGE];
+                match mvcc.lookup(p as usize, r.seq - 1) {
+                    Some(v) => buf.copy_from_slice(v.data),
+                    None => {
+                        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+                        if at + PAGE as u64 <= len {
+                            data.read_at(&mut buf, at)
+                                .map_err(|e| Error::io("read", data.path(), e))?;
+                        }
+                    }
+                }
+                slot.insert(buf);
+            }
+            let buf = pages.get_mut(&p).expect("inserted above");
+            buf[in_page..in_page + n].copy_from_slice(&bytes[..n]);
+            off += n as u64;
+            bytes = &bytes[n..];
+        }
+    }
+    let list: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
+    let err = |e| Error::io("lock shared state", mvcc.path(), e);
+    mvcc.reserve(l, list.len()).map_err(err)?;
+    mvcc.publish(l, r.seq, &list, Log::synced_seq(&mvcc.hdr().log))
+        .map_err(err)
+}
+
+/// Verifies the checksummed pages of the region file before replay. Pages
+/// the log is about to rewrite are skipped (an interrupted checkpoint may
+/// have torn them; replay repairs them). A table behind the region header
+/// (kept by no one since) is reset, not trusted.
+fn check_pages(
+    data: &dyn Storage,
+    s: &crate::sums::PageSums,
+    header: &RegionHeader,
+    touched: &std::collections::BTreeSet<u64>,
+    accept_loss: bool,
+    loss: &mut Vec<String>,
+) -> Result<()> {
+    let current = s
+        .header()?
+        .is_some_and(|t| t.region_id == header.region_id && t.generation >= header.generation);
+    if !current {
+        return s.reset(header.region_id, header.generation);
+    }
+    let entries = s.entries(header.data_size / PAGE as u64)?;
+    let bad = crate::sums::verify(data, &entries, |p| touched.contains(&p))?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    if !accept_loss {
+        return Err(crate::sums::damaged_error(data.path(), &bad));
+    }
+    for b in &bad {
+        loss.push(format!("{}: {b} (kept as it is)", data.path().display()));
+    }
+    Ok(())
+}
+
+/// Syncs the data, then writes and syncs a header slot: the header never
+/// claims data that is not on disk.
+pub(crate) fn write_region_header(
+    data: &dyn Storage,
+    sums: Option<&crate::sums::PageSums>,
+    h: &RegionHeader,
+) -> Result<()> {
+    // The table goes first: it is never behind a header that is on disk.
+    if let Some(s) = sums {
+        s.write_header(h.region_id, h.generation)?;
+        s.sync()?;
+    }
+    let (off, slot) = h.encode();
+    data.sync()
+        .and_then(|_| data.write_at(&slot, off))
+        .and_then(|_| data.sync())
+        .map_err(|e| Error::io("checkpoint", data.path(), e))
+}
