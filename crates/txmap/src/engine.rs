@@ -155,7 +155,7 @@ impl RegionInner {
     }
 
     pub fn size(&self) -> u64 {
-        self.mvcc.hdr().data_size.load(Ordering::Acquire)
+        self.mvcc.hdr().file.data_size()
     }
 
     fn shared_lock_err(&self, e: std::io::Error) -> Error {
@@ -288,7 +288,7 @@ impl RegionInner {
         self.check_writable("growing the region")?;
         let size = round_up(size as usize) as u64;
         let h = self.mvcc.hdr();
-        let _g = h.grow_lock.lock().map_err(|e| self.shared_lock_err(e))?;
+        let g = h.file.lock_grow().map_err(|e| self.shared_lock_err(e))?;
         let old = self.size();
         if size <= old {
             return Ok(());
@@ -301,7 +301,7 @@ impl RegionInner {
         self.mvcc
             .back_tables(size / PAGE as u64)
             .map_err(|e| Error::io("grow shared state", self.mvcc.path(), e))?;
-        h.data_size.store(size, Ordering::Release);
+        h.file.grown(&g, size);
         self.map_image(size)
     }
 
@@ -374,8 +374,8 @@ impl RegionInner {
         let g = self
             .mvcc
             .hdr()
-            .checkpoint_lock
-            .lock()
+            .file
+            .lock_checkpoint()
             .map_err(|e| self.shared_lock_err(e))?;
         self.checkpoint_locked(g)
     }
@@ -387,8 +387,8 @@ impl RegionInner {
         let g = self
             .mvcc
             .hdr()
-            .checkpoint_lock
-            .try_lock()
+            .file
+            .try_lock_checkpoint()
             .map_err(|e| self.shared_lock_err(e))?;
         match g {
             Some(g) => self.checkpoint_locked(g),
@@ -406,10 +406,7 @@ impl RegionInner {
                 .map_err(|e| Error::io("read header of", &self.path, e))?;
             let disk = RegionHeader::decode(&page)
                 .map_err(|e| Error::corrupt(&self.path, 0, e.to_string()))?;
-            h.region_generation
-                .fetch_max(disk.generation, Ordering::AcqRel);
-            h.checkpoint_seq
-                .fetch_max(disk.checkpoint_seq, Ordering::AcqRel);
+            h.file.adopt_disk(disk.generation, disk.checkpoint_seq);
         }
         crate::wal::log::check_poison(&h.log)?;
         // A process that died in a transaction pins nothing from now on.
@@ -422,7 +419,7 @@ impl RegionInner {
         // so each page's newest version at or below it is still linked. A
         // bound read earlier could fall below a later pruning's, whose
         // version it needs would be gone, and the header would claim it.
-        let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
+        let ckpt = h.file.checkpoint_seq();
         let pin = self.mvcc.pin_for_checkpoint();
         crate::debug::checkpoint_pause();
         let (mut t, mut pages, preserve, oldest) = {
@@ -481,15 +478,13 @@ impl RegionInner {
                 crate::debug::hit(crate::debug::CrashPoint::CheckpointWriting);
                 let next = RegionHeader {
                     region_id: h.region_id.load(Ordering::Acquire),
-                    generation: h.region_generation.load(Ordering::Acquire) + 1,
+                    generation: h.file.region_generation() + 1,
                     checkpoint_seq: t,
                     data_size: self.size(),
                     address: self.address as u64,
                 };
                 write_region_header(&*self.data, self.sums.as_ref(), &next)?;
-                h.region_generation
-                    .store(next.generation, Ordering::Release);
-                h.checkpoint_seq.store(t, Ordering::Release);
+                h.file.checkpointed(&g, next.generation, t);
                 Ok(())
             })();
             if let Err(e) = r {
@@ -499,7 +494,7 @@ impl RegionInner {
         }
         drop(pin);
         let l = self.lock_commit()?;
-        let ckpt = h.checkpoint_seq.load(Ordering::Acquire);
+        let ckpt = h.file.checkpoint_seq();
         self.log
             .maybe_reset(&h.log, l.guard(), self.mvcc.commit_seq(), ckpt)?;
         self.mvcc.trim(&l, ckpt);

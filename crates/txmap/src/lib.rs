@@ -42,6 +42,7 @@ pub mod compact;
 pub mod debug;
 mod engine;
 mod error;
+mod filestate;
 pub mod fuzz;
 pub mod inspect;
 pub mod io;

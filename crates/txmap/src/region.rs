@@ -507,7 +507,7 @@ impl Region {
         }
         let mut opts = opts;
         opts.max_size = mvcc.max_pages() as u64 * PAGE as u64;
-        let size = mvcc.hdr().data_size.load(Ordering::Acquire);
+        let size = mvcc.hdr().file.data_size();
         let image = Reservation::new(HEADER_BYTES as usize + opts.max_size as usize, None)
             .map_err(|e| Error::os("reserve address space for the region image", e))?;
         let inner = Arc::new(RegionInner {
@@ -883,7 +883,7 @@ impl Region {
             preserved_pages: preserved,
             size: i.size(),
             commit_seq: i.mvcc.commit_seq(),
-            checkpoint_seq: h.checkpoint_seq.load(Ordering::Acquire),
+            checkpoint_seq: h.file.checkpoint_seq(),
             log_bytes: Log::epoch_bytes(&h.log),
             version_pages: i.mvcc.version_pages(),
             live_snapshots: snapshots.len(),

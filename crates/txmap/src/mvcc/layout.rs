@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
+use crate::filestate::FileShared;
 use crate::os::lock::SharedMutex;
 use crate::os::mem::{PAGE, round_up};
 use crate::os::shm::SharedPod;
@@ -12,7 +13,7 @@ use crate::wal::shared::LogShared;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// Views (one slot each) open on one region at once, across all processes.
 pub const MAX_SLOTS: usize = 1024;
 /// The slot the checkpointer (one at a time, any process) reads versions under.
@@ -44,10 +45,8 @@ pub struct Header {
     /// The log's part, owned by `wal/` (wal/shared.rs).
     pub log: LogShared,
 
-    // Region file.
-    pub region_generation: AtomicU64,
-    pub checkpoint_seq: AtomicU64,
-    pub data_size: AtomicU64,
+    /// The region file's part, owned by `filestate.rs`.
+    pub file: FileShared,
     /// Pages whose per-page tables are backed with memory.
     pub table_pages: AtomicU64,
 
@@ -82,10 +81,6 @@ pub struct Header {
     /// Validation and publication of commits, the log end, version chains,
     /// the arena, the journal, log resets.
     pub commit_lock: SharedMutex,
-    /// One checkpoint at a time.
-    pub checkpoint_lock: SharedMutex,
-    /// Growing the region.
-    pub grow_lock: SharedMutex,
 }
 
 /// A registration of one view: which process, and its live transaction.

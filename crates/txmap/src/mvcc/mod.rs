@@ -200,11 +200,14 @@ impl Mvcc {
         file.allocate(layout.journal as u64, (layout.meta - layout.journal) as u64)?;
         let m = Mvcc::from_file(file, layout);
         let h = m.hdr();
-        for lock in [&h.commit_lock, &h.checkpoint_lock, &h.grow_lock] {
-            // SAFETY: the file was just zeroed and nobody else maps it (caller
-            // holds the exclusive open lock).
-            unsafe { lock.init()? };
-        }
+        // SAFETY: the file was just zeroed and nobody else maps it (caller
+        // holds the exclusive open lock).
+        unsafe { h.commit_lock.init()? };
+        // SAFETY: as above.
+        unsafe {
+            h.file
+                .init(init.region_generation, init.commit_seq, init.data_size)?
+        };
         // SAFETY: as above.
         unsafe { h.log.init(&init.log)? };
         h.magic.store(MAGIC, Ordering::Relaxed);
@@ -216,10 +219,7 @@ impl Mvcc {
         for (f, v) in [
             (&h.commit_seq, init.commit_seq),
             (&h.swept, init.commit_seq),
-            (&h.checkpoint_seq, init.commit_seq),
             (&h.epoch, 1),
-            (&h.data_size, init.data_size),
-            (&h.region_generation, init.region_generation),
             (&h.limit_lag, init.limit_lag),
             (&h.limit_versions, init.limit_versions),
         ] {

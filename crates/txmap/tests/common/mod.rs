@@ -269,8 +269,8 @@ pub fn describe_crash_state(region: &Path) -> String {
                 s,
                 "shared: commit {} checkpoint {} region gen {} {}",
                 f(&h.commit_seq),
-                f(&h.checkpoint_seq),
-                f(&h.region_generation),
+                h.file.checkpoint_seq(),
+                h.file.region_generation(),
                 h.log.describe()
             );
         }

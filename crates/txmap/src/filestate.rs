@@ -1,0 +1,101 @@
+//! The region file's part of the shared state: its header generation and
+//! checkpoint as shared memory knows them, the region's size, and the locks
+//! of what changes the file (one checkpoint at a time, growth). The shared
+//! header (`mvcc/layout.rs`) holds one `FileShared`; only this module
+//! touches its fields. The engine (`engine.rs`) drives it through the
+//! methods below.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::os::lock::{Guard, SharedMutex};
+
+#[repr(C)]
+pub struct FileShared {
+    region_generation: AtomicU64,
+    checkpoint_seq: AtomicU64,
+    /// Bytes of region data (whole pages).
+    data_size: AtomicU64,
+    /// One checkpoint at a time.
+    checkpoint_lock: SharedMutex,
+    /// Growing the region.
+    grow_lock: SharedMutex,
+}
+
+impl FileShared {
+    /// Fills a zeroed `FileShared` from the region header on disk.
+    ///
+    /// # Safety
+    /// Nobody else may use it during the call (the caller holds the
+    /// region's exclusive open lock and has just zeroed the shared file).
+    pub unsafe fn init(
+        &self,
+        generation: u64,
+        checkpoint_seq: u64,
+        data_size: u64,
+    ) -> std::io::Result<()> {
+        for lock in [&self.checkpoint_lock, &self.grow_lock] {
+            // SAFETY: per this function's contract.
+            unsafe { lock.init()? };
+        }
+        self.region_generation.store(generation, Ordering::Relaxed);
+        self.checkpoint_seq.store(checkpoint_seq, Ordering::Relaxed);
+        self.data_size.store(data_size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn data_size(&self) -> u64 {
+        self.data_size.load(Ordering::Acquire)
+    }
+
+    pub fn checkpoint_seq(&self) -> u64 {
+        self.checkpoint_seq.load(Ordering::Acquire)
+    }
+
+    pub fn region_generation(&self) -> u64 {
+        self.region_generation.load(Ordering::Acquire)
+    }
+
+    /// Waits for the checkpoint lock.
+    pub fn lock_checkpoint(&self) -> std::io::Result<Guard<'_>> {
+        self.checkpoint_lock.lock()
+    }
+
+    /// The checkpoint lock if it is free.
+    pub fn try_lock_checkpoint(&self) -> std::io::Result<Option<Guard<'_>>> {
+        self.checkpoint_lock.try_lock()
+    }
+
+    pub fn lock_grow(&self) -> std::io::Result<Guard<'_>> {
+        self.grow_lock.lock()
+    }
+
+    /// The region grew to `size` (caller holds the grow lock; the file is
+    /// that long already).
+    pub fn grown(&self, _grow_lock: &Guard<'_>, size: u64) {
+        assert!(
+            size >= self.data_size(),
+            "a region never shrinks while open"
+        );
+        self.data_size.store(size, Ordering::Release);
+    }
+
+    /// A checkpoint wrote a region header with `generation` and
+    /// `checkpoint_seq` (caller holds the checkpoint lock).
+    pub fn checkpointed(&self, _checkpoint_lock: &Guard<'_>, generation: u64, checkpoint_seq: u64) {
+        assert!(
+            generation > self.region_generation() && checkpoint_seq >= self.checkpoint_seq(),
+            "region headers only move forward"
+        );
+        self.region_generation.store(generation, Ordering::Release);
+        self.checkpoint_seq.store(checkpoint_seq, Ordering::Release);
+    }
+
+    /// The header on disk is newer than shared memory says (a checkpointer
+    /// died after writing it): adopt it.
+    pub fn adopt_disk(&self, generation: u64, checkpoint_seq: u64) {
+        self.region_generation
+            .fetch_max(generation, Ordering::AcqRel);
+        self.checkpoint_seq
+            .fetch_max(checkpoint_seq, Ordering::AcqRel);
+    }
+}
