@@ -384,6 +384,30 @@ int ctest_native_read_only(const char *dir) {
 
     CHECK_EQ(txmap_view_close(v), TXMAP_OK);
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+
+    /* A region opened read-only (as one whose files may not be written
+       opens by itself): reads work, in read-write transactions too; a
+       commit that stored, growing, and creating fail with TXMAP_EREADONLY. */
+    char path[4096];
+    join(path, sizeof path, dir, "ro.txm");
+    CHECK_EQ(txmap_region_open(path, TXMAP_OPEN_READ_ONLY, &r), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    x = txmap_view_base(v);
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    CHECK_EQ(x[0], 5);
+    CHECK_EQ(txmap_commit(v), TXMAP_OK);
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[0] = 7;
+    CHECK_EQ(txmap_commit(v), TXMAP_EREADONLY);
+    CHECK(errmsg_has("read-only"));
+    CHECK_EQ(x[0], 5);
+    CHECK_EQ(txmap_region_grow(r, 8 * PAGE_SIZE), TXMAP_EREADONLY);
+    CHECK_EQ(txmap_view_close(v), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    join(path, sizeof path, dir, "ro-new.txm");
+    txmap_region *r2 = NULL;
+    CHECK_EQ(txmap_region_create(path, PAGE_SIZE, TXMAP_OPEN_READ_ONLY, &r2), TXMAP_EREADONLY);
+    CHECK(r2 == NULL);
     return 0;
 }
 
