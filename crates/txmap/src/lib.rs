@@ -49,7 +49,7 @@ pub mod io;
 pub mod mvcc;
 mod options;
 pub mod os;
-pub mod rand;
+mod rand;
 mod recovery;
 mod region;
 pub mod sums;
