@@ -61,6 +61,10 @@ unsafe extern "C" {
     pub fn ctest_xac_mmap_grow(dir: *const c_char) -> c_int;
     pub fn ctest_xac_mmap_grow_abort(dir: *const c_char) -> c_int;
 
+    pub fn ctest_xac_threads_counters(dir: *const c_char, rounds: std::ffi::c_long) -> c_int;
+    pub fn ctest_xac_threads_try(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_threads_exit(dir: *const c_char) -> c_int;
+
     pub fn ctest_xac_snapshot_stress(
         dir: *const c_char,
         durability: c_int,
