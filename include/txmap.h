@@ -567,16 +567,18 @@ int txmap_set_page_access(txmap_view *view, const void *addr, size_t length, int
 
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
-// carry over). Every process that maps a region calls it; their
-// transactions on a region are isolated from one another as threads' are. `dir` holds the regions and their logs and is created if
-// absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
-// with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
-// creating `dir`).
+// carry over; fork only while no other thread is inside one of these calls
+// — waiting in `xbegin` is fine — or the child finds their lock taken).
+// Every process that maps a region calls it; the transactions of
+// different processes run concurrently, isolated from one another (the
+// threads of one process take turns, see `xbegin`). `dir` holds the
+// regions and their logs and is created if absent. `durability`:
+// `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1 with errno (`EBUSY`
+// if already initialized, `EINVAL`, or the errno of creating `dir`).
 //
 // # Safety
 // `dir` is NULL or a NUL-terminated string.
-int xInit(const char *dir,
-          int durability);
+int xInit(const char *dir, int durability);
 
 // Rolls back the calling thread's open transaction (if any), unmaps every
 // region and closes it. Only the last process to close a region
@@ -629,7 +631,9 @@ int xMunmap(const char *name);
 // transaction open, waits until it ends (`xend`, or its thread exits:
 // a thread that exits with its transaction open has it rolled back, which
 // ends the wait) and then begins: a process runs one transaction at a
-// time, and its threads take turns. While one thread's transaction is
+// time, and its threads take turns, first come first served (a thread
+// that ends its transaction and calls `xbegin` again queues behind those
+// already waiting). While one thread's transaction is
 // open, the other threads (waiting or not) must leave the region's memory
 // alone: their loads see that transaction's uncommitted stores and their
 // stores become part of it (the region is one mapping per process, as in
@@ -640,7 +644,8 @@ int xMunmap(const char *name);
 int xbegin(void);
 
 // `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
-// thread's transaction is open; otherwise as `xbegin`.
+// thread's transaction is open or other threads wait in `xbegin` for
+// their turn; otherwise as `xbegin`.
 int xbegin_try(void);
 
 // `xbegin` that waits at most `timeout_ms` milliseconds for another

@@ -22,6 +22,7 @@
 //! says more.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString, c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -148,11 +149,14 @@ fn int_call(name: &str, f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
 
 /// Initializes the LIBXAC calls; once per process (again only after
 /// `xShutdown`, or in a child after `fork`, where the parent's state does not
-/// carry over). Every process that maps a region calls it; their
-/// transactions on a region are isolated from one another as threads' are. `dir` holds the regions and their logs and is created if
-/// absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
-/// with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
-/// creating `dir`).
+/// carry over; fork only while no other thread is inside one of these calls
+/// — waiting in `xbegin` is fine — or the child finds their lock taken).
+/// Every process that maps a region calls it; the transactions of
+/// different processes run concurrently, isolated from one another (the
+/// threads of one process take turns, see `xbegin`). `dir` holds the
+/// regions and their logs and is created if absent. `durability`:
+/// `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1 with errno (`EBUSY`
+/// if already initialized, `EINVAL`, or the errno of creating `dir`).
 ///
 /// # Safety
 /// `dir` is NULL or a NUL-terminated string.
@@ -175,6 +179,7 @@ pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
             // Inherited through fork: the parent's handles are not ours.
             // Dropping them neither rolls back nor checkpoints in a child.
             *g = None;
+            queue().clear(); // the parent's waiting threads
         }
         txmap::io::create_dir_durable(dir).map_err(|e| io_error("create directory", dir, e))?;
         let dir = std::path::absolute(dir).map_err(|e| io_error("resolve", dir, e))?;
@@ -385,7 +390,9 @@ pub unsafe extern "C" fn xMunmap(name: *const c_char) -> c_int {
 /// transaction open, waits until it ends (`xend`, or its thread exits:
 /// a thread that exits with its transaction open has it rolled back, which
 /// ends the wait) and then begins: a process runs one transaction at a
-/// time, and its threads take turns. While one thread's transaction is
+/// time, and its threads take turns, first come first served (a thread
+/// that ends its transaction and calls `xbegin` again queues behind those
+/// already waiting). While one thread's transaction is
 /// open, the other threads (waiting or not) must leave the region's memory
 /// alone: their loads see that transaction's uncommitted stores and their
 /// stores become part of it (the region is one mapping per process, as in
@@ -399,7 +406,8 @@ pub extern "C" fn xbegin() -> c_int {
 }
 
 /// `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
-/// thread's transaction is open; otherwise as `xbegin`.
+/// thread's transaction is open or other threads wait in `xbegin` for
+/// their turn; otherwise as `xbegin`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xbegin_try() -> c_int {
     int_call("xbegin_try", || begin(Wait::No))
@@ -425,51 +433,111 @@ enum Wait {
     Until(Instant),
 }
 
+/// Threads waiting in `xbegin`, first come first: the front one begins
+/// when no transaction is open, so a thread that ends its transaction and
+/// begins again at once cannot starve the others. Locked only while `STATE`
+/// is held.
+static QUEUE: Mutex<VecDeque<ThreadId>> = Mutex::new(VecDeque::new());
+
+fn queue() -> MutexGuard<'static, VecDeque<ThreadId>> {
+    QUEUE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many threads of this process wait in `xbegin` (for tests).
+#[doc(hidden)]
+pub fn xbegin_waiters() -> usize {
+    let _g = state();
+    queue().len()
+}
+
 /// Begins (or nests) the calling thread's transaction, waiting per `wait`.
 fn begin(wait: Wait) -> Result<c_int, Failure> {
     let me = std::thread::current().id();
     let mut g = state();
-    loop {
-        let st = initialized(&mut g)?;
-        if st.pid != std::process::id() {
-            // The owner may be a thread of the parent: never wait for it.
-            return Err(Failure::new(
-                crate::TXMAP_EFORK,
-                libc::EPERM,
-                "xInit was called by the parent process; call xInit in this child",
-            ));
+    let mut queued = false;
+    let turn = loop {
+        match my_turn(&mut g, me) {
+            Ok(true) => break Ok(()),
+            Ok(false) => {}
+            Err(e) => break Err(e),
         }
-        let m = mapped(&mut g)?;
-        if m.owner.is_none_or(|o| o == me) {
-            break;
-        }
-        g = match wait {
-            Wait::No => return Err(busy("a transaction of another thread is open")),
-            Wait::Forever => ENDED.wait(g).unwrap_or_else(|e| e.into_inner()),
+        let left = match wait {
+            Wait::No => {
+                break Err(busy(
+                    "a transaction of another thread is open, or threads wait for their turn",
+                ));
+            }
+            Wait::Forever => None,
             Wait::Until(deadline) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Err(Failure::new(
+                    break Err(Failure::new(
                         TXMAP_EBUSY,
                         libc::ETIMEDOUT,
                         "a transaction of another thread is still open (timed out)",
                     ));
                 }
+                Some(left)
+            }
+        };
+        if !queued {
+            queue().push_back(me);
+            queued = true;
+        }
+        g = match left {
+            None => ENDED.wait(g).unwrap_or_else(|e| e.into_inner()),
+            Some(left) => {
                 ENDED
                     .wait_timeout(g, left)
                     .unwrap_or_else(|e| e.into_inner())
                     .0
             }
         };
+    };
+    if queued {
+        queue().retain(|t| *t != me);
     }
-    let m = mapped(&mut g)?;
-    m.view.begin()?;
-    if m.owner.is_none() {
-        m.owner = Some(me);
-        // Registers the thread-exit rollback (once per thread).
-        let _ = EXIT_GUARD.try_with(|e| e.0.set(Some(me)));
+    let begun = turn.and_then(|()| {
+        let m = mapped(&mut g)?;
+        m.view.begin()?;
+        Ok(m)
+    });
+    match begun {
+        Ok(m) => {
+            if m.owner.is_none() {
+                m.owner = Some(me);
+                // Registers the thread-exit rollback (once per thread).
+                let _ = EXIT_GUARD.try_with(|e| e.0.set(Some(me)));
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            if queued {
+                // It may have been the next in line: let the others look.
+                ENDED.notify_all();
+            }
+            Err(e)
+        }
     }
-    Ok(0)
+}
+
+/// Whether thread `me` may begin (or nest) its transaction now: no other
+/// thread's transaction is open and no thread waits before it.
+fn my_turn(g: &mut Option<Xac>, me: ThreadId) -> Result<bool, Failure> {
+    let st = initialized(g)?;
+    if st.pid != std::process::id() {
+        // The owner may be a thread of the parent: never wait for it.
+        return Err(Failure::new(
+            crate::TXMAP_EFORK,
+            libc::EPERM,
+            "xInit was called by the parent process; call xInit in this child",
+        ));
+    }
+    let m = mapped(g)?;
+    Ok(match m.owner {
+        Some(o) => o == me,
+        None => queue().front().is_none_or(|t| *t == me),
+    })
 }
 
 /// Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the

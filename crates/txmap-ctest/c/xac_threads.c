@@ -8,7 +8,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "ctest.h"
 
@@ -25,10 +24,14 @@ static int join_within(pthread_t t, int seconds) {
     return pthread_timedjoin_np(t, NULL, &ts);
 }
 
-/* Gives a thread that announced it is about to call xbegin time to block in
- * it (the checks hold however long this is). */
-static void let_it_block(void) {
-    usleep(100 * 1000);
+/* Defined in src/lib.rs: threads waiting in xbegin. */
+int ctest_xbegin_waiters(void);
+
+/* Waits until `n` threads wait in xbegin. */
+static void until_waiting(int n) {
+    while (ctest_xbegin_waiters() != n) {
+        sched_yield();
+    }
 }
 
 /* ---- counters: 4 threads, many transactions, exact sums ---- */
@@ -155,7 +158,6 @@ static void *trier_main(void *arg) {
 
 struct waiter {
     volatile uint64_t *x;
-    atomic_int calling;
     int rc;
     uint64_t seen;
     int end_rc;
@@ -163,7 +165,6 @@ struct waiter {
 
 static void *waiter_main(void *arg) {
     struct waiter *w = arg;
-    atomic_store(&w->calling, 1);
     w->rc = xbegin();
     if (w->rc == 0) {
         w->seen = w->x[0];
@@ -196,10 +197,7 @@ int ctest_xac_threads_try(const char *dir) {
 
     struct waiter w = {.x = x, .rc = -100};
     CHECK_EQ(pthread_create(&t, NULL, waiter_main, &w), 0);
-    while (!atomic_load(&w.calling)) {
-        sched_yield();
-    }
-    let_it_block();
+    until_waiting(1);
     x[0] = 42;
     CHECK_EQ(xend(), XAC_COMMITTED);
     CHECK_EQ(join_within(t, 20), 0);
@@ -265,10 +263,7 @@ int ctest_xac_threads_exit(const char *dir) {
 
     struct waiter w = {.x = x, .rc = -100};
     CHECK_EQ(pthread_create(&tw, NULL, waiter_main, &w), 0);
-    while (!atomic_load(&w.calling)) {
-        sched_yield();
-    }
-    let_it_block();
+    until_waiting(1);
     atomic_store(&q.go, 1);
     CHECK_EQ(join_within(tq, 20), 0);
     CHECK_EQ(join_within(tw, 20), 0);
@@ -281,6 +276,54 @@ int ctest_xac_threads_exit(const char *dir) {
     CHECK_EQ(x[WORDS], 0);
     CHECK_EQ(x[1], 1);
     CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xShutdown(), 0);
+    return 0;
+}
+
+/* ---- first come, first served ---- */
+
+struct queued {
+    volatile uint64_t *x;
+    int rc, end_rc;
+    uint64_t turn;
+};
+
+static void *queued_main(void *arg) {
+    struct queued *q = arg;
+    q->rc = xbegin();
+    if (q->rc == 0) {
+        q->turn = ++q->x[0];
+        q->end_rc = xend();
+    }
+    return NULL;
+}
+
+/* Threads waiting in xbegin begin in the order they came, and a thread that
+ * ends its transaction and begins again at once queues behind them. */
+int ctest_xac_threads_fifo(const char *dir) {
+    CHECK_EQ(xInit(dir, XAC_NONDURABLE), 0);
+    volatile uint64_t *x = xMmap("fifo", PAGE_SIZE);
+    CHECK(x != NULL);
+    enum { N = 3 };
+    struct queued q[N];
+    pthread_t t[N];
+    CHECK_EQ(xbegin(), 0);
+    for (int i = 0; i < N; i++) {
+        q[i] = (struct queued){.x = x, .rc = -100, .end_rc = -100};
+        CHECK_EQ(pthread_create(&t[i], NULL, queued_main, &q[i]), 0);
+        until_waiting(i + 1);
+    }
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xbegin_timed(20 * 1000), 0); /* behind the N others */
+    CHECK_EQ(x[0], N);
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(join_within(t[i], 20), 0);
+        CHECK_EQ(q[i].rc, 0);
+        CHECK_EQ(q[i].end_rc, XAC_COMMITTED);
+        CHECK_EQ(q[i].turn, i + 1);
+    }
+    CHECK_EQ(ctest_xbegin_waiters(), 0);
     CHECK_EQ(xShutdown(), 0);
     return 0;
 }

@@ -1,7 +1,8 @@
 //! Threads with the LIBXAC calls (c/xac_threads.c): a second thread's
 //! `xbegin` waits for the process's open transaction to end, `xbegin_try`
 //! and `xbegin_timed` do not wait, and a thread that exits with its
-//! transaction open does not block the others. The LIBXAC state is
+//! transaction open does not block the others; waiting threads begin first
+//! come, first served. The LIBXAC state is
 //! process-wide, so the C functions run in order in a single test.
 //!
 //! `TXMAP_XAC_THREAD_ROUNDS` sets the transactions per thread of the
@@ -29,9 +30,10 @@ fn threads_take_turns_with_the_libxac_calls() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 
-    let steps: [(&str, CTest); 2] = [
+    let steps: [(&str, CTest); 3] = [
         ("ctest_xac_threads_try", ctest_xac_threads_try),
         ("ctest_xac_threads_exit", ctest_xac_threads_exit),
+        ("ctest_xac_threads_fifo", ctest_xac_threads_fifo),
     ];
     for (name, f) in steps {
         let dir = fresh_dir(base, name);
