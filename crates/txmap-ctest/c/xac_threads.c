@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -298,8 +299,21 @@ static void *queued_main(void *arg) {
     return NULL;
 }
 
+static atomic_int held, release;
+
+/* Holds the thread it interrupts (a waiter in xbegin) until `release`, so
+ * the waiters cannot take their turn before the main thread tries to. */
+static void hold(int sig) {
+    (void)sig;
+    atomic_fetch_add(&held, 1);
+    while (!atomic_load(&release)) {
+        sched_yield();
+    }
+}
+
 /* Threads waiting in xbegin begin in the order they came, and a thread that
- * ends its transaction and begins again at once queues behind them. */
+ * ends its transaction and begins again at once queues behind them, even
+ * when none of them has woken up yet. */
 int ctest_xac_threads_fifo(const char *dir) {
     CHECK_EQ(xInit(dir, XAC_NONDURABLE), 0);
     volatile uint64_t *x = xMmap("fifo", PAGE_SIZE);
@@ -313,7 +327,25 @@ int ctest_xac_threads_fifo(const char *dir) {
         CHECK_EQ(pthread_create(&t[i], NULL, queued_main, &q[i]), 0);
         until_waiting(i + 1);
     }
+    /* Keep the waiters off the lock while this thread ends and tries again. */
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = hold;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    atomic_store(&held, 0);
+    atomic_store(&release, 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(pthread_kill(t[i], SIGUSR1), 0);
+    }
+    while (atomic_load(&held) != N) {
+        sched_yield();
+    }
     CHECK_EQ(xend(), XAC_COMMITTED);
+    errno = 0;
+    CHECK_EQ(xbegin_try(), -1); /* the queued threads come first */
+    CHECK_EQ(errno, EBUSY);
+    atomic_store(&release, 1);
     CHECK_EQ(xbegin_timed(20 * 1000), 0); /* behind the N others */
     CHECK_EQ(x[0], N);
     CHECK_EQ(xend(), XAC_COMMITTED);
@@ -324,6 +356,7 @@ int ctest_xac_threads_fifo(const char *dir) {
         CHECK_EQ(q[i].turn, i + 1);
     }
     CHECK_EQ(ctest_xbegin_waiters(), 0);
+    CHECK_EQ(sigaction(SIGUSR1, &old, NULL), 0);
     CHECK_EQ(xShutdown(), 0);
     return 0;
 }
