@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctest.h"
 
@@ -357,6 +359,95 @@ int ctest_xac_threads_fifo(const char *dir) {
     }
     CHECK_EQ(ctest_xbegin_waiters(), 0);
     CHECK_EQ(sigaction(SIGUSR1, &old, NULL), 0);
+    CHECK_EQ(xShutdown(), 0);
+    return 0;
+}
+
+/* ---- processes with threads ---- */
+
+#define PROCS 2
+#define PROC_THREADS 2
+
+struct proc_worker {
+    volatile uint64_t *x;
+    long rounds;
+    atomic_int *inside;
+    long aborts;
+    int rc;
+};
+
+static int proc_worker_body(struct proc_worker *w) {
+    for (long r = 0; r < w->rounds; r++) {
+        for (;;) {
+            CHECK_EQ(xbegin(), 0);
+            CHECK_EQ(atomic_fetch_add(w->inside, 1), 0);
+            w->x[0] = w->x[0] + 1;
+            sched_yield();
+            CHECK_EQ(atomic_fetch_sub(w->inside, 1), 1);
+            int rc = xend();
+            if (rc == XAC_COMMITTED) {
+                break;
+            }
+            CHECK_EQ(rc, XAC_ABORTED); /* another process's commit */
+            w->aborts++;
+        }
+    }
+    return 0;
+}
+
+static void *proc_worker_main(void *arg) {
+    struct proc_worker *w = arg;
+    w->rc = proc_worker_body(w);
+    return NULL;
+}
+
+/* A forked child: PROC_THREADS threads increment one counter. */
+static int proc_child(const char *dir, long rounds) {
+    CHECK_EQ(xInit(dir, XAC_NONDURABLE), 0);
+    volatile uint64_t *x = xMmap("shared", PAGE_SIZE);
+    CHECK(x != NULL);
+    atomic_int inside = 0;
+    struct proc_worker w[PROC_THREADS];
+    pthread_t t[PROC_THREADS];
+    for (int i = 0; i < PROC_THREADS; i++) {
+        w[i] = (struct proc_worker){.x = x, .rounds = rounds, .inside = &inside, .rc = -1};
+        CHECK_EQ(pthread_create(&t[i], NULL, proc_worker_main, &w[i]), 0);
+    }
+    long aborts = 0;
+    for (int i = 0; i < PROC_THREADS; i++) {
+        CHECK_EQ(join_within(t[i], 600), 0);
+        CHECK_EQ(w[i].rc, 0);
+        aborts += w[i].aborts;
+    }
+    fprintf(stderr, "xac_threads: process %d: %ld aborts\n", (int)getpid(), aborts);
+    CHECK_EQ(xShutdown(), 0);
+    return 0;
+}
+
+/* PROCS processes with PROC_THREADS threads each increment one counter
+ * `rounds` times per thread, retrying on XAC_ABORTED: threads take turns
+ * within a process, processes conflict, no increment is lost. */
+int ctest_xac_threads_processes(const char *dir, long rounds) {
+    pid_t pids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            _exit(proc_child(dir, rounds) ? 1 : 0);
+        }
+    }
+    for (int i = 0; i < PROCS; i++) {
+        int status = 0;
+        CHECK_EQ(waitpid(pids[i], &status, 0), pids[i]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_EQ(xInit(dir, XAC_NONDURABLE), 0);
+    volatile uint64_t *x = xMmap("shared", 0);
+    CHECK(x != NULL);
+    CHECK_EQ(xbegin(), 0);
+    CHECK_EQ(x[0], PROCS * PROC_THREADS * rounds);
+    CHECK_EQ(xend(), XAC_COMMITTED);
     CHECK_EQ(xShutdown(), 0);
     return 0;
 }

@@ -65,6 +65,7 @@ unsafe extern "C" {
     pub fn ctest_xac_threads_try(dir: *const c_char) -> c_int;
     pub fn ctest_xac_threads_exit(dir: *const c_char) -> c_int;
     pub fn ctest_xac_threads_fifo(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_threads_processes(dir: *const c_char, rounds: std::ffi::c_long) -> c_int;
 
     pub fn ctest_xac_snapshot_stress(
         dir: *const c_char,
