@@ -30,11 +30,18 @@ static int join_within(pthread_t t, int seconds) {
 /* Defined in src/lib.rs: threads waiting in xbegin. */
 int ctest_xbegin_waiters(void);
 
-/* Waits until `n` threads wait in xbegin. */
-static void until_waiting(int n) {
+/* Waits until `n` threads wait in xbegin: 0, or -1 if that has not
+ * happened within 20 s (a thread that fails to wait fails the test instead
+ * of hanging it). */
+static int until_waiting(int n) {
+    time_t give_up = time(NULL) + 20;
     while (ctest_xbegin_waiters() != n) {
+        if (time(NULL) > give_up) {
+            return -1;
+        }
         sched_yield();
     }
+    return 0;
 }
 
 /* ---- counters: 4 threads, many transactions, exact sums ---- */
@@ -161,14 +168,16 @@ static void *trier_main(void *arg) {
 
 struct waiter {
     volatile uint64_t *x;
-    int rc;
+    int rc, err;
     uint64_t seen;
     int end_rc;
 };
 
 static void *waiter_main(void *arg) {
     struct waiter *w = arg;
+    errno = 0;
     w->rc = xbegin();
+    w->err = errno;
     if (w->rc == 0) {
         w->seen = w->x[0];
         w->x[1] = w->seen + 1;
@@ -180,7 +189,7 @@ static void *waiter_main(void *arg) {
 /* While this thread's transaction is open, another thread's xbegin_try
  * fails with EBUSY and xbegin_timed with ETIMEDOUT; with none open both
  * begin. A thread in xbegin begins once this thread's xend has committed
- * and sees the commit. */
+ * and sees the commit, or fails once this thread shuts the calls down. */
 int ctest_xac_threads_try(const char *dir) {
     CHECK_EQ(xInit(dir, XAC_NONDURABLE), 0);
     volatile uint64_t *x = xMmap("try", PAGE_SIZE);
@@ -200,7 +209,7 @@ int ctest_xac_threads_try(const char *dir) {
 
     struct waiter w = {.x = x, .rc = -100};
     CHECK_EQ(pthread_create(&t, NULL, waiter_main, &w), 0);
-    until_waiting(1);
+    CHECK_EQ(until_waiting(1), 0);
     x[0] = 42;
     CHECK_EQ(xend(), XAC_COMMITTED);
     CHECK_EQ(join_within(t, 20), 0);
@@ -218,7 +227,16 @@ int ctest_xac_threads_try(const char *dir) {
     CHECK_EQ(xbegin(), 0);
     CHECK_EQ(x[1], 43);
     CHECK_EQ(xend(), XAC_COMMITTED);
+
+    /* xShutdown by the owner ends the wait: the waiter fails with EINVAL. */
+    CHECK_EQ(xbegin(), 0);
+    w = (struct waiter){.x = x, .rc = -100};
+    CHECK_EQ(pthread_create(&t, NULL, waiter_main, &w), 0);
+    CHECK_EQ(until_waiting(1), 0);
     CHECK_EQ(xShutdown(), 0);
+    CHECK_EQ(join_within(t, 20), 0);
+    CHECK_EQ(w.rc, -1);
+    CHECK_EQ(w.err, EINVAL);
     return 0;
 }
 
@@ -266,7 +284,7 @@ int ctest_xac_threads_exit(const char *dir) {
 
     struct waiter w = {.x = x, .rc = -100};
     CHECK_EQ(pthread_create(&tw, NULL, waiter_main, &w), 0);
-    until_waiting(1);
+    CHECK_EQ(until_waiting(1), 0);
     atomic_store(&q.go, 1);
     CHECK_EQ(join_within(tq, 20), 0);
     CHECK_EQ(join_within(tw, 20), 0);
@@ -327,7 +345,7 @@ int ctest_xac_threads_fifo(const char *dir) {
     for (int i = 0; i < N; i++) {
         q[i] = (struct queued){.x = x, .rc = -100, .end_rc = -100};
         CHECK_EQ(pthread_create(&t[i], NULL, queued_main, &q[i]), 0);
-        until_waiting(i + 1);
+        CHECK_EQ(until_waiting(i + 1), 0);
     }
     /* Keep the waiters off the lock while this thread ends and tries again. */
     struct sigaction sa, old;
