@@ -628,19 +628,19 @@ int xMunmap(const char *name);
 // Begins a serializable transaction on the mapped region, owned by the
 // calling thread. A nested `xbegin` (same thread) is folded into the
 // outermost transaction. If another thread of this process has a
-// transaction open, waits until it ends (`xend`, or its thread exits:
-// a thread that exits with its transaction open has it rolled back, which
+// transaction open, waits until it ends (`xend`, or its thread exits: a
+// thread that exits with its transaction open has it rolled back, which
 // ends the wait) and then begins: a process runs one transaction at a
 // time, and its threads take turns, first come first served (a thread
 // that ends its transaction and calls `xbegin` again queues behind those
-// already waiting). While one thread's transaction is
-// open, the other threads (waiting or not) must leave the region's memory
-// alone: their loads see that transaction's uncommitted stores and their
-// stores become part of it (the region is one mapping per process, as in
-// LIBXAC). Not for signal handlers. Returns 0,
-// or -1 with errno `EINVAL` if no region is mapped (also when the region
-// was unmapped or the calls shut down during the wait), `EPERM` in a
-// forked child that has not called `xInit`.
+// already waiting). While one thread's transaction is open, the other
+// threads (waiting or not) must leave the region's memory alone: their
+// loads see that transaction's uncommitted stores and their stores become
+// part of it (the region is one mapping per process, as in LIBXAC). Not
+// for signal handlers. Returns 0, or -1 with errno `EINVAL` if no region
+// is mapped (also when the region was unmapped or the calls shut down
+// during the wait), `EPERM` in a forked child that has not called
+// `xInit`.
 int xbegin(void);
 
 // `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
@@ -648,10 +648,10 @@ int xbegin(void);
 // their turn; otherwise as `xbegin`.
 int xbegin_try(void);
 
-// `xbegin` that waits at most `timeout_ms` milliseconds for another
-// thread's transaction to end: -1 with errno `ETIMEDOUT` if it is still
-// open then (0 waits not at all, as `xbegin_try`, but fails with
-// `ETIMEDOUT`); otherwise as `xbegin`.
+// `xbegin` that waits at most `timeout_ms` milliseconds for its turn: -1
+// with errno `ETIMEDOUT` if another thread's transaction is still open
+// then, or other threads still wait ahead of it (0 waits not at all, as
+// `xbegin_try`, but fails with `ETIMEDOUT`); otherwise as `xbegin`.
 int xbegin_timed(uint64_t timeout_ms);
 
 // Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the

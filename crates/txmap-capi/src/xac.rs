@@ -387,19 +387,19 @@ pub unsafe extern "C" fn xMunmap(name: *const c_char) -> c_int {
 /// Begins a serializable transaction on the mapped region, owned by the
 /// calling thread. A nested `xbegin` (same thread) is folded into the
 /// outermost transaction. If another thread of this process has a
-/// transaction open, waits until it ends (`xend`, or its thread exits:
-/// a thread that exits with its transaction open has it rolled back, which
+/// transaction open, waits until it ends (`xend`, or its thread exits: a
+/// thread that exits with its transaction open has it rolled back, which
 /// ends the wait) and then begins: a process runs one transaction at a
 /// time, and its threads take turns, first come first served (a thread
 /// that ends its transaction and calls `xbegin` again queues behind those
-/// already waiting). While one thread's transaction is
-/// open, the other threads (waiting or not) must leave the region's memory
-/// alone: their loads see that transaction's uncommitted stores and their
-/// stores become part of it (the region is one mapping per process, as in
-/// LIBXAC). Not for signal handlers. Returns 0,
-/// or -1 with errno `EINVAL` if no region is mapped (also when the region
-/// was unmapped or the calls shut down during the wait), `EPERM` in a
-/// forked child that has not called `xInit`.
+/// already waiting). While one thread's transaction is open, the other
+/// threads (waiting or not) must leave the region's memory alone: their
+/// loads see that transaction's uncommitted stores and their stores become
+/// part of it (the region is one mapping per process, as in LIBXAC). Not
+/// for signal handlers. Returns 0, or -1 with errno `EINVAL` if no region
+/// is mapped (also when the region was unmapped or the calls shut down
+/// during the wait), `EPERM` in a forked child that has not called
+/// `xInit`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xbegin() -> c_int {
     int_call("xbegin", || begin(Wait::Forever))
@@ -413,10 +413,10 @@ pub extern "C" fn xbegin_try() -> c_int {
     int_call("xbegin_try", || begin(Wait::No))
 }
 
-/// `xbegin` that waits at most `timeout_ms` milliseconds for another
-/// thread's transaction to end: -1 with errno `ETIMEDOUT` if it is still
-/// open then (0 waits not at all, as `xbegin_try`, but fails with
-/// `ETIMEDOUT`); otherwise as `xbegin`.
+/// `xbegin` that waits at most `timeout_ms` milliseconds for its turn: -1
+/// with errno `ETIMEDOUT` if another thread's transaction is still open
+/// then, or other threads still wait ahead of it (0 waits not at all, as
+/// `xbegin_try`, but fails with `ETIMEDOUT`); otherwise as `xbegin`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xbegin_timed(timeout_ms: u64) -> c_int {
     int_call("xbegin_timed", || {
@@ -474,7 +474,8 @@ fn begin(wait: Wait) -> Result<c_int, Failure> {
                     break Err(Failure::new(
                         TXMAP_EBUSY,
                         libc::ETIMEDOUT,
-                        "a transaction of another thread is still open (timed out)",
+                        "timed out: a transaction of another thread is still open, or \
+                         threads wait ahead of this one",
                     ));
                 }
                 Some(left)
