@@ -567,16 +567,18 @@ int txmap_set_page_access(txmap_view *view, const void *addr, size_t length, int
 
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
-// carry over). Every process that maps a region calls it; their
-// transactions on a region are isolated from one another as threads' are. `dir` holds the regions and their logs and is created if
-// absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
-// with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
-// creating `dir`).
+// carry over; fork only while no other thread is inside one of these calls
+// — waiting in `xbegin` is fine — or the child finds their lock taken).
+// Every process that maps a region calls it; the transactions of
+// different processes run concurrently, isolated from one another (the
+// threads of one process take turns, see `xbegin`). `dir` holds the
+// regions and their logs and is created if absent. `durability`:
+// `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1 with errno (`EBUSY`
+// if already initialized, `EINVAL`, or the errno of creating `dir`).
 //
 // # Safety
 // `dir` is NULL or a NUL-terminated string.
-int xInit(const char *dir,
-          int durability);
+int xInit(const char *dir, int durability);
 
 // Rolls back the calling thread's open transaction (if any), unmaps every
 // region and closes it. Only the last process to close a region
@@ -608,7 +610,8 @@ int xShutdown(void);
 // Inside a transaction the memory may be read and written freely; outside
 // one it is read-only and shows committed data, not necessarily the latest
 // (pages keep their content as of the last transaction), and a store to it
-// crashes the program.
+// crashes the program — except while another thread's transaction is
+// open, when every access belongs to that transaction (see `xbegin`).
 //
 // # Safety
 // `name` is NULL or a NUL-terminated string.
@@ -624,9 +627,32 @@ int xMunmap(const char *name);
 
 // Begins a serializable transaction on the mapped region, owned by the
 // calling thread. A nested `xbegin` (same thread) is folded into the
-// outermost transaction. Returns 0, or -1 with errno `EBUSY` if another
-// thread's transaction is open, `EINVAL` if no region is mapped.
+// outermost transaction. If another thread of this process has a
+// transaction open, waits until it ends (`xend`, or its thread exits: a
+// thread that exits with its transaction open has it rolled back, which
+// ends the wait) and then begins: a process runs one transaction at a
+// time, and its threads take turns, first come first served (a thread
+// that ends its transaction and calls `xbegin` again queues behind those
+// already waiting). While one thread's transaction is open, the other
+// threads (waiting or not) must leave the region's memory alone: their
+// loads see that transaction's uncommitted stores and their stores become
+// part of it (the region is one mapping per process, as in LIBXAC). Not
+// for signal handlers. Returns 0, or -1 with errno `EINVAL` if no region
+// is mapped (also when the region was unmapped or the calls shut down
+// during the wait), `EPERM` in a forked child that has not called
+// `xInit`.
 int xbegin(void);
+
+// `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
+// thread's transaction is open or other threads wait in `xbegin` for
+// their turn; otherwise as `xbegin`.
+int xbegin_try(void);
+
+// `xbegin` that waits at most `timeout_ms` milliseconds for its turn: -1
+// with errno `ETIMEDOUT` if another thread's transaction is still open
+// then, or other threads still wait ahead of it (0 waits not at all, as
+// `xbegin_try`, but fails with `ETIMEDOUT`); otherwise as `xbegin`.
+int xbegin_timed(uint64_t timeout_ms);
 
 // Ends a transaction. The outermost `xend` returns `XAC_COMMITTED` once the
 // commit is as durable as `xInit` asked, or `XAC_ABORTED` after a conflict

@@ -4,9 +4,16 @@
 //! (for now) and one view of it, used by whichever thread calls `xbegin`.
 //! Several processes may map the same region; `xend` returns `XAC_ABORTED`
 //! when another process's commit conflicts.
-//! While that thread's transaction is open, `xbegin` from another thread
-//! fails with `EBUSY`, and only the owning thread may touch the region (any
-//! access to the region's memory belongs to the open transaction).
+//!
+//! Threads are serialized per process: while one thread's transaction is
+//! open, `xbegin` from another thread waits for it to end (`xbegin_try`
+//! fails with `EBUSY` instead, `xbegin_timed` gives up after a timeout).
+//! Any access to the region's memory, by any thread, belongs to the open
+//! transaction (it is one mapping), so other threads leave the region alone
+//! until their own `xbegin` returns. A thread that exits with its
+//! transaction open has it rolled back by a thread-exit destructor, which
+//! wakes the waiters. The SIGSEGV handler finds views through its own
+//! lock-free table and never takes the lock waiters wait on.
 //!
 //! `xMalloc`, `xFree` and `xRoot` allocate in the mapped region from the
 //! transactional heap (`collections::alloc`), inside the open transaction.
@@ -14,11 +21,14 @@
 //! Calls that fail return `-1` (or NULL) and set `errno`; `txmap_errmsg`
 //! says more.
 
+use std::cell::Cell;
+use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString, c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use crate::{
     Failure, TXMAP_EBUSY, TXMAP_EINVAL, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno,
@@ -59,8 +69,45 @@ struct Xac {
 
 static STATE: Mutex<Option<Xac>> = Mutex::new(None);
 
+/// Notified (with `STATE` held) whenever an open transaction ends or the
+/// state goes away, for the threads waiting in `xbegin`.
+static ENDED: Condvar = Condvar::new();
+
 fn state() -> MutexGuard<'static, Option<Xac>> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Rolls back, when its thread exits, a transaction the thread left open
+/// (so waiters in `xbegin` are not blocked forever). Holds the thread's id,
+/// set by its first outermost `xbegin`: `thread::current` may be gone while
+/// thread-locals are destroyed.
+struct ExitGuard(Cell<Option<ThreadId>>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.get() {
+            // A panic must not escape a thread-local destructor (it aborts).
+            let _ = std::panic::catch_unwind(|| roll_back_for_exited(id));
+        }
+    }
+}
+
+thread_local! {
+    static EXIT_GUARD: ExitGuard = const { ExitGuard(Cell::new(None)) };
+}
+
+/// Rolls back the open transaction if thread `id` (exiting) owns it.
+fn roll_back_for_exited(id: ThreadId) {
+    let mut g = state();
+    if let Some(st) = g.as_mut()
+        && st.pid == std::process::id()
+        && let Some(m) = st.mapped.as_mut()
+        && m.owner == Some(id)
+    {
+        m.view.rollback();
+        m.owner = None;
+        ENDED.notify_all();
+    }
 }
 
 fn initialized(g: &mut Option<Xac>) -> Result<&mut Xac, Failure> {
@@ -102,11 +149,14 @@ fn int_call(name: &str, f: impl FnOnce() -> Result<c_int, Failure>) -> c_int {
 
 /// Initializes the LIBXAC calls; once per process (again only after
 /// `xShutdown`, or in a child after `fork`, where the parent's state does not
-/// carry over). Every process that maps a region calls it; their
-/// transactions on a region are isolated from one another as threads' are. `dir` holds the regions and their logs and is created if
-/// absent. `durability`: `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1
-/// with errno (`EBUSY` if already initialized, `EINVAL`, or the errno of
-/// creating `dir`).
+/// carry over; fork only while no other thread is inside one of these calls
+/// — waiting in `xbegin` is fine — or the child finds their lock taken).
+/// Every process that maps a region calls it; the transactions of
+/// different processes run concurrently, isolated from one another (the
+/// threads of one process take turns, see `xbegin`). `dir` holds the
+/// regions and their logs and is created if absent. `durability`:
+/// `XAC_DURABLE` or `XAC_NONDURABLE`. Returns 0, or -1 with errno (`EBUSY`
+/// if already initialized, `EINVAL`, or the errno of creating `dir`).
 ///
 /// # Safety
 /// `dir` is NULL or a NUL-terminated string.
@@ -129,6 +179,7 @@ pub unsafe extern "C" fn xInit(dir: *const c_char, durability: c_int) -> c_int {
             // Inherited through fork: the parent's handles are not ours.
             // Dropping them neither rolls back nor checkpoints in a child.
             *g = None;
+            queue().clear(); // the parent's waiting threads
         }
         txmap::io::create_dir_durable(dir).map_err(|e| io_error("create directory", dir, e))?;
         let dir = std::path::absolute(dir).map_err(|e| io_error("resolve", dir, e))?;
@@ -163,6 +214,8 @@ pub extern "C" fn xShutdown() -> c_int {
             return Err(busy("a transaction of another thread is open"));
         }
         let st = g.take().expect("checked above");
+        // Waiters in `xbegin` wake to find the calls shut down.
+        ENDED.notify_all();
         drop(g);
         drop(st); // the last process out checkpoints as it closes
         Ok(0)
@@ -191,7 +244,8 @@ pub extern "C" fn xShutdown() -> c_int {
 /// Inside a transaction the memory may be read and written freely; outside
 /// one it is read-only and shows committed data, not necessarily the latest
 /// (pages keep their content as of the last transaction), and a store to it
-/// crashes the program.
+/// crashes the program — except while another thread's transaction is
+/// open, when every access belongs to that transaction (see `xbegin`).
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string.
@@ -332,20 +386,158 @@ pub unsafe extern "C" fn xMunmap(name: *const c_char) -> c_int {
 
 /// Begins a serializable transaction on the mapped region, owned by the
 /// calling thread. A nested `xbegin` (same thread) is folded into the
-/// outermost transaction. Returns 0, or -1 with errno `EBUSY` if another
-/// thread's transaction is open, `EINVAL` if no region is mapped.
+/// outermost transaction. If another thread of this process has a
+/// transaction open, waits until it ends (`xend`, or its thread exits: a
+/// thread that exits with its transaction open has it rolled back, which
+/// ends the wait) and then begins: a process runs one transaction at a
+/// time, and its threads take turns, first come first served (a thread
+/// that ends its transaction and calls `xbegin` again queues behind those
+/// already waiting). While one thread's transaction is open, the other
+/// threads (waiting or not) must leave the region's memory alone: their
+/// loads see that transaction's uncommitted stores and their stores become
+/// part of it (the region is one mapping per process, as in LIBXAC). Not
+/// for signal handlers. Returns 0, or -1 with errno `EINVAL` if no region
+/// is mapped (also when the region was unmapped or the calls shut down
+/// during the wait), `EPERM` in a forked child that has not called
+/// `xInit`.
 #[unsafe(no_mangle)]
 pub extern "C" fn xbegin() -> c_int {
-    int_call("xbegin", || {
-        let mut g = state();
-        let m = mapped(&mut g)?;
-        let me = std::thread::current().id();
-        if m.owner.is_some_and(|o| o != me) {
-            return Err(busy("a transaction of another thread is open"));
+    int_call("xbegin", || begin(Wait::Forever))
+}
+
+/// `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
+/// thread's transaction is open or other threads wait in `xbegin` for
+/// their turn; otherwise as `xbegin`.
+#[unsafe(no_mangle)]
+pub extern "C" fn xbegin_try() -> c_int {
+    int_call("xbegin_try", || begin(Wait::No))
+}
+
+/// `xbegin` that waits at most `timeout_ms` milliseconds for its turn: -1
+/// with errno `ETIMEDOUT` if another thread's transaction is still open
+/// then, or other threads still wait ahead of it (0 waits not at all, as
+/// `xbegin_try`, but fails with `ETIMEDOUT`); otherwise as `xbegin`.
+#[unsafe(no_mangle)]
+pub extern "C" fn xbegin_timed(timeout_ms: u64) -> c_int {
+    int_call("xbegin_timed", || {
+        let deadline = Instant::now().checked_add(Duration::from_millis(timeout_ms));
+        begin(deadline.map_or(Wait::Forever, Wait::Until))
+    })
+}
+
+/// How `begin` treats another thread's open transaction.
+#[derive(Clone, Copy)]
+enum Wait {
+    No,
+    Forever,
+    Until(Instant),
+}
+
+/// Threads waiting in `xbegin`, first come first: the front one begins
+/// when no transaction is open, so a thread that ends its transaction and
+/// begins again at once cannot starve the others. Locked only while `STATE`
+/// is held.
+static QUEUE: Mutex<VecDeque<ThreadId>> = Mutex::new(VecDeque::new());
+
+fn queue() -> MutexGuard<'static, VecDeque<ThreadId>> {
+    QUEUE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many threads of this process wait in `xbegin` (for tests).
+#[doc(hidden)]
+pub fn xbegin_waiters() -> usize {
+    let _g = state();
+    queue().len()
+}
+
+/// Begins (or nests) the calling thread's transaction, waiting per `wait`.
+fn begin(wait: Wait) -> Result<c_int, Failure> {
+    let me = std::thread::current().id();
+    let mut g = state();
+    let mut queued = false;
+    let turn = loop {
+        match my_turn(&mut g, me) {
+            Ok(true) => break Ok(()),
+            Ok(false) => {}
+            Err(e) => break Err(e),
         }
+        let left = match wait {
+            Wait::No => {
+                break Err(busy(
+                    "a transaction of another thread is open, or threads wait for their turn",
+                ));
+            }
+            Wait::Forever => None,
+            Wait::Until(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break Err(Failure::new(
+                        TXMAP_EBUSY,
+                        libc::ETIMEDOUT,
+                        "timed out: a transaction of another thread is still open, or \
+                         threads wait ahead of this one",
+                    ));
+                }
+                Some(left)
+            }
+        };
+        if !queued {
+            queue().push_back(me);
+            queued = true;
+        }
+        g = match left {
+            None => ENDED.wait(g).unwrap_or_else(|e| e.into_inner()),
+            Some(left) => {
+                ENDED
+                    .wait_timeout(g, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+        };
+    };
+    if queued {
+        queue().retain(|t| *t != me);
+    }
+    let begun = turn.and_then(|()| {
+        let m = mapped(&mut g)?;
         m.view.begin()?;
-        m.owner = Some(me);
-        Ok(0)
+        Ok(m)
+    });
+    match begun {
+        Ok(m) => {
+            if m.owner.is_none() {
+                m.owner = Some(me);
+                // Registers the thread-exit rollback (once per thread).
+                let _ = EXIT_GUARD.try_with(|e| e.0.set(Some(me)));
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            if queued {
+                // It may have been the next in line: let the others look.
+                ENDED.notify_all();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Whether thread `me` may begin (or nest) its transaction now: no other
+/// thread's transaction is open and no thread waits before it.
+fn my_turn(g: &mut Option<Xac>, me: ThreadId) -> Result<bool, Failure> {
+    let st = initialized(g)?;
+    if st.pid != std::process::id() {
+        // The owner may be a thread of the parent: never wait for it.
+        return Err(Failure::new(
+            crate::TXMAP_EFORK,
+            libc::EPERM,
+            "xInit was called by the parent process; call xInit in this child",
+        ));
+    }
+    let m = mapped(g)?;
+    Ok(match m.owner {
+        Some(o) => o == me,
+        None => queue().front().is_none_or(|t| *t == me),
     })
 }
 
@@ -367,6 +559,7 @@ pub extern "C" fn xend() -> c_int {
         let r = m.view.commit();
         if !m.view.in_transaction() {
             m.owner = None;
+            ENDED.notify_all();
         }
         match r {
             Ok(()) => Ok(XAC_COMMITTED),

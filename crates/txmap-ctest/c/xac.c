@@ -37,6 +37,7 @@ int ctest_xac_before_init(const char *dir) {
 
 struct other_thread {
     int begin_rc, begin_errno;
+    int timed_rc, timed_errno;
     int end_rc, end_errno;
     int abort_rc;
     int access_rc;
@@ -47,8 +48,11 @@ struct other_thread {
 static void *other_thread_main(void *arg) {
     struct other_thread *o = arg;
     errno = 0;
-    o->begin_rc = xbegin();
+    o->begin_rc = xbegin_try(); /* xbegin would wait (c/xac_threads.c) */
     o->begin_errno = errno;
+    errno = 0;
+    o->timed_rc = xbegin_timed(1);
+    o->timed_errno = errno;
     errno = 0;
     o->end_rc = xend();
     o->end_errno = errno;
@@ -185,7 +189,8 @@ int ctest_xac_session(const char *dir) {
     CHECK_EQ(xend(), XAC_COMMITTED);
     CHECK_EQ(x[2 * PAGE_SIZE / 8 + 2], 502);
 
-    /* Another thread cannot begin while this thread's transaction is open. */
+    /* Another thread cannot begin without waiting while this thread's
+     * transaction is open. */
     CHECK_EQ(xbegin(), 0);
     x[0] = x[0] + 1;
     struct other_thread o;
@@ -194,6 +199,8 @@ int ctest_xac_session(const char *dir) {
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(o.begin_rc, -1);
     CHECK_EQ(o.begin_errno, EBUSY);
+    CHECK_EQ(o.timed_rc, -1);
+    CHECK_EQ(o.timed_errno, ETIMEDOUT);
     CHECK_EQ(o.end_rc, -1);
     CHECK_EQ(o.end_errno, EPERM);
     CHECK_EQ(o.abort_rc, -1);

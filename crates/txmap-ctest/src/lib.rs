@@ -61,12 +61,25 @@ unsafe extern "C" {
     pub fn ctest_xac_mmap_grow(dir: *const c_char) -> c_int;
     pub fn ctest_xac_mmap_grow_abort(dir: *const c_char) -> c_int;
 
+    pub fn ctest_xac_threads_counters(dir: *const c_char, rounds: std::ffi::c_long) -> c_int;
+    pub fn ctest_xac_threads_try(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_threads_exit(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_threads_fifo(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_threads_processes(dir: *const c_char, rounds: std::ffi::c_long) -> c_int;
+
     pub fn ctest_xac_snapshot_stress(
         dir: *const c_char,
         durability: c_int,
         txns: std::ffi::c_long,
         workers: c_int,
     ) -> c_int;
+}
+
+/// For the C tests: how many threads wait in `xbegin` (so a test can know
+/// a thread is queued instead of sleeping and hoping).
+#[unsafe(no_mangle)]
+pub extern "C" fn ctest_xbegin_waiters() -> c_int {
+    txmap_capi::xac::xbegin_waiters() as c_int
 }
 
 /// A fresh, empty directory `<base>/<name>-<pid>`.
