@@ -406,6 +406,7 @@ fn later_records(log: &[u8], from: usize, salt: u64, seq: u64) -> u64 {
 /// What `check` reads where a scan of `log` stopped at `end` with `seq`
 /// next: the torn-record test and the count of later records (for the fuzz
 /// targets, which have no files).
+#[cfg(feature = "testing")]
 pub(crate) fn fuzz_tail(log: &[u8], end: usize, h: &LogHeader, seq: u64) {
     if torn_record(&log[end..], h.salt) {
         later_records(log, end + 8, h.salt, seq);

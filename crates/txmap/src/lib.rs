@@ -39,23 +39,43 @@ pub mod archive;
 pub mod backup;
 pub mod collections;
 pub mod compact;
-pub mod debug;
 mod engine;
 mod error;
 mod filestate;
-pub mod fuzz;
 pub mod inspect;
 pub mod io;
-pub mod mvcc;
 mod options;
-pub mod os;
 mod rand;
 mod recovery;
 mod region;
 pub mod sums;
 mod view;
 mod viewmem;
+
+// Internals, public only with the `testing` feature (tests, fuzzing,
+// benchmarks): the layers below the API and the test hooks.
+#[cfg(feature = "testing")]
+pub mod debug;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod debug;
+#[cfg(feature = "testing")]
+pub mod fuzz;
+#[cfg(feature = "testing")]
+pub mod mvcc;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod mvcc;
+#[cfg(feature = "testing")]
+pub mod os;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod os;
+#[cfg(feature = "testing")]
 pub mod wal;
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code)]
+mod wal;
 
 pub use backup::{BackupOptions, BackupReport};
 pub use error::{Error, Lost, Result};

@@ -2,6 +2,7 @@
 //! resize) goes through [`Storage`], so tests can swap in [`sim::SimStorage`],
 //! which injects errors and, at a simulated crash, drops or tears unsynced writes.
 
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
 use std::fs::File;
