@@ -218,6 +218,18 @@ fn timed_reads(m: &Mapping) -> f64 {
     per_page(t, m.len() / PAGE)
 }
 
+/// Loads of one page per 64 KiB of `m` (the kernel maps up to 16 cached
+/// pages around a file fault, `fault_around_bytes`), timed per load.
+fn sparse_reads(m: &Mapping) -> f64 {
+    let t = Instant::now();
+    let mut sum = 0u64;
+    for p in (0..m.len() / PAGE).step_by(16) {
+        sum += u64::from(m.read_byte(p * PAGE));
+    }
+    black_box(sum);
+    per_page(t, m.len() / PAGE / 16)
+}
+
 fn timed_writes(m: &Mapping) -> f64 {
     let t = Instant::now();
     write_all(m, 0x5a);
@@ -266,6 +278,10 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         ),
         Row::new("(b) private page: MAP_FIXED anonymous page over the image page + memcpy 4 KiB"),
         Row::new("(c) uffd minor fault on the memfd image: SIGBUS + UFFDIO_CONTINUE (first load)"),
+        Row::new(
+            "one load per 64 KiB (each a fault of its own, no fault-around), region file MAP_PRIVATE: (a) untracked random read",
+        ),
+        Row::new("one load per 64 KiB, memfd image MAP_SHARED: (b) untracked random read"),
     ];
     let uffd_features = UFFD_FEATURE_SIGBUS | UFFD_FEATURE_MINOR_SHMEM;
     let src = vec![0x33u8; PAGE];
@@ -328,6 +344,13 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             }
             Ok(per_page(t, N))
         })());
+        for (row, fd, private) in [(13, &file, true), (14, &image, false)] {
+            rows[row].take(
+                Mapping::file(fd.as_fd(), len, Prot::Read, private)
+                    .map(|m| sparse_reads(&m))
+                    .map_err(Into::into),
+            );
+        }
         rows[10].take(
             Mapping::file(image.as_fd(), len, Prot::Read, false)
                 .map(|m| timed_reads(&m))
