@@ -34,6 +34,7 @@ const ISLANDS: usize = 4096;
 /// Readers in the memory measurement.
 const READERS: usize = 8;
 const MADV_POPULATE_READ: libc::c_int = 22;
+const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 pub fn steps(reps: usize) -> usize {
     2 * reps + 3
@@ -282,6 +283,12 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             "one load per 64 KiB (each a fault of its own, no fault-around), region file MAP_PRIVATE: (a) untracked random read",
         ),
         Row::new("one load per 64 KiB, memfd image MAP_SHARED: (b) untracked random read"),
+        Row::new(
+            "(a) accessor-style first write: mprotect(RW) of the page, store (copy-on-write fault)",
+        ),
+        Row::new(
+            "(a) accessor-style first writes of a run: one mprotect(RW) + MADV_POPULATE_WRITE for 1024 pages, stores",
+        ),
     ];
     let uffd_features = UFFD_FEATURE_SIGBUS | UFFD_FEATURE_MINOR_SHMEM;
     let src = vec![0x33u8; PAGE];
@@ -342,6 +349,23 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             for p in 0..N {
                 m.poke(&mem, p * PAGE, &src)?;
             }
+            Ok(per_page(t, N))
+        })());
+        rows[15].take((|| {
+            let m = Mapping::file(file.as_fd(), len, Prot::Read, true)?;
+            let t = Instant::now();
+            for p in 0..N {
+                m.protect(p * PAGE, PAGE, Prot::ReadWrite)?;
+                m.write_byte(p * PAGE, 0x5a);
+            }
+            Ok(per_page(t, N))
+        })());
+        rows[16].take((|| {
+            let m = Mapping::file(file.as_fd(), len, Prot::Read, true)?;
+            let t = Instant::now();
+            m.protect(0, len, Prot::ReadWrite)?;
+            m.advise(0, len, MADV_POPULATE_WRITE)?;
+            write_all(&m, 0x5a);
             Ok(per_page(t, N))
         })());
         for (row, fd, private) in [(13, &file, true), (14, &image, false)] {

@@ -135,7 +135,8 @@ impl Mapping {
     pub fn advise(&self, off: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: the range lies in our own mapping; the advice values used
-        // (DONTNEED, POPULATE_READ) only drop or fill page-table entries.
+        // (DONTNEED, POPULATE_READ/WRITE) only drop or fill page-table
+        // entries (POPULATE_WRITE of a private mapping copies, as a store would).
         let r = unsafe { libc::madvise(self.ptr.add(off).cast(), len, advice) };
         if r == 0 {
             Ok(())
