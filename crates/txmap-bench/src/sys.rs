@@ -161,6 +161,13 @@ impl Mapping {
         mem.write_all_at(src, (self.addr() + off) as u64)
     }
 
+    /// Copies `out.len()` bytes at offset `off` out of the mapping.
+    pub fn copy_out(&self, off: usize, out: &mut [u8]) {
+        assert!(off.checked_add(out.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of our mapping; the bytes are only read.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), out.len()) }
+    }
+
     fn checked(p: *mut libc::c_void, len: usize) -> io::Result<Mapping> {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -209,6 +216,13 @@ impl Mapping {
         unsafe { std::ptr::read_volatile(self.ptr.add(off)) }
     }
 }
+
+// SAFETY: a Mapping is an address range the benchmark owns; every access
+// goes through copies or volatile byte operations (no Rust references into
+// it), so using it from several threads is no data race in Rust's sense.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
 
 /// What a [`Flat`] memory is: ordinary memory or a txmap view.
 enum Backing {
