@@ -21,8 +21,8 @@ use txmap::{Durability, Options, Region};
 
 use crate::report::{Ctx, Res, Summary, Table, num};
 use crate::sys::{
-    FloorHandler, Mapping, MinorHandler, PAGE, Prot, UFFD_FEATURE_MINOR_SHMEM, UFFD_FEATURE_SIGBUS,
-    Uffd,
+    FloorHandler, Mapping, MinorHandler, PAGE, Prot, ReaderProcess, UFFD_FEATURE_MINOR_SHMEM,
+    UFFD_FEATURE_SIGBUS, Uffd,
 };
 use crate::touch::{CELLS, touch_once};
 use crate::vm::{per_page, read_all, scratch_file, write_all};
@@ -31,8 +31,9 @@ use crate::vm::{per_page, read_all, scratch_file, write_all};
 const N: usize = 1024;
 /// Islands (every other page different) for the VMA counts.
 const ISLANDS: usize = 4096;
-/// Readers in the memory measurement.
+/// Reader threads' views, and reader processes, in the memory measurement.
 const READERS: usize = 8;
+const PROCESSES: usize = 4;
 const MADV_POPULATE_READ: libc::c_int = 22;
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
@@ -155,14 +156,19 @@ struct Mem {
 }
 
 fn mem() -> Res<Mem> {
+    mem_of("self")
+}
+
+/// [`mem`] of process `pid` ("self" for this one).
+fn mem_of(pid: &str) -> Res<Mem> {
     let field = |text: &str, name: &str| -> i64 {
         text.lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l[name.len()..].split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
-    let roll = std::fs::read_to_string("/proc/self/smaps_rollup")?;
-    let status = std::fs::read_to_string("/proc/self/status")?;
+    let roll = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     Ok(Mem {
         pss_anon: field(&roll, "Pss_Anon:"),
         pss_file: field(&roll, "Pss_File:"),
@@ -756,7 +762,7 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
     let mb: usize = if ctx.quick { 64 } else { 256 };
     let pages = (mb << 20) / PAGE;
     let mut t = Table::new(&[
-        "8 readers, each read every page once",
+        "readers, each read every page once",
         "Pss anon MiB",
         "Pss file MiB",
         "Pss shmem MiB",
@@ -764,7 +770,7 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
         "total MiB",
         "per reader MiB",
     ]);
-    let mut put = |what: &str, a: Mem, b: Mem| {
+    let mut put = |what: &str, a: Mem, b: Mem, readers: usize| {
         let d = Mem {
             pss_anon: b.pss_anon - a.pss_anon,
             pss_file: b.pss_file - a.pss_file,
@@ -779,7 +785,7 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
             mib(d.pss_shmem),
             mib(d.pte),
             mib(total),
-            mib(total / READERS as i64),
+            mib(total / readers as i64),
         ]);
     };
 
@@ -806,6 +812,7 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
             "today: txmap views (`View::read`: a private copy per view)",
             before,
             mem()?,
+            READERS,
         );
     }
     let _ = std::fs::remove_file(&path);
@@ -826,8 +833,21 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
         "(a) MAP_PRIVATE mappings of the region file (page cache shared)",
         before,
         mem()?,
+        READERS,
     );
     drop(maps);
+    let procs: Vec<ReaderProcess> = (0..PROCESSES)
+        .map(|_| ReaderProcess::spawn(file.as_fd(), pages * PAGE))
+        .collect::<Result<_, _>>()?;
+    let mut sum = Mem::default();
+    for p in &procs {
+        let m = mem_of(&p.pid().to_string())?;
+        sum.pss_anon += m.pss_anon;
+        sum.pss_file += m.pss_file;
+        sum.pss_shmem += m.pss_shmem;
+        sum.pte += m.pte;
+    }
+    drop(procs);
     drop(file);
     let img = shm_image(pages)?;
     let before = mem()?;
@@ -841,14 +861,24 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
         "(b)/(c) MAP_SHARED mappings of one memfd image",
         before,
         mem()?,
+        READERS,
     );
     drop(maps);
-    println!("### Memory of {READERS} readers over a {mb} MiB region\n");
+    put(
+        "(a) 4 reader processes, each a MAP_PRIVATE mapping of the region file (sum of the processes' own counts)",
+        Mem::default(),
+        sum,
+        PROCESSES,
+    );
+    println!(
+        "### Memory of {READERS} reader views (and {PROCESSES} reader processes) over a {mb} MiB region\n"
+    );
     t.print();
     println!(
         "Deltas of /proc/self/smaps_rollup (Pss: a page mapped k times counts 1/k to each \
          mapping) and VmPTE, before the readers and after all of them read every page, all in \
-         this process. For (b)/(c) the memfd's own pages (allocated before the \"before\" \
+         this process; the processes row sums the 4 forked children's whole counts (with what \
+         they share with this process since the fork). For (b)/(c) the memfd's own pages (allocated before the \"before\" \
          sample) are not in the delta until mapped; the totals count each physical page \
          once. Pages of the region file can be reclaimed under memory pressure; shared memory \
          (memfd, /dev/shm) only to swap.\n"

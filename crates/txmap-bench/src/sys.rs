@@ -224,6 +224,84 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
 
+/// A forked child process that maps the first `len` bytes of a file
+/// `MAP_PRIVATE`, reads every page once, tells the parent so, and waits to
+/// be killed (on drop): a reader process for memory measurements.
+pub struct ReaderProcess {
+    pid: libc::pid_t,
+}
+
+impl ReaderProcess {
+    pub fn spawn(fd: BorrowedFd<'_>, len: usize) -> io::Result<ReaderProcess> {
+        let mut pipe = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 fills the two-element array.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the child runs only raw system calls and loads (no
+        // allocation or locks, which another thread may have held at fork)
+        // and ends in _exit or by SIGKILL.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above; the mapping is the child's own.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    fd.as_raw_fd(),
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    libc::_exit(1);
+                }
+                let mut x = 0u8;
+                let mut off = 0;
+                while off < len {
+                    x ^= std::ptr::read_volatile(p.cast::<u8>().add(off));
+                    off += PAGE;
+                }
+                libc::write(pipe[1], (&raw const x).cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        // SAFETY: closing our copy of the write end, reading one byte into a
+        // local, closing the read end: descriptors we own.
+        let got = unsafe {
+            libc::close(pipe[1]);
+            let mut b = 0u8;
+            let n = libc::read(pipe[0], (&raw mut b).cast(), 1);
+            libc::close(pipe[0]);
+            n
+        };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let r = ReaderProcess { pid };
+        if got != 1 {
+            return Err(io::Error::other("reader process failed to map and read"));
+        }
+        Ok(r)
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+}
+
+impl Drop for ReaderProcess {
+    fn drop(&mut self) {
+        // SAFETY: our own child; reaped here.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
 /// What a [`Flat`] memory is: ordinary memory or a txmap view.
 enum Backing {
     /// Kept only to be unmapped with the `Flat`.
