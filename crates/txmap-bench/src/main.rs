@@ -10,6 +10,7 @@ mod compare;
 mod longreader;
 mod procs;
 mod report;
+mod sharedpages;
 mod stamp;
 mod sys;
 mod touch;
@@ -96,6 +97,8 @@ enum Section {
     Stamp,
     /// Page checksum cost, and online backup beside LMDB's and SQLite's (not part of core).
     Backup,
+    /// Issue 20's designs for shared pages: first touch, invalidation, VMAs, memory per view (not part of core).
+    SharedPages,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -109,7 +112,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 10] = [
+const PARTS: [Part; 11] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -169,6 +172,12 @@ const PARTS: [Part; 10] = [
         in_core: false,
         steps: backup::steps,
         run: backup::run,
+    },
+    Part {
+        section: Section::SharedPages,
+        in_core: false,
+        steps: sharedpages::steps,
+        run: sharedpages::run,
     },
 ];
 

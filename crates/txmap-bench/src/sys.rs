@@ -69,6 +69,105 @@ impl Mapping {
         Self::checked(p, len)
     }
 
+    /// A mapping of the first `len` bytes of `fd` with `prot`: `MAP_PRIVATE`
+    /// (stores copy the page) or `MAP_SHARED`.
+    pub fn file(fd: BorrowedFd<'_>, len: usize, prot: Prot, private: bool) -> io::Result<Mapping> {
+        let kind = if private {
+            libc::MAP_PRIVATE
+        } else {
+            libc::MAP_SHARED
+        };
+        // SAFETY: a fresh file mapping at an address the kernel picks; the
+        // descriptor is valid for the duration of the call.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot.bits(),
+                kind,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        Self::checked(p, len)
+    }
+
+    /// Replaces `[off, off+len)` of this mapping (`MAP_FIXED`) by a private
+    /// anonymous mapping (`fd` None) or by `[fd_off, fd_off+len)` of `fd`.
+    pub fn overlay(
+        &self,
+        off: usize,
+        len: usize,
+        fd: Option<(BorrowedFd<'_>, u64)>,
+        prot: Prot,
+        private: bool,
+    ) -> io::Result<()> {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        let kind = if private {
+            libc::MAP_PRIVATE
+        } else {
+            libc::MAP_SHARED
+        };
+        let (raw, fd_off, anon) = match fd {
+            Some((f, o)) => (f.as_raw_fd(), o as libc::off_t, 0),
+            None => (-1, 0, libc::MAP_ANONYMOUS),
+        };
+        // SAFETY: MAP_FIXED only over pages of our own mapping, which no
+        // reference points into (accesses are volatile byte operations).
+        let p = unsafe {
+            libc::mmap(
+                self.ptr.add(off).cast(),
+                len,
+                prot.bits(),
+                kind | anon | libc::MAP_FIXED,
+                raw,
+                fd_off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `madvise(advice)` on `[off, off+len)` of this mapping.
+    pub fn advise(&self, off: usize, len: usize, advice: libc::c_int) -> io::Result<()> {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: the range lies in our own mapping; the advice values used
+        // (DONTNEED, POPULATE_READ/WRITE) only drop or fill page-table
+        // entries (POPULATE_WRITE of a private mapping copies, as a store would).
+        let r = unsafe { libc::madvise(self.ptr.add(off).cast(), len, advice) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Copies `src` to offset `off` (the pages must be writable).
+    pub fn copy_in(&self, off: usize, src: &[u8]) {
+        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of our mapping, which no Rust reference aliases.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+    }
+
+    /// Writes `src` at offset `off` through `/proc/self/mem` (`mem`), which
+    /// writes through any protection and copies a private file page on
+    /// write, as a debugger's breakpoint does.
+    pub fn poke(&self, mem: &File, off: usize, src: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        assert!(off.checked_add(src.len()).is_some_and(|e| e <= self.len));
+        mem.write_all_at(src, (self.addr() + off) as u64)
+    }
+
+    /// Copies `out.len()` bytes at offset `off` out of the mapping.
+    pub fn copy_out(&self, off: usize, out: &mut [u8]) {
+        assert!(off.checked_add(out.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of our mapping; the bytes are only read.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), out.len()) }
+    }
+
     fn checked(p: *mut libc::c_void, len: usize) -> io::Result<Mapping> {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
@@ -115,6 +214,91 @@ impl Mapping {
         assert!(off < self.len);
         // SAFETY: as for `write_byte`.
         unsafe { std::ptr::read_volatile(self.ptr.add(off)) }
+    }
+}
+
+// SAFETY: a Mapping is an address range the benchmark owns; every access
+// goes through copies or volatile byte operations (no Rust references into
+// it), so using it from several threads is no data race in Rust's sense.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+/// A forked child process that maps the first `len` bytes of a file
+/// `MAP_PRIVATE`, reads every page once, tells the parent so, and waits to
+/// be killed (on drop): a reader process for memory measurements.
+pub struct ReaderProcess {
+    pid: libc::pid_t,
+}
+
+impl ReaderProcess {
+    pub fn spawn(fd: BorrowedFd<'_>, len: usize) -> io::Result<ReaderProcess> {
+        let mut pipe = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 fills the two-element array.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the child runs only raw system calls and loads (no
+        // allocation or locks, which another thread may have held at fork)
+        // and ends in _exit or by SIGKILL.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above; the mapping is the child's own.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    fd.as_raw_fd(),
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    libc::_exit(1);
+                }
+                let mut x = 0u8;
+                let mut off = 0;
+                while off < len {
+                    x ^= std::ptr::read_volatile(p.cast::<u8>().add(off));
+                    off += PAGE;
+                }
+                libc::write(pipe[1], (&raw const x).cast(), 1);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        // SAFETY: closing our copy of the write end, reading one byte into a
+        // local, closing the read end: descriptors we own.
+        let got = unsafe {
+            libc::close(pipe[1]);
+            let mut b = 0u8;
+            let n = libc::read(pipe[0], (&raw mut b).cast(), 1);
+            libc::close(pipe[0]);
+            n
+        };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let r = ReaderProcess { pid };
+        if got != 1 {
+            return Err(io::Error::other("reader process failed to map and read"));
+        }
+        Ok(r)
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+}
+
+impl Drop for ReaderProcess {
+    fn drop(&mut self) {
+        // SAFETY: our own child; reaped here.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, std::ptr::null_mut(), 0);
+        }
     }
 }
 
@@ -402,6 +586,114 @@ impl Uffd {
         // SAFETY: UFFDIO_WRITEPROTECT takes a uffdio_writeprotect (24 bytes, no
         // pointers); the range is our own registered mapping.
         unsafe { ioctl(&self.fd, UFFDIO_WRITEPROTECT, &mut w) }.map(drop)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// userfaultfd minor faults on shared memory, resolved from a SIGBUS handler
+// (UFFD_FEATURE_SIGBUS: the faulting thread gets SIGBUS instead of waiting
+// for a handler thread) with UFFDIO_CONTINUE, which maps the page already in
+// the memfd's page cache.
+
+pub const UFFD_FEATURE_SIGBUS: u64 = 1 << 7;
+pub const UFFD_FEATURE_MINOR_SHMEM: u64 = 1 << 10;
+const UFFDIO_REGISTER_MODE_MINOR: u64 = 4;
+/// _IOWR(0xAA, 0x07, struct uffdio_continue): 32-byte argument.
+const UFFDIO_CONTINUE: libc::c_ulong = 0xc020_aa07;
+
+#[repr(C)]
+struct UffdioContinue {
+    range: UffdioRange,
+    mode: u64,
+    mapped: i64,
+}
+
+const _: () = assert!(std::mem::size_of::<UffdioContinue>() == 32);
+
+impl Uffd {
+    /// Registers all of `m` for minor faults.
+    pub fn register_minor(&self, m: &Mapping) -> io::Result<()> {
+        let mut reg = UffdioRegister {
+            range: UffdioRange {
+                start: m.addr() as u64,
+                len: m.len() as u64,
+            },
+            mode: UFFDIO_REGISTER_MODE_MINOR,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_REGISTER takes a uffdio_register (32 bytes, no pointers).
+        unsafe { ioctl(&self.fd, UFFDIO_REGISTER, &mut reg) }.map(drop)
+    }
+}
+
+static MINOR_FD: AtomicUsize = AtomicUsize::new(usize::MAX);
+static MINOR_BASE: AtomicUsize = AtomicUsize::new(0);
+static MINOR_LEN: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn minor_handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let base = MINOR_BASE.load(Ordering::Acquire);
+    let len = MINOR_LEN.load(Ordering::Acquire);
+    let fd = MINOR_FD.load(Ordering::Acquire);
+    if fd != usize::MAX && base != 0 && addr >= base && addr < base + len {
+        let mut c = UffdioContinue {
+            range: UffdioRange {
+                start: (addr & !(PAGE - 1)) as u64,
+                len: PAGE as u64,
+            },
+            mode: 0,
+            mapped: 0,
+        };
+        // SAFETY: ioctl is a plain system call (async-signal-safe); the
+        // argument is a uffdio_continue on our stack for a registered page.
+        let r = unsafe { libc::ioctl(fd as libc::c_int, UFFDIO_CONTINUE, &mut c) };
+        if r == 0 {
+            return;
+        }
+    }
+    // SAFETY: sigaction is async-signal-safe; a zeroed sigaction is SIG_DFL.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+/// While alive, resolves minor faults on `m` (registered with `uffd`) from
+/// a SIGBUS handler with UFFDIO_CONTINUE; restores the old action on drop.
+pub struct MinorHandler<'a> {
+    old: libc::sigaction,
+    _uffd: &'a Uffd,
+}
+
+impl<'a> MinorHandler<'a> {
+    pub fn install(uffd: &'a Uffd, m: &Mapping) -> io::Result<MinorHandler<'a>> {
+        MINOR_FD.store(uffd.fd.as_raw_fd() as usize, Ordering::Release);
+        MINOR_BASE.store(m.addr(), Ordering::Release);
+        MINOR_LEN.store(m.len(), Ordering::Release);
+        // SAFETY: as in FloorHandler::install, for SIGBUS.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = minor_handler as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, &sa, &mut old) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(MinorHandler { old, _uffd: uffd })
+        }
+    }
+}
+
+impl Drop for MinorHandler<'_> {
+    fn drop(&mut self) {
+        // SAFETY: restores the action saved by `install`.
+        unsafe { libc::sigaction(libc::SIGBUS, &self.old, std::ptr::null_mut()) };
+        MINOR_LEN.store(0, Ordering::Release);
+        MINOR_BASE.store(0, Ordering::Release);
+        MINOR_FD.store(usize::MAX, Ordering::Release);
     }
 }
 

@@ -20,17 +20,27 @@ const KINDS: [Kind; 3] = [Kind::Anon, Kind::Memfd, Kind::File];
 pub const UFFD_STEPS: usize = 1 + KINDS.len() * UFFD_SIZES.len();
 const N: usize = 1024;
 
-fn per_page(t: Instant, n: usize) -> f64 {
+pub fn per_page(t: Instant, n: usize) -> f64 {
     t.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
-fn write_all(m: &Mapping, v: u8) {
+/// A new, empty file at `path`, open for reading and writing.
+pub fn scratch_file(path: &std::path::Path) -> std::io::Result<File> {
+    File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+}
+
+pub fn write_all(m: &Mapping, v: u8) {
     for p in 0..m.len() / PAGE {
         m.write_byte(p * PAGE, v);
     }
 }
 
-fn read_all(m: &Mapping) -> u64 {
+pub fn read_all(m: &Mapping) -> u64 {
     (0..m.len() / PAGE)
         .map(|p| u64::from(m.read_byte(p * PAGE)))
         .sum()
@@ -202,12 +212,7 @@ fn target(ctx: &Ctx, kind: Kind, n: usize, tag: &str) -> Res<Target> {
         }
         Kind::File => {
             let path = ctx.dir.join(format!("uffd-{tag}-{n}.dat"));
-            let f = File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)?;
+            let f = scratch_file(&path)?;
             f.write_all_at(&vec![0u8; len], 0)?;
             f.sync_all()?;
             let _ = std::fs::remove_file(&path); // stays alive while open
