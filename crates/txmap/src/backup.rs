@@ -120,8 +120,29 @@ impl Part {
     }
 }
 
+/// Refuses a destination where a region, its log or its checksum table
+/// exists (a copy never replaces anything), after removing temporaries
+/// that dead processes left there.
+pub(crate) fn check_destination(dst: &Path) -> Result<()> {
+    let exists = |p: &Path| -> Result<bool> { p.try_exists().map_err(|e| Error::io("stat", p, e)) };
+    if exists(dst)? {
+        return Err(Error::Invalid(format!("{} already exists", dst.display())));
+    }
+    remove_dead_temporaries(dst);
+    for p in [log_path(dst), sums_path(dst)] {
+        if exists(&p)? {
+            return Err(Error::Invalid(format!(
+                "{} already exists (without its region {}): remove it first",
+                p.display(),
+                dst.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Removes temporary files of backups to `dst` whose process is gone.
-pub(crate) fn remove_dead_temporaries(dst: &Path) {
+fn remove_dead_temporaries(dst: &Path) {
     let dir = match dst.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -161,21 +182,7 @@ impl crate::Region {
     pub fn backup_with(&self, dst: &Path, opts: &BackupOptions<'_>) -> Result<BackupReport> {
         let r = &**self.inner;
         r.check_owner()?;
-        let exists =
-            |p: &Path| -> Result<bool> { p.try_exists().map_err(|e| Error::io("stat", p, e)) };
-        if exists(dst)? {
-            return Err(Error::Invalid(format!("{} already exists", dst.display())));
-        }
-        remove_dead_temporaries(dst);
-        for p in [log_path(dst), sums_path(dst)] {
-            if exists(&p)? {
-                return Err(Error::Invalid(format!(
-                    "{} already exists (without its region {}): remove it first",
-                    p.display(),
-                    dst.display()
-                )));
-            }
-        }
+        check_destination(dst)?;
         let slot = r.mvcc.claim_slot().ok_or_else(|| {
             Error::Invalid(format!(
                 "too many views on {} (at most {}) to take a backup",

@@ -117,6 +117,7 @@ fn shrink(path: &Path, size: u64) -> Result<()> {
     h.data_size = size;
     let sums = crate::sums::PageSums::open(path, false)?;
     crate::region::write_region_header(&data, sums.as_ref(), &h)?;
+    crate::debug::hit(crate::debug::CrashPoint::CompactShrinking);
     data.set_len(HEADER_BYTES + size)
         .and_then(|_| data.sync())
         .map_err(|e| Error::io("truncate", path, e))?;

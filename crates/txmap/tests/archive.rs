@@ -8,52 +8,18 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use txmap::archive::{parse_segment_name, restore};
+use common::{check_model_state as check_state, model_commit as commit};
+use txmap::archive::restore;
 use txmap::{Options, Region};
 
 const PAGE: u64 = 4096;
-const PAGES: u64 = 16;
+const PAGES: u64 = MODEL_PAGES;
 
 fn opts(archive: &Path) -> Options {
     Options {
         checkpoint_bytes: 16 << 10, // many epochs
         log_archive: Some(archive.to_path_buf()),
         ..Options::default()
-    }
-}
-
-/// Commit `s` writes `s` at the start of page `s % PAGES` (and 2 KiB of
-/// filler, so epochs fill up).
-fn commit(v: &mut txmap::View, s: u64) {
-    v.begin().unwrap();
-    let at = (s % PAGES) * PAGE;
-    v.write(at, &s).unwrap();
-    v.slice_mut(at + 8, 2048).unwrap().fill(s as u8);
-    v.commit().unwrap();
-}
-
-/// The model: page `p` holds the newest commit `s <= k` with `s % PAGES == p`.
-fn check_state(region: &Path, k: u64) {
-    let r = Region::open(region, Options::default()).unwrap();
-    assert_eq!(
-        r.stats().recovered_commits,
-        0,
-        "a restored region needs no recovery"
-    );
-    assert_eq!(r.stats().commit_seq, k);
-    let v = r.view().unwrap();
-    for p in 0..PAGES {
-        let want = (1..=k).filter(|s| s % PAGES == p).max().unwrap_or(0);
-        assert_eq!(
-            v.read::<u64>(p * PAGE).unwrap(),
-            want,
-            "page {p} at commit {k}"
-        );
-        let fill = v.slice(p * PAGE + 8, 2048).unwrap();
-        assert!(
-            fill.iter().all(|&b| b == want as u8),
-            "page {p} at commit {k}"
-        );
     }
 }
 
@@ -95,23 +61,10 @@ fn setup(name: &str) -> Setup {
     }
 }
 
-fn segments(archive: &Path) -> Vec<(u64, u64, PathBuf)> {
-    let mut v: Vec<_> = std::fs::read_dir(archive)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let (_, f, l) = parse_segment_name(e.file_name().to_str()?)?;
-            Some((f, l, e.path()))
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn restore_to_the_last_and_to_a_chosen_commit_reproduces_the_committed_states() {
     let s = setup("archive-restore");
-    let segs = segments(&s.archive);
+    let segs = archive_segments(&s.archive);
     assert!(segs.len() > 5, "{} segments", segs.len());
     // Every commit is in exactly one segment, in order.
     let mut next = 1;
@@ -147,7 +100,7 @@ fn restore_to_the_last_and_to_a_chosen_commit_reproduces_the_committed_states() 
 #[test]
 fn a_missing_segment_is_named_as_a_gap() {
     let s = setup("archive-gap");
-    let segs = segments(&s.archive);
+    let segs = archive_segments(&s.archive);
     let (f, l, p) = segs.iter().find(|(f, _, _)| *f > 100).unwrap().clone();
     std::fs::remove_file(&p).unwrap();
     let dst = s.dir.join("restored.txm");
@@ -167,7 +120,7 @@ fn a_missing_segment_is_named_as_a_gap() {
 #[test]
 fn a_damaged_segment_is_named_with_its_offset() {
     let s = setup("archive-damaged");
-    let segs = segments(&s.archive);
+    let segs = archive_segments(&s.archive);
     let (_, _, p) = segs.iter().find(|(f, _, _)| *f > 100).unwrap().clone();
     let len = std::fs::metadata(&p).unwrap().len();
     flip(&p, 4096 + (len - 4096) / 2);
@@ -200,10 +153,10 @@ fn an_epoch_left_by_a_crash_is_archived_by_the_first_opener() {
     // A crash now: the files as they are, the live epoch not archived.
     let crashed = d.join("crashed.txm");
     copy_region(&src, &crashed);
-    for (_, _, p) in segments(&a) {
+    for (_, _, p) in archive_segments(&a) {
         std::fs::copy(&p, b.join(p.file_name().unwrap())).unwrap();
     }
-    let last_archived = segments(&b).last().map_or(0, |s| s.1);
+    let last_archived = archive_segments(&b).last().map_or(0, |s| s.1);
     assert!(last_archived < 45, "the live epoch is not archived yet");
     drop(v);
     drop(r);
