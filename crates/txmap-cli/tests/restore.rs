@@ -9,7 +9,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::*;
 use common::{check_model_state as check_state, model_commit as commit};
@@ -441,4 +442,187 @@ fn compact_keeps_a_raw_region_and_refuses_an_open_or_missing_one() {
     assert!(!none.exists());
     let err = fails(&txmap(&["compact"]), 2);
     assert!(err.contains("txmap --help"), "{err}");
+}
+
+/// Runs `cmd` and kills it with SIGKILL after a random delay below
+/// `whole`; returns its status and standard output.
+fn run_killed(mut cmd: Command, x: &mut u64, whole: Duration) -> (ExitStatus, String) {
+    *x = x
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let delay = Duration::from_micros((*x >> 33) % (whole.as_micros() as u64 + 1));
+    let mut c = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let _ = c.kill();
+    let status = c.wait().unwrap();
+    let mut out = String::new();
+    use std::io::Read;
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    (status, out)
+}
+
+/// Every file in `dir` (not below) whose name starts with `prefix`, with its bytes.
+fn files(dir: &Path, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(n, p)| n.starts_with(prefix) && p.is_file())
+        .map(|(n, p)| (n, std::fs::read(p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_restore_killed_at_random_leaves_its_sources_and_no_half_region() {
+    let st = setup("cli-restore-killed");
+    let sources = || (files(&st.d.0, "backup.txm"), files(&st.archive, ""));
+    let before = sources();
+    let dst = st.d.join("r.txm");
+    let cmd = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_txmap"));
+        c.args([
+            "restore",
+            s(&st.backup),
+            "--archive",
+            s(&st.archive),
+            s(&dst),
+        ]);
+        c
+    };
+    let t = Instant::now();
+    succeeds(&cmd().output().unwrap());
+    let whole = t.elapsed();
+    let mut x = seed("a_restore_killed_at_random_leaves_its_sources_and_no_half_region");
+    let (mut killed, mut finished) = (0, 0);
+    for round in 0..12 {
+        for p in [&dst, &txmap::log_path(&dst), &txmap::sums::sums_path(&dst)] {
+            let _ = std::fs::remove_file(p);
+        }
+        let (status, out) = run_killed(cmd(), &mut x, whole);
+        if status.success() {
+            finished += 1;
+            assert!(out.ends_with(&format!("at commit {LAST}\n")), "{out}");
+        } else {
+            killed += 1;
+        }
+        // Whatever is at DST is a whole restore (killed after the renames).
+        if dst.exists() {
+            check_state(&dst, LAST);
+        }
+        assert!(
+            sources() == before,
+            "round {round}: backup or archive changed"
+        );
+    }
+    eprintln!("{killed} killed, {finished} finished");
+    for p in [&dst, &txmap::log_path(&dst), &txmap::sums::sums_path(&dst)] {
+        let _ = std::fs::remove_file(p);
+    }
+    // A last restore succeeds and removes every dead one's temporaries.
+    succeeds(&cmd().output().unwrap());
+    check_state(&dst, LAST);
+    let left: Vec<_> = files(&st.d.0, "r.txm")
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.contains(".backup-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_compact_killed_at_random_loses_no_entry() {
+    use txmap::collections::{AnyMap, Kind, Map};
+    let d = ext4_dir("cli-compact-killed");
+    let p = d.join("r.txm");
+    let mut model = make_heap_region(&p);
+    let cmd = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_txmap"));
+        c.args(["compact", s(&p)]);
+        c
+    };
+    let mut x = seed("a_compact_killed_at_random_loses_no_entry");
+    let (mut killed, mut finished) = (0, 0);
+    for round in 0..10u32 {
+        // More entries, left in the log (no checkpoint), so that each
+        // compact replays, checkpoints, cuts the log and the file.
+        let opts = Options {
+            checkpoint_bytes: 1 << 40,
+            ..Options::default()
+        };
+        let r = Region::open(&p, opts).unwrap();
+        let mut v = r.view().unwrap();
+        let m = v
+            .run(|v| AnyMap::open_or_create(v, "m", Kind::BTree))
+            .unwrap();
+        let first = 20_000 + round * 2000;
+        v.run(|v| {
+            for i in first..first + 2000 {
+                m.put(v, &key(i), &round.to_le_bytes())?;
+            }
+            for i in (round..12_000).step_by(37) {
+                m.delete(v, &key(i))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        for i in first..first + 2000 {
+            model.insert(key(i), round.to_le_bytes().to_vec());
+        }
+        for i in (round..12_000).step_by(37) {
+            model.remove(&key(i));
+        }
+        drop(v);
+        // Leave without checkpointing: a copy of the files as they are,
+        // as a crash would leave them, replaces the region.
+        let copy = d.join("copy.txm");
+        let parts = |r: &Path| {
+            [
+                r.to_path_buf(),
+                txmap::log_path(r),
+                txmap::sums::sums_path(r),
+            ]
+        };
+        for (from, to) in parts(&p).iter().zip(parts(&copy)) {
+            std::fs::copy(from, to).unwrap();
+        }
+        drop(r);
+        for (from, to) in parts(&copy).iter().zip(parts(&p)) {
+            std::fs::rename(from, to).unwrap();
+        }
+        remove_shared_state(&d.0);
+        let t = Instant::now();
+        let whole = {
+            // Time a compact of another copy, for the kill's range.
+            let c2 = d.join("timing.txm");
+            for (from, to) in parts(&p).iter().zip(parts(&c2)) {
+                std::fs::copy(from, to).unwrap();
+            }
+            let o = Command::new(env!("CARGO_BIN_EXE_txmap"))
+                .args(["compact", s(&c2)])
+                .output()
+                .unwrap();
+            succeeds(&o);
+            for f in parts(&c2) {
+                let _ = std::fs::remove_file(f);
+            }
+            t.elapsed()
+        };
+        let (status, _) = run_killed(cmd(), &mut x, whole);
+        if status.success() {
+            finished += 1;
+        } else {
+            killed += 1;
+        }
+        remove_shared_state(&d.0);
+        let c = succeeds(&txmap(&["check", "--structures", s(&p)]));
+        assert!(c.contains("sound"), "round {round}: {c}");
+        check_entries(&p, &model);
+    }
+    eprintln!("{killed} killed, {finished} finished");
 }

@@ -79,7 +79,9 @@ pub fn compact(path: &Path) -> Result<CompactReport> {
     drop(v);
     // The last close replays nothing more, checkpoints and cuts the log.
     r.close()?;
-    if keep < size_before {
+    // A file longer than its data is also cut: a compact killed after it
+    // recorded the smaller size left it so.
+    if keep < size_before || len(path)? > HEADER_BYTES + keep {
         shrink(path, keep)?;
     }
     Ok(CompactReport {

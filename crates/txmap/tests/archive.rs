@@ -166,3 +166,103 @@ fn an_epoch_left_by_a_crash_is_archived_by_the_first_opener() {
     assert_eq!(rep.commit, 45);
     check_state(&dst, 45);
 }
+
+/// Every file in `dir` and below with its bytes, sorted by path.
+fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(contents(&e.path()));
+        } else {
+            out.push((e.path(), std::fs::read(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Child: arms a crash point and restores `TXMAP_BACKUP` plus
+/// `TXMAP_ARCHIVE` to `TXMAP_DST`.
+#[test]
+fn restore_child() {
+    if role().as_deref() != Some("restore") {
+        return;
+    }
+    let var = |k: &str| PathBuf::from(std::env::var(k).unwrap());
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let nth: u64 = std::env::var("TXMAP_NTH").unwrap().parse().unwrap();
+    txmap::debug::crash_at(txmap::debug::CrashPoint::from_u32(point).unwrap(), nth);
+    let r = restore(
+        &var("TXMAP_BACKUP"),
+        &var("TXMAP_ARCHIVE"),
+        None,
+        &var("TXMAP_DST"),
+    );
+    eprintln!("restore finished without reaching its crash point: {r:?}");
+}
+
+#[test]
+fn a_restore_killed_at_any_point_leaves_backup_and_archive_intact_and_no_region_at_dst() {
+    use txmap::debug::CrashPoint;
+    let s = setup("archive-restore-killed");
+    // The backup's files and the archive, byte for byte.
+    let sources = || {
+        let mut c = contents(&s.archive);
+        for p in [
+            s.backup.clone(),
+            txmap::log_path(&s.backup),
+            txmap::sums::sums_path(&s.backup),
+        ] {
+            c.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+        c
+    };
+    let before = sources();
+    let dst = s.dir.join("restored.txm");
+    for (point, nth) in [
+        (CrashPoint::RestoreReplaying, 1),
+        (CrashPoint::RestoreReplaying, 4),
+        (CrashPoint::RestorePlacing, 1),
+    ] {
+        let status = child(
+            "restore_child",
+            "restore",
+            &[
+                ("TXMAP_POINT", (point as u32).to_string()),
+                ("TXMAP_NTH", nth.to_string()),
+                ("TXMAP_BACKUP", s.backup.display().to_string()),
+                ("TXMAP_ARCHIVE", s.archive.display().to_string()),
+                ("TXMAP_DST", dst.display().to_string()),
+            ],
+        )
+        .status()
+        .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{point:?} {nth}: killed");
+        assert!(
+            !dst.exists(),
+            "{point:?} {nth}: no region at the destination"
+        );
+        assert!(
+            sources() == before,
+            "{point:?} {nth}: backup or archive changed"
+        );
+        let temporaries = std::fs::read_dir(&s.dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".backup-"))
+            .count();
+        assert_eq!(temporaries, 3, "{point:?} {nth}: the parts, unplaced");
+    }
+    // The next restore removes the dead one's files and succeeds.
+    let rep = restore(&s.backup, &s.archive, None, &dst).unwrap();
+    assert_eq!(rep.commit, s.last);
+    check_state(&dst, s.last);
+    let left: Vec<_> = std::fs::read_dir(&s.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".backup-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
