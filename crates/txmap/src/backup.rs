@@ -45,7 +45,8 @@ pub struct BackupReport {
     pub commit: u64,
     /// Bytes of region data in the copy.
     pub size: u64,
-    /// Pages written (all pages, or with `compact` those not all zero).
+    /// Pages written: those not all zero (pages of zeros are allocated
+    /// without writing, or with `compact` left as holes).
     pub pages_written: u64,
     /// The copy's region file.
     pub path: PathBuf,
@@ -56,6 +57,8 @@ const BATCH: u64 = 256;
 /// Pages read per turn on the read side (1 MiB).
 const READ: u64 = 256;
 const SUFFIX: &str = ".backup-";
+static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+static ZERO_CRC: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// A registered snapshot, ended and its slot released on drop.
 struct Snapshot<'a> {
@@ -284,31 +287,39 @@ fn copy_pages(
             }
             read?;
         }
-        entries.clear();
+        // Pages of zeros (free space: the heap's room above its top, freed
+        // blocks) are not written: `compact` leaves them as holes, else
+        // their blocks are allocated (`fallocate`, no data written; they
+        // read as zeros and are never written here, so ext4 converts
+        // nothing at writeback).
+        let zero: Vec<bool> = (0..n as usize)
+            .map(|k| b[k * PAGE..(k + 1) * PAGE] == ZERO_PAGE[..])
+            .collect();
         let mut k = 0;
         while k < n as usize {
-            // Runs of pages to write (all of them, or the non-zero ones).
-            let zero =
-                |k: usize| opts.compact && b[k * PAGE..(k + 1) * PAGE].iter().all(|&x| x == 0);
-            if zero(k) {
-                k += 1;
-                continue;
-            }
             let start = k;
-            while k < n as usize && !zero(k) {
+            while k < n as usize && zero[k] == zero[start] {
                 k += 1;
             }
-            let (bytes, at) = (
-                &b[start * PAGE..k * PAGE],
-                HEADER_BYTES + (first + start as u64) * PAGE as u64,
-            );
-            data.file
-                .write_at(bytes, at)
-                .map_err(|e| Error::io("write backup", &data.tmp, e))?;
-            written += (k - start) as u64;
+            let at = HEADER_BYTES + (first + start as u64) * PAGE as u64;
+            let len = (k - start) * PAGE;
+            if !zero[start] {
+                data.file
+                    .write_at(&b[start * PAGE..k * PAGE], at)
+                    .map_err(|e| Error::io("write backup", &data.tmp, e))?;
+                written += (k - start) as u64;
+            } else if !opts.compact {
+                crate::io::allocate_range(data.file.file(), at, len as u64)
+                    .map_err(|e| Error::io("allocate disk space for", &data.tmp, e))?;
+            }
         }
+        entries.clear();
         for k in 0..n as usize {
-            entries.extend_from_slice(&page_crc(&b[k * PAGE..(k + 1) * PAGE]).to_le_bytes());
+            let crc = match zero[k] {
+                true => *ZERO_CRC.get_or_init(|| page_crc(&ZERO_PAGE)),
+                false => page_crc(&b[k * PAGE..(k + 1) * PAGE]),
+            };
+            entries.extend_from_slice(&crc.to_le_bytes());
             entries.extend_from_slice(&crate::sums::ENTRY_TAG.to_le_bytes());
         }
         sums.file
