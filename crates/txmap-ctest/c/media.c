@@ -36,26 +36,26 @@ static int check_model(const char *path, uint64_t k) {
     return 0;
 }
 
-/* The path of an archived segment (in `archive`) whose first commit is above
- * `after`, in `out`; 0 if found. */
+/* The path of the archived segment (in `archive`) with the lowest first
+ * commit above `after`, in `out`; 0 if found. */
 static int find_segment(const char *archive, uint64_t after, char *out, size_t n) {
     DIR *d = opendir(archive);
     CHECK(d != NULL);
     struct dirent *e;
-    int found = 1;
+    uint64_t best = UINT64_MAX;
     while ((e = readdir(d)) != NULL) {
         const char *dash = strchr(e->d_name, '-');
         if (dash == NULL || strstr(e->d_name, ".txlog") == NULL) {
             continue;
         }
-        if (strtoull(dash + 1, NULL, 10) > after) {
+        uint64_t first = strtoull(dash + 1, NULL, 10);
+        if (first > after && first < best) {
+            best = first;
             join(out, n, archive, e->d_name);
-            found = 0;
-            break;
         }
     }
     closedir(d);
-    return found;
+    return best == UINT64_MAX;
 }
 
 /* Flips one bit of the byte at `at` in the file at `path`. */
@@ -133,10 +133,11 @@ int ctest_media_backup_restore(const char *dir) {
     CHECK(errmsg_has(seg));
     CHECK(errmsg_has("damaged archived log segment"));
     CHECK_OK(flip(seg, PAGE_SIZE + 100));
-    /* A missing one is a gap. */
+    /* A missing one (not the last) is a gap. */
     CHECK_EQ(unlink(seg), 0);
     CHECK_EQ(txmap_restore(backup, archive, 0, dst, &at), TXMAP_EINVAL);
     CHECK(errmsg_has("has a gap"));
+    CHECK(errmsg_has("commits 76..=100 are in no segment"));
     CHECK_EQ(access(dst, F_OK), -1);
     return 0;
 }
