@@ -143,6 +143,15 @@
 // catalog has no entry of that name.
 #define TXMAP_CREATE 1
 
+// Flag for `txmap_backup`: leave all-zero pages (never written, or freed
+// heap blocks) as holes in the copy.
+#define TXMAP_BACKUP_COMPACT 1
+
+// Flag in `txmap_options`: keep no page checksum table (by default every
+// data page a checkpoint writes has a CRC-32C in `path-sums`, verified on
+// the first open and by `txmap check`).
+#define TXMAP_NO_PAGE_CHECKSUMS 8
+
 // Region flag: commits return once their log record is written to the OS
 // (they survive a crash of the process, and after power loss the region
 // recovers to a prefix of the commits). Without it commits are durable.
@@ -217,6 +226,21 @@ typedef struct {
   // Offset of the array's header block.
   uint64_t at;
 } txmap_array;
+
+// Options for `txmap_region_open_options` and
+// `txmap_region_create_options`. All zero (and NULL) means the defaults of
+// `txmap_region_open`.
+typedef struct {
+  // `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`.
+  int flags;
+  // Log bytes kept when a checkpoint empties the log; the file is cut to
+  // this (rounded up to 4 MiB). 0: the default (4 MiB); `UINT64_MAX`:
+  // the log never shrinks.
+  uint64_t log_reserve;
+  // A directory where every log epoch is kept (for `txmap_restore`), or
+  // NULL for none. Every process opening the region should name the same.
+  const char *log_archive;
+} txmap_options;
 
 #ifdef __cplusplus
 extern "C" {
@@ -363,6 +387,67 @@ int txmap_array_pop(txmap_view *view, const txmap_array *a, void *out);
 // # Safety
 // As `txmap_array_push`.
 uint64_t txmap_array_len(txmap_view *view, const txmap_array *a);
+
+// `txmap_region_open` with options (`opts` NULL: the defaults).
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `opts` is NULL or valid (its
+// `log_archive` NULL or a NUL-terminated string); `out` is NULL or writable.
+int txmap_region_open_options(const char *path, const txmap_options *opts, txmap_region **out);
+
+// `txmap_region_create` with options (`opts` NULL: the defaults).
+//
+// # Safety
+// As `txmap_region_open_options`.
+int txmap_region_create_options(const char *path,
+                                uint64_t size,
+                                const txmap_options *opts,
+                                txmap_region **out);
+
+// Copies the open region to `dst_path` (and `dst_path-log`,
+// `dst_path-sums`) as of one commit while other threads and processes
+// keep committing; nobody waits for it. The copy is written under
+// temporary names and renamed into place, region file last, so a region
+// at `dst_path` is always a whole copy; it opens without recovery.
+// `flags`: 0 or `TXMAP_BACKUP_COMPACT`. On success `*out_commit` (if not
+// NULL) is the commit the copy holds. `TXMAP_EINVAL` if `dst_path`, its
+// log or its checksum table exists.
+//
+// # Safety
+// `region` is NULL or a live region handle; `dst_path` is NULL or a
+// NUL-terminated string; `out_commit` is NULL or writable.
+int txmap_backup(const txmap_region *region, const char *dst_path, int flags, uint64_t *out_commit);
+
+// Rebuilds a region at `dst_path` from the backup at `backup_path` (made
+// by `txmap_backup`, or any closed region) plus the log segments archived
+// in `archive_dir` (`txmap_options.log_archive`): every commit after the
+// backup's up to `to_commit`, or up to the last archived one if
+// `to_commit` is 0. Checks every record's checksum and that no commit is
+// missing: a gap, an archive that ends before `to_commit` or a
+// `to_commit` before the backup's commit is `TXMAP_EINVAL`, a damaged
+// segment `TXMAP_ECORRUPT`, with `txmap_errmsg` naming it. On failure
+// nothing is left at `dst_path`. On success `*out_commit` (if not NULL)
+// is the commit the region holds; it opens without recovery.
+//
+// # Safety
+// The paths are NULL or NUL-terminated strings; `out_commit` is NULL or
+// writable.
+int txmap_restore(const char *backup_path,
+                  const char *archive_dir,
+                  uint64_t to_commit,
+                  const char *dst_path,
+                  uint64_t *out_commit);
+
+// Gives back space of the region at `path`, which no process may have
+// open (`TXMAP_EINVAL` otherwise): replays and cuts its log to the
+// smallest reserve, and cuts a region holding the collections' heap above
+// the heap's top (data is never moved; a raw region keeps its size). On
+// success `*out_size` (if not NULL) is the region's data size after.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out_size` is NULL or
+// writable.
+int txmap_compact(const char *path, uint64_t *out_size);
 
 // Creates a new zero-filled region of `size` bytes (a positive multiple of
 // 4096) at `path`, plus its log `path-log`, and opens it. Fails with

@@ -1,5 +1,6 @@
 //! The C API of txmap: the native `txmap_*` calls ([`native`]), the
-//! LIBXAC-style calls ([`xac`]) and the collections' calls ([`collections`]),
+//! LIBXAC-style calls ([`xac`]), the collections' calls ([`collections`]) and
+//! backup, restore, compact and region options ([`media`]),
 //! over the `txmap` crate's public API. The `txmap-clib` crate builds it
 //! into `libtxmap.so` (SONAME `libtxmap.so.0`) and `libtxmap.a`. The header
 //! `include/txmap.h` is generated from this crate by `scripts/gen-header.sh`
@@ -28,10 +29,12 @@ use std::path::Path;
 use txmap::Error;
 
 pub mod collections;
+pub mod media;
 pub mod native;
 pub mod xac;
 
 pub use collections::*;
+pub use media::*;
 pub use native::*;
 pub use xac::*;
 

@@ -33,7 +33,7 @@ pub const TXMAP_ACCESS_WRITE: c_int = 2;
 /// An open region (a data file and its log). Opaque.
 #[allow(non_camel_case_types)]
 pub struct txmap_region {
-    region: Region,
+    pub(crate) region: Region,
 }
 
 /// A view: one mapping of a region, used by one thread at a time. Opaque.
@@ -42,7 +42,7 @@ pub struct txmap_view {
     view: View,
 }
 
-fn region_options(flags: c_int) -> Result<Options, Failure> {
+pub(crate) fn region_options(flags: c_int) -> Result<Options, Failure> {
     if flags & !(TXMAP_ASYNC | TXMAP_OPEN_READ_ONLY) != 0 {
         return Err(Failure::invalid(format!("unknown region flags {flags:#x}")));
     }
@@ -61,7 +61,7 @@ fn region_options(flags: c_int) -> Result<Options, Failure> {
 ///
 /// # Safety
 /// `out` is NULL or valid for a write.
-unsafe fn put_region(
+pub(crate) unsafe fn put_region(
     out: *mut *mut txmap_region,
     open: impl FnOnce() -> Result<Region, Error>,
 ) -> Result<(), Failure> {
@@ -79,7 +79,7 @@ unsafe fn put_region(
 
 /// # Safety
 /// `r` is NULL or a live handle from `txmap_region_create`/`txmap_region_open`.
-unsafe fn region_ref<'a>(r: *const txmap_region) -> Result<&'a txmap_region, Failure> {
+pub(crate) unsafe fn region_ref<'a>(r: *const txmap_region) -> Result<&'a txmap_region, Failure> {
     // SAFETY: per the caller's contract.
     unsafe { r.as_ref() }.ok_or_else(|| Failure::null("region"))
 }

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::backup::{Part, remove_dead_temporaries, write_headers};
+use crate::backup::{Part, check_destination, write_headers};
 use crate::error::{Error, Result};
 use crate::io::{FileStorage, Storage};
 use crate::os::mem::PAGE;
@@ -56,10 +56,7 @@ pub fn restore(
             to.unwrap_or(0)
         )));
     }
-    if dst.try_exists().map_err(|e| Error::io("stat", dst, e))? {
-        return Err(Error::Invalid(format!("{} already exists", dst.display())));
-    }
-    remove_dead_temporaries(dst);
+    check_destination(dst)?;
     let mut segments: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(archive)
         .map_err(|e| Error::io("read archive directory", archive, e))?
         .flatten()
@@ -132,6 +129,7 @@ pub fn restore(
                 cur = r.seq;
                 replayed += 1;
             }
+            crate::debug::hit(crate::debug::CrashPoint::RestoreReplaying);
         }
         if let Some(t) = to.filter(|&t| t > cur) {
             return Err(Error::Invalid(format!(
@@ -144,6 +142,7 @@ pub fn restore(
         for p in &parts {
             p.sync()?;
         }
+        crate::debug::hit(crate::debug::CrashPoint::RestorePlacing);
         parts[2].place()?;
         parts[1].place()?;
         parts[0].place()?;

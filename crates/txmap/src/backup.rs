@@ -45,7 +45,8 @@ pub struct BackupReport {
     pub commit: u64,
     /// Bytes of region data in the copy.
     pub size: u64,
-    /// Pages written (all pages, or with `compact` those not all zero).
+    /// Pages written: those not all zero (pages of zeros are allocated
+    /// without writing, or with `compact` left as holes).
     pub pages_written: u64,
     /// The copy's region file.
     pub path: PathBuf,
@@ -56,6 +57,8 @@ const BATCH: u64 = 256;
 /// Pages read per turn on the read side (1 MiB).
 const READ: u64 = 256;
 const SUFFIX: &str = ".backup-";
+static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+static ZERO_CRC: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// A registered snapshot, ended and its slot released on drop.
 struct Snapshot<'a> {
@@ -120,8 +123,29 @@ impl Part {
     }
 }
 
+/// Refuses a destination where a region, its log or its checksum table
+/// exists (a copy never replaces anything), after removing temporaries
+/// that dead processes left there.
+pub(crate) fn check_destination(dst: &Path) -> Result<()> {
+    let exists = |p: &Path| -> Result<bool> { p.try_exists().map_err(|e| Error::io("stat", p, e)) };
+    if exists(dst)? {
+        return Err(Error::Invalid(format!("{} already exists", dst.display())));
+    }
+    remove_dead_temporaries(dst);
+    for p in [log_path(dst), sums_path(dst)] {
+        if exists(&p)? {
+            return Err(Error::Invalid(format!(
+                "{} already exists (without its region {}): remove it first",
+                p.display(),
+                dst.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Removes temporary files of backups to `dst` whose process is gone.
-pub(crate) fn remove_dead_temporaries(dst: &Path) {
+fn remove_dead_temporaries(dst: &Path) {
     let dir = match dst.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -161,21 +185,7 @@ impl crate::Region {
     pub fn backup_with(&self, dst: &Path, opts: &BackupOptions<'_>) -> Result<BackupReport> {
         let r = &**self.inner;
         r.check_owner()?;
-        let exists =
-            |p: &Path| -> Result<bool> { p.try_exists().map_err(|e| Error::io("stat", p, e)) };
-        if exists(dst)? {
-            return Err(Error::Invalid(format!("{} already exists", dst.display())));
-        }
-        remove_dead_temporaries(dst);
-        for p in [log_path(dst), sums_path(dst)] {
-            if exists(&p)? {
-                return Err(Error::Invalid(format!(
-                    "{} already exists (without its region {}): remove it first",
-                    p.display(),
-                    dst.display()
-                )));
-            }
-        }
+        check_destination(dst)?;
         let slot = r.mvcc.claim_slot().ok_or_else(|| {
             Error::Invalid(format!(
                 "too many views on {} (at most {}) to take a backup",
@@ -277,31 +287,39 @@ fn copy_pages(
             }
             read?;
         }
-        entries.clear();
+        // Pages of zeros (free space: the heap's room above its top, freed
+        // blocks) are not written: `compact` leaves them as holes, else
+        // their blocks are allocated (`fallocate`, no data written; they
+        // read as zeros and are never written here, so ext4 converts
+        // nothing at writeback).
+        let zero: Vec<bool> = (0..n as usize)
+            .map(|k| b[k * PAGE..(k + 1) * PAGE] == ZERO_PAGE[..])
+            .collect();
         let mut k = 0;
         while k < n as usize {
-            // Runs of pages to write (all of them, or the non-zero ones).
-            let zero =
-                |k: usize| opts.compact && b[k * PAGE..(k + 1) * PAGE].iter().all(|&x| x == 0);
-            if zero(k) {
-                k += 1;
-                continue;
-            }
             let start = k;
-            while k < n as usize && !zero(k) {
+            while k < n as usize && zero[k] == zero[start] {
                 k += 1;
             }
-            let (bytes, at) = (
-                &b[start * PAGE..k * PAGE],
-                HEADER_BYTES + (first + start as u64) * PAGE as u64,
-            );
-            data.file
-                .write_at(bytes, at)
-                .map_err(|e| Error::io("write backup", &data.tmp, e))?;
-            written += (k - start) as u64;
+            let at = HEADER_BYTES + (first + start as u64) * PAGE as u64;
+            let len = (k - start) * PAGE;
+            if !zero[start] {
+                data.file
+                    .write_at(&b[start * PAGE..k * PAGE], at)
+                    .map_err(|e| Error::io("write backup", &data.tmp, e))?;
+                written += (k - start) as u64;
+            } else if !opts.compact {
+                crate::io::allocate_range(data.file.file(), at, len as u64)
+                    .map_err(|e| Error::io("allocate disk space for", &data.tmp, e))?;
+            }
         }
+        entries.clear();
         for k in 0..n as usize {
-            entries.extend_from_slice(&page_crc(&b[k * PAGE..(k + 1) * PAGE]).to_le_bytes());
+            let crc = match zero[k] {
+                true => *ZERO_CRC.get_or_init(|| page_crc(&ZERO_PAGE)),
+                false => page_crc(&b[k * PAGE..(k + 1) * PAGE]),
+            };
+            entries.extend_from_slice(&crc.to_le_bytes());
             entries.extend_from_slice(&crate::sums::ENTRY_TAG.to_le_bytes());
         }
         sums.file

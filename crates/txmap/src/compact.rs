@@ -77,10 +77,13 @@ pub fn compact(path: &Path) -> Result<CompactReport> {
     }
     v.commit()?;
     drop(v);
+    let seen = (r.stats().commit_seq, size_before);
     // The last close replays nothing more, checkpoints and cuts the log.
     r.close()?;
-    if keep < size_before {
-        shrink(path, keep)?;
+    // A file longer than its data is also cut: a compact killed after it
+    // recorded the smaller size left it so.
+    if keep < size_before || len(path)? > HEADER_BYTES + keep {
+        shrink(path, keep, seen)?;
     }
     Ok(CompactReport {
         size_before,
@@ -94,8 +97,10 @@ pub fn compact(path: &Path) -> Result<CompactReport> {
 /// Records the smaller size in the region header (table first), then cuts
 /// the region file and the checksum table, holding the locks every opener
 /// takes, so nobody opens meanwhile. A crash after the header leaves a file
-/// longer than its data size, which is allowed.
-fn shrink(path: &Path, size: u64) -> Result<()> {
+/// longer than its data size, which is allowed. `seen` is the (commit,
+/// size) compact saw; a region another process opened and changed between
+/// the close and the locks here is left alone.
+fn shrink(path: &Path, size: u64, seen: (u64, u64)) -> Result<()> {
     use rustix::fs::FlockOperation as F;
     let lp = crate::wal::log_path(path);
     let transition = std::fs::File::open(&lp).map_err(|e| Error::io("open", &lp, e))?;
@@ -113,10 +118,22 @@ fn shrink(path: &Path, size: u64) -> Result<()> {
     data.read_at(&mut page, 0)
         .map_err(|e| Error::io("read header of", path, e))?;
     let mut h = RegionHeader::decode(&page).map_err(|e| Error::corrupt(path, 0, e.to_string()))?;
+    if (h.checkpoint_seq, h.data_size) != seen {
+        return Err(Error::Invalid(format!(
+            "{} was changed by another process during compact (now at commit {} with {} bytes, \
+             compacted at commit {} with {}); its size is kept",
+            path.display(),
+            h.checkpoint_seq,
+            h.data_size,
+            seen.0,
+            seen.1
+        )));
+    }
     h.generation += 1;
     h.data_size = size;
     let sums = crate::sums::PageSums::open(path, false)?;
     crate::recovery::write_region_header(&data, sums.as_ref(), &h)?;
+    crate::debug::hit(crate::debug::CrashPoint::CompactShrinking);
     data.set_len(HEADER_BYTES + size)
         .and_then(|_| data.sync())
         .map_err(|e| Error::io("truncate", path, e))?;

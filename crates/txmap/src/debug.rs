@@ -40,11 +40,20 @@ pub enum CrashPoint {
     /// Taking a backup: every part written and synced under its temporary
     /// name, before the renames into place.
     BackupPlacing = 11,
+    /// Restoring: after each archived segment is replayed into the copy
+    /// under its temporary name.
+    RestoreReplaying = 12,
+    /// Restoring: every part written and synced under its temporary name,
+    /// before the renames into place.
+    RestorePlacing = 13,
+    /// Compacting: the region header records the smaller size, before the
+    /// region file and the checksum table are cut.
+    CompactShrinking = 14,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 11] = [
+    pub const ALL: [CrashPoint; 14] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -56,6 +65,9 @@ impl CrashPoint {
         CrashPoint::Creating,
         CrashPoint::BackupCopying,
         CrashPoint::BackupPlacing,
+        CrashPoint::RestoreReplaying,
+        CrashPoint::RestorePlacing,
+        CrashPoint::CompactShrinking,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -89,7 +101,10 @@ mod tests {
             | CrashPoint::EpochPublishing
             | CrashPoint::Creating
             | CrashPoint::BackupCopying
-            | CrashPoint::BackupPlacing => p as u32,
+            | CrashPoint::BackupPlacing
+            | CrashPoint::RestoreReplaying
+            | CrashPoint::RestorePlacing
+            | CrashPoint::CompactShrinking => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

@@ -8,52 +8,18 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use txmap::archive::{parse_segment_name, restore};
+use common::{check_model_state as check_state, model_commit as commit};
+use txmap::archive::restore;
 use txmap::{Options, Region};
 
 const PAGE: u64 = 4096;
-const PAGES: u64 = 16;
+const PAGES: u64 = MODEL_PAGES;
 
 fn opts(archive: &Path) -> Options {
     Options {
         checkpoint_bytes: 16 << 10, // many epochs
         log_archive: Some(archive.to_path_buf()),
         ..Options::default()
-    }
-}
-
-/// Commit `s` writes `s` at the start of page `s % PAGES` (and 2 KiB of
-/// filler, so epochs fill up).
-fn commit(v: &mut txmap::View, s: u64) {
-    v.begin().unwrap();
-    let at = (s % PAGES) * PAGE;
-    v.write(at, &s).unwrap();
-    v.slice_mut(at + 8, 2048).unwrap().fill(s as u8);
-    v.commit().unwrap();
-}
-
-/// The model: page `p` holds the newest commit `s <= k` with `s % PAGES == p`.
-fn check_state(region: &Path, k: u64) {
-    let r = Region::open(region, Options::default()).unwrap();
-    assert_eq!(
-        r.stats().recovered_commits,
-        0,
-        "a restored region needs no recovery"
-    );
-    assert_eq!(r.stats().commit_seq, k);
-    let v = r.view().unwrap();
-    for p in 0..PAGES {
-        let want = (1..=k).filter(|s| s % PAGES == p).max().unwrap_or(0);
-        assert_eq!(
-            v.read::<u64>(p * PAGE).unwrap(),
-            want,
-            "page {p} at commit {k}"
-        );
-        let fill = v.slice(p * PAGE + 8, 2048).unwrap();
-        assert!(
-            fill.iter().all(|&b| b == want as u8),
-            "page {p} at commit {k}"
-        );
     }
 }
 
@@ -95,23 +61,10 @@ fn setup(name: &str) -> Setup {
     }
 }
 
-fn segments(archive: &Path) -> Vec<(u64, u64, PathBuf)> {
-    let mut v: Vec<_> = std::fs::read_dir(archive)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let (_, f, l) = parse_segment_name(e.file_name().to_str()?)?;
-            Some((f, l, e.path()))
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn restore_to_the_last_and_to_a_chosen_commit_reproduces_the_committed_states() {
     let s = setup("archive-restore");
-    let segs = segments(&s.archive);
+    let segs = archive_segments(&s.archive);
     assert!(segs.len() > 5, "{} segments", segs.len());
     // Every commit is in exactly one segment, in order.
     let mut next = 1;
@@ -147,7 +100,7 @@ fn restore_to_the_last_and_to_a_chosen_commit_reproduces_the_committed_states() 
 #[test]
 fn a_missing_segment_is_named_as_a_gap() {
     let s = setup("archive-gap");
-    let segs = segments(&s.archive);
+    let segs = archive_segments(&s.archive);
     let (f, l, p) = segs.iter().find(|(f, _, _)| *f > 100).unwrap().clone();
     std::fs::remove_file(&p).unwrap();
     let dst = s.dir.join("restored.txm");
@@ -167,7 +120,7 @@ fn a_missing_segment_is_named_as_a_gap() {
 #[test]
 fn a_damaged_segment_is_named_with_its_offset() {
     let s = setup("archive-damaged");
-    let segs = segments(&s.archive);
+    let segs = archive_segments(&s.archive);
     let (_, _, p) = segs.iter().find(|(f, _, _)| *f > 100).unwrap().clone();
     let len = std::fs::metadata(&p).unwrap().len();
     flip(&p, 4096 + (len - 4096) / 2);
@@ -200,10 +153,10 @@ fn an_epoch_left_by_a_crash_is_archived_by_the_first_opener() {
     // A crash now: the files as they are, the live epoch not archived.
     let crashed = d.join("crashed.txm");
     copy_region(&src, &crashed);
-    for (_, _, p) in segments(&a) {
+    for (_, _, p) in archive_segments(&a) {
         std::fs::copy(&p, b.join(p.file_name().unwrap())).unwrap();
     }
-    let last_archived = segments(&b).last().map_or(0, |s| s.1);
+    let last_archived = archive_segments(&b).last().map_or(0, |s| s.1);
     assert!(last_archived < 45, "the live epoch is not archived yet");
     drop(v);
     drop(r);
@@ -212,4 +165,104 @@ fn an_epoch_left_by_a_crash_is_archived_by_the_first_opener() {
     let rep = restore(&backup, &b, None, &dst).unwrap();
     assert_eq!(rep.commit, 45);
     check_state(&dst, 45);
+}
+
+/// Every file in `dir` and below with its bytes, sorted by path.
+fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(contents(&e.path()));
+        } else {
+            out.push((e.path(), std::fs::read(e.path()).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Child: arms a crash point and restores `TXMAP_BACKUP` plus
+/// `TXMAP_ARCHIVE` to `TXMAP_DST`.
+#[test]
+fn restore_child() {
+    if role().as_deref() != Some("restore") {
+        return;
+    }
+    let var = |k: &str| PathBuf::from(std::env::var(k).unwrap());
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let nth: u64 = std::env::var("TXMAP_NTH").unwrap().parse().unwrap();
+    txmap::debug::crash_at(txmap::debug::CrashPoint::from_u32(point).unwrap(), nth);
+    let r = restore(
+        &var("TXMAP_BACKUP"),
+        &var("TXMAP_ARCHIVE"),
+        None,
+        &var("TXMAP_DST"),
+    );
+    eprintln!("restore finished without reaching its crash point: {r:?}");
+}
+
+#[test]
+fn a_restore_killed_at_any_point_leaves_backup_and_archive_intact_and_no_region_at_dst() {
+    use txmap::debug::CrashPoint;
+    let s = setup("archive-restore-killed");
+    // The backup's files and the archive, byte for byte.
+    let sources = || {
+        let mut c = contents(&s.archive);
+        for p in [
+            s.backup.clone(),
+            txmap::log_path(&s.backup),
+            txmap::sums::sums_path(&s.backup),
+        ] {
+            c.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+        c
+    };
+    let before = sources();
+    let dst = s.dir.join("restored.txm");
+    for (point, nth) in [
+        (CrashPoint::RestoreReplaying, 1),
+        (CrashPoint::RestoreReplaying, 4),
+        (CrashPoint::RestorePlacing, 1),
+    ] {
+        let status = child(
+            "restore_child",
+            "restore",
+            &[
+                ("TXMAP_POINT", (point as u32).to_string()),
+                ("TXMAP_NTH", nth.to_string()),
+                ("TXMAP_BACKUP", s.backup.display().to_string()),
+                ("TXMAP_ARCHIVE", s.archive.display().to_string()),
+                ("TXMAP_DST", dst.display().to_string()),
+            ],
+        )
+        .status()
+        .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{point:?} {nth}: killed");
+        assert!(
+            !dst.exists(),
+            "{point:?} {nth}: no region at the destination"
+        );
+        assert!(
+            sources() == before,
+            "{point:?} {nth}: backup or archive changed"
+        );
+        let temporaries = std::fs::read_dir(&s.dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".backup-"))
+            .count();
+        assert_eq!(temporaries, 3, "{point:?} {nth}: the parts, unplaced");
+    }
+    // The next restore removes the dead one's files and succeeds.
+    let rep = restore(&s.backup, &s.archive, None, &dst).unwrap();
+    assert_eq!(rep.commit, s.last);
+    check_state(&dst, s.last);
+    let left: Vec<_> = std::fs::read_dir(&s.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".backup-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -221,3 +221,39 @@ fn a_backup_killed_at_any_point_leaves_the_source_intact_and_no_region_at_dst() 
         assert_eq!(read_page(&v, p), (p + 7, p + 7));
     }
 }
+
+#[test]
+fn a_full_backup_allocates_zero_pages_without_leaving_holes() {
+    let d = ext4_dir("backup-full-zeros");
+    let src = d.join("src.txm");
+    let dst = d.join("dst.txm");
+    let r = Region::create(&src, 4096 * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    for p in [3, 2000, 2001, 4095] {
+        stamp(&mut v, p, p + 1);
+    }
+    drop(v);
+    let rep = r.backup(&dst).unwrap();
+    assert_eq!(rep.pages_written, 4, "zero pages are not written");
+    // Every block allocated, as a region's must be (ext4's SEEK_HOLE
+    // reports allocated blocks never written as holes, so count them).
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&dst).unwrap();
+    assert_eq!(m.len(), 4097 * PAGE);
+    assert!(
+        m.blocks() * 512 >= 4097 * PAGE,
+        "{} bytes allocated",
+        m.blocks() * 512
+    );
+    drop(r);
+    let b = Region::open(&dst, Options::default()).unwrap();
+    let v = b.view().unwrap();
+    for p in [3, 2000, 2001, 4095] {
+        assert_eq!(read_page(&v, p), (p + 1, p + 1), "page {p}");
+    }
+    for p in [0, 4, 1999, 2002, 4094] {
+        assert_eq!(read_page(&v, p), (0, 0), "page {p}");
+    }
+    let c = check(&dst).unwrap();
+    assert!(c.is_sound(), "{c:?}");
+}

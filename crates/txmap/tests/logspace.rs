@@ -195,25 +195,10 @@ fn key(i: u32) -> Vec<u8> {
 
 #[test]
 fn compact_cuts_a_heap_region_above_its_top_and_keeps_every_entry() {
-    use txmap::collections::{AnyMap, Kind, Map};
+    use txmap::collections::Map;
     let d = ext4_dir("logspace-compact");
     let p = d.join("r.txm");
-    let r = Region::create(&p, 256 * 1024, Options::default()).unwrap();
-    let mut v = r.view().unwrap();
-    let m = v
-        .run(|v| AnyMap::open_or_create(v, "m", Kind::BTree))
-        .unwrap();
-    for chunk in 0..40u32 {
-        v.run(|v| {
-            for i in chunk * 500..(chunk + 1) * 500 {
-                m.put(v, &key(i), &[7u8; 100])?;
-            }
-            Ok(())
-        })
-        .unwrap();
-    }
-    drop(v);
-    r.close().unwrap();
+    let m = make_heap_region(&p);
     let rep = txmap::compact::compact(&p).unwrap();
     assert!(rep.heap);
     assert!(
@@ -261,4 +246,89 @@ fn compact_keeps_the_size_of_a_raw_region_and_cuts_its_log() {
     assert_eq!(rep.size_after, 64 * PAGE);
     assert!(rep.log_before > 12 * MIB, "{rep:?}");
     assert_eq!(rep.log_after, 4096 + 4 * MIB);
+}
+
+/// A collections region whose heap grew in steps (room above its top):
+/// 20,000 B+-tree entries `key(i) -> [7; 100]`.
+fn make_heap_region(p: &std::path::Path) -> txmap::collections::AnyMap {
+    use txmap::collections::{AnyMap, Kind, Map};
+    let r = Region::create(p, 256 * 1024, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    let m = v
+        .run(|v| AnyMap::open_or_create(v, "m", Kind::BTree))
+        .unwrap();
+    for chunk in 0..40u32 {
+        v.run(|v| {
+            for i in chunk * 500..(chunk + 1) * 500 {
+                m.put(v, &key(i), &[7u8; 100])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    drop(v);
+    r.close().unwrap();
+    m
+}
+
+/// Child: arms a crash point and compacts `TXMAP_REGION`.
+#[test]
+fn compact_child() {
+    if role().as_deref() != Some("compact") {
+        return;
+    }
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    txmap::debug::crash_at(txmap::debug::CrashPoint::from_u32(point).unwrap(), 1);
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+    let r = txmap::compact::compact(&p);
+    eprintln!("compact finished without reaching its crash point: {r:?}");
+}
+
+#[test]
+fn a_compact_killed_while_shrinking_leaves_every_entry_and_the_next_one_finishes() {
+    use txmap::collections::Map;
+    let d = ext4_dir("logspace-compact-killed");
+    let p = d.join("r.txm");
+    let m = make_heap_region(&p);
+    let size_before = txmap::inspect::check(&p).unwrap().report.data_size;
+    let status = child(
+        "compact_child",
+        "compact",
+        &[
+            (
+                "TXMAP_POINT",
+                (txmap::debug::CrashPoint::CompactShrinking as u32).to_string(),
+            ),
+            ("TXMAP_REGION", p.display().to_string()),
+        ],
+    )
+    .status()
+    .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "killed at CompactShrinking");
+    // The header records the smaller size; the file is still longer.
+    let c = txmap::inspect::check(&p).unwrap();
+    assert!(c.is_sound(), "{c:?}");
+    let small = c.report.data_size;
+    assert!(small < size_before);
+    assert!(std::fs::metadata(&p).unwrap().len() > small + PAGE);
+    let check_entries = || {
+        let r = Region::open(&p, Options::default()).unwrap();
+        assert_eq!(r.size(), small);
+        let v = r.view().unwrap();
+        for i in (0..20_000).step_by(7) {
+            assert_eq!(
+                m.get(&v, &key(i)).unwrap().as_deref(),
+                Some(&[7u8; 100][..]),
+                "key {i}"
+            );
+        }
+    };
+    check_entries();
+    // The next compact finishes the cut.
+    let rep = txmap::compact::compact(&p).unwrap();
+    assert_eq!(rep.size_after, small, "{rep:?}");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), small + PAGE);
+    assert!(txmap::inspect::check(&p).unwrap().is_sound());
+    check_entries();
 }

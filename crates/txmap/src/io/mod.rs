@@ -185,7 +185,7 @@ impl Storage for FileStorage {
 /// Allocates disk blocks for `[off, off + len)` of `file` (a hole or past
 /// its end), extending it if needed; where the file system cannot allocate
 /// (`EOPNOTSUPP`), writes zeros there instead.
-fn allocate_range(file: &File, off: u64, len: u64) -> std::io::Result<()> {
+pub(crate) fn allocate_range(file: &File, off: u64, len: u64) -> std::io::Result<()> {
     use rustix::io::Errno;
     match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), off, len) {
         Ok(()) => return Ok(()),

@@ -369,3 +369,53 @@ impl Drop for Proc {
         }
     }
 }
+
+/// Pages the commit model of the archive and restore tests writes over.
+pub const MODEL_PAGES: u64 = 16;
+
+/// Commit `c` of the model: writes `c` at the start of page `c %
+/// MODEL_PAGES` and fills the next 2 KiB with its low byte (so log epochs
+/// fill up).
+pub fn model_commit(v: &mut txmap::View, c: u64) {
+    v.begin().unwrap();
+    let at = (c % MODEL_PAGES) * PAGE;
+    v.write(at, &c).unwrap();
+    v.slice_mut(at + 8, 2048).unwrap().fill(c as u8);
+    v.commit().unwrap();
+}
+
+/// Checks `region` opens without recovery at commit `k` holding the
+/// model's state: page `p` holds the newest `c <= k` with `c % MODEL_PAGES
+/// == p` (0 if none), and its fill byte.
+pub fn check_model_state(region: &Path, k: u64) {
+    let r = Region::open(region, txmap::Options::default()).unwrap();
+    assert_eq!(
+        r.stats().recovered_commits,
+        0,
+        "{} opens without recovery",
+        region.display()
+    );
+    assert_eq!(r.stats().commit_seq, k, "{}", region.display());
+    let v = r.view().unwrap();
+    for p in 0..MODEL_PAGES {
+        let want = (1..=k).filter(|c| c % MODEL_PAGES == p).max().unwrap_or(0);
+        assert_eq!(v.read::<u64>(p * PAGE).unwrap(), want, "page {p} at {k}");
+        let fill = v.slice(p * PAGE + 8, 2048).unwrap();
+        assert!(fill.iter().all(|&b| b == want as u8), "page {p} at {k}");
+    }
+}
+
+/// The archived log segments in `archive`: (first commit, last commit,
+/// path), in commit order.
+pub fn archive_segments(archive: &Path) -> Vec<(u64, u64, PathBuf)> {
+    let mut v: Vec<_> = std::fs::read_dir(archive)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let (_, f, l) = txmap::archive::parse_segment_name(e.file_name().to_str()?)?;
+            Some((f, l, e.path()))
+        })
+        .collect();
+    v.sort();
+    v
+}
