@@ -161,7 +161,12 @@ fn stopped_leader(test: &str, kill: bool) {
         assert_eq!(read_acks(&ack).0, (1..=COMMITS).collect::<Vec<_>>());
     }
     assert_eq!(a.state(), 'T', "the leader was continued too early");
-    assert!(read_acks(&a_ack).0.is_empty());
+    assert!(
+        read_acks(&a_ack).0.is_empty(),
+        "the stopped leader acknowledged {:?}; its stderr: {}",
+        read_acks(&a_ack),
+        a.stderr()
+    );
     // `txmap info` names the stopped leader, and says it is stalled once it
     // has held the lock longer than followers wait.
     wait_until("info to show the stopped sync leader", || {
