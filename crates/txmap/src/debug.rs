@@ -142,10 +142,10 @@ pub(crate) fn hit(point: CrashPoint) {
     }
     if COUNT.fetch_sub(1, Ordering::SeqCst) == 1 {
         let sig = match STOP.load(Ordering::SeqCst) {
-            true => rustix::process::Signal::STOP,
-            false => rustix::process::Signal::KILL,
+            true => libc::SIGSTOP,
+            false => libc::SIGKILL,
         };
-        let _ = rustix::process::kill_process(rustix::process::getpid(), sig);
+        crate::os::signal::raise_in_this_thread(sig);
     }
 }
 

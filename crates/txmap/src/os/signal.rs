@@ -52,6 +52,16 @@ static INSTALL_ERROR: AtomicUsize = AtomicUsize::new(0);
 /// handle can tell, with one load, whether it lives in the process that made it.
 static FORKS: AtomicUsize = AtomicUsize::new(0);
 
+/// Sends `sig` to the calling thread, so that it takes effect before the
+/// call returns: a SIGSTOP or SIGKILL sent to the whole process with
+/// `kill` may be taken by another thread first, and the caller runs on
+/// meanwhile (crash points must stop exactly where they are).
+pub fn raise_in_this_thread(sig: i32) {
+    // SAFETY: pthread_kill on the calling thread's own handle, with a valid
+    // signal number; it only queues the signal.
+    let _ = unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
+}
+
 /// How many forks separate this process from the first one (see `FORKS`).
 /// Installs the fork hook on first use.
 pub fn forks() -> std::io::Result<usize> {
