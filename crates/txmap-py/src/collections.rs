@@ -96,6 +96,29 @@ pub(crate) fn open_map(
     })
 }
 
+/// Runs `f` on `view`'s open transaction (`what` names the operation in
+/// errors); a write in a read-only transaction is refused.
+fn in_transaction<R>(
+    view: &Py<View>,
+    py: Python<'_>,
+    what: &str,
+    write: bool,
+    f: impl FnOnce(&mut txmap::View) -> txmap::Result<R>,
+) -> PyResult<R> {
+    let me = view.get();
+    let mut st = me.lock(py)?;
+    let ro = st.read_only;
+    let v = st.in_txn(py, &me.path, what)?;
+    if write && ro {
+        return Err(txn_error(
+            py,
+            format!("{what} in a read-only transaction"),
+            &me.path,
+        ));
+    }
+    f(v).map_err(|e| to_py(py, e, &me.path))
+}
+
 /// A named map in a region: a dict-like object with ``bytes`` keys and
 /// values, used inside transactions of its view (each operation is part of
 /// the current transaction; outside one it raises ``TransactionError``).
@@ -119,18 +142,7 @@ impl Map {
         write: bool,
         f: impl FnOnce(&mut txmap::View, &AnyMap) -> txmap::Result<R>,
     ) -> PyResult<R> {
-        let me = self.view.get();
-        let mut st = me.lock(py)?;
-        let ro = st.read_only;
-        let v = st.in_txn(py, &me.path, what)?;
-        if write && ro {
-            return Err(txn_error(
-                py,
-                format!("{what} in a read-only transaction"),
-                &me.path,
-            ));
-        }
-        f(v, &self.map).map_err(|e| to_py(py, e, &me.path))
+        in_transaction(&self.view, py, what, write, |v| f(v, &self.map))
     }
 
     fn iter(
@@ -535,18 +547,7 @@ impl Array {
         write: bool,
         f: impl FnOnce(&mut txmap::View, &ArrayList) -> txmap::Result<R>,
     ) -> PyResult<R> {
-        let me = self.view.get();
-        let mut st = me.lock(py)?;
-        let ro = st.read_only;
-        let v = st.in_txn(py, &me.path, what)?;
-        if write && ro {
-            return Err(txn_error(
-                py,
-                format!("{what} in a read-only transaction"),
-                &me.path,
-            ));
-        }
-        f(v, &self.arr).map_err(|e| to_py(py, e, &me.path))
+        in_transaction(&self.view, py, what, write, |v| f(v, &self.arr))
     }
 
     /// A Python index (negative from the end) as an item number.
