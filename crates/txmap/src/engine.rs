@@ -243,21 +243,13 @@ impl RegionInner {
                 if r.seq <= self.mvcc.commit_seq() {
                     continue;
                 }
-                self.republish(l, &r)?;
+                publish_record(&self.mvcc, &*self.data, l, &r)?;
             }
             h.log.mark_published();
         }
         h.log.raise_written(self.mvcc.commit_seq());
         self.mvcc.dedupe_dirty(l);
         Ok(())
-    }
-
-    fn republish(
-        &self,
-        l: &crate::mvcc::Locked<'_>,
-        r: &crate::wal::format::CommitRecord<'_>,
-    ) -> Result<()> {
-        publish_record(&self.mvcc, &*self.data, l, r)
     }
 
     /// The version store could not take more versions: expire the oldest
