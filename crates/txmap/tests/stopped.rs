@@ -7,7 +7,7 @@
 //! re-executed with a role.
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -124,21 +124,31 @@ fn counters(p: &Path) -> Vec<u64> {
     c
 }
 
-/// Runs the scenario; `kill`: SIGKILL everyone while A is still stopped
-/// instead of continuing it.
-fn stopped_leader(test: &str, kill: bool) {
+/// A child's environment: the region, and the file it acknowledges in.
+fn env_of(p: &Path, ack: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_ACK", ack.display().to_string()),
+    ]
+}
+
+/// A fresh region (one page per process) and process A started in `role`
+/// (acknowledging in `ack-a`), once it has stopped itself (`what`).
+fn start_stopped(test: &str, role: &str, what: &str) -> (TestDir, PathBuf, Proc) {
     let d = ext4_dir(test);
     let p = d.join("r.txm");
     drop(Region::create(&p, (COMMITTERS + 1) * PAGE, Options::default()).unwrap());
-    let base = |ack: &Path| {
-        vec![
-            ("TXMAP_PATH", p.display().to_string()),
-            ("TXMAP_ACK", ack.display().to_string()),
-        ]
-    };
+    let a = Proc::spawn(test, role, &env_of(&p, &d.join("ack-a")), d.join("err-a"));
+    wait_until(what, || a.state() == 'T');
+    (d, p, a)
+}
+
+/// Runs the scenario; `kill`: SIGKILL everyone while A is still stopped
+/// instead of continuing it.
+fn stopped_leader(test: &str, kill: bool) {
+    let (d, p, mut a) = start_stopped(test, "leader", "the leader to stop inside its sync");
     let a_ack = d.join("ack-a");
-    let mut a = Proc::spawn(test, "leader", &base(&a_ack), d.join("err-a"));
-    wait_until("the leader to stop inside its sync", || a.state() == 'T');
+    let base = |ack: &Path| env_of(&p, ack);
 
     let mut bs: Vec<Proc> = (1..=COMMITTERS)
         .map(|w| {
@@ -236,20 +246,13 @@ fn a_stopped_checkpointer_does_not_stall_commits() {
         return;
     }
     let test = "a_stopped_checkpointer_does_not_stall_commits";
-    let d = ext4_dir(test);
-    let p = d.join("r.txm");
-    drop(Region::create(&p, (COMMITTERS + 1) * PAGE, Options::default()).unwrap());
-    let base = |ack: &Path| {
-        vec![
-            ("TXMAP_PATH", p.display().to_string()),
-            ("TXMAP_ACK", ack.display().to_string()),
-        ]
-    };
+    let (d, p, mut a) = start_stopped(
+        test,
+        "checkpointer",
+        "the checkpointer to stop inside its checkpoint",
+    );
     let a_ack = d.join("ack-a");
-    let mut a = Proc::spawn(test, "checkpointer", &base(&a_ack), d.join("err-a"));
-    wait_until("the checkpointer to stop inside its checkpoint", || {
-        a.state() == 'T'
-    });
+    let base = |ack: &Path| env_of(&p, ack);
     for w in 1..=COMMITTERS {
         let mut e = base(&d.join(&format!("ack-{w}")));
         e.push(("TXMAP_SLOT", w.to_string()));
