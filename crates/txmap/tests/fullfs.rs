@@ -11,71 +11,11 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
-use common::{child, role};
+use common::{Tmpfs, child, role};
 use txmap::{Error, Options, Region};
 
 const PAGE: u64 = 4096;
 const MIB: u64 = 1 << 20;
-
-/// A tmpfs of a few MiB mounted for one test; unmounted on drop (so also
-/// when the test fails).
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(name: &str, bytes: u64) -> Option<Tmpfs> {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("{name}: skipped: mounting a small tmpfs needs root");
-            return None;
-        }
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
-            .arg("tmpfs")
-            .arg(&d)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = std::fs::remove_dir(&d);
-            eprintln!(
-                "{name}: skipped: could not mount a tmpfs at {}",
-                d.display()
-            );
-            return None;
-        }
-        Some(Tmpfs(d))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        common::remove_shared_state(&self.0);
-        // A closed region's async flusher thread may hold its files a
-        // moment longer; detach the mount at last if it stays busy.
-        let umount = |lazy: bool| {
-            let mut c = std::process::Command::new("umount");
-            if lazy {
-                c.arg("-l");
-            }
-            c.arg(&self.0).stderr(std::process::Stdio::null());
-            c.status().is_ok_and(|s| s.success())
-        };
-        if !(0..50).any(|_| {
-            umount(false) || {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                false
-            }
-        }) {
-            umount(true);
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 fn is_enospc(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))

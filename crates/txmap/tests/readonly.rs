@@ -117,63 +117,6 @@ fn files(path: &Path) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
-fn run(cmd: &str, args: &[&str]) -> bool {
-    std::process::Command::new(cmd)
-        .args(args)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// A tmpfs mounted for one test, made read-only on request; unmounted on
-/// drop.
-struct Mount(PathBuf);
-
-impl Mount {
-    fn new(name: &str) -> Option<Mount> {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("{name}: skipped: mounting needs root");
-            return None;
-        }
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        if !run(
-            "mount",
-            &[
-                "-t",
-                "tmpfs",
-                "-o",
-                "size=16m",
-                "tmpfs",
-                d.to_str().unwrap(),
-            ],
-        ) {
-            let _ = std::fs::remove_dir(&d);
-            eprintln!("{name}: skipped: could not mount a tmpfs");
-            return None;
-        }
-        Some(Mount(d))
-    }
-
-    fn remount(&self, opt: &str) {
-        let o = format!("remount,{opt}");
-        assert!(
-            run("mount", &["-o", &o, self.0.to_str().unwrap()]),
-            "mount -o {o} failed"
-        );
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        remove_shared_state(&self.0);
-        if !run("umount", &[self.0.to_str().unwrap()]) {
-            run("umount", &["-l", self.0.to_str().unwrap()]);
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// On a read-only mount, where even root may not write, a region whose
 /// commits are only in its log opens, reads them all and refuses writes;
 /// its files stay byte for byte as they were; several handles share it.
@@ -184,8 +127,10 @@ fn a_read_only_mount_is_read_and_never_written() {
         return;
     }
     let name = "a_read_only_mount_is_read_and_never_written";
-    let Some(m) = Mount::new(name) else { return };
-    let path = killed_region(name, &m.0, "r.txm");
+    let Some(m) = Tmpfs::mount(name, 16 << 20) else {
+        return;
+    };
+    let path = killed_region(name, m.path(), "r.txm");
     let before = files(&path);
     m.remount("ro");
     {

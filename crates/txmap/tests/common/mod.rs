@@ -56,6 +56,77 @@ pub fn remove_shared_state(dir: &Path) {
     }
 }
 
+/// A tmpfs of a few MiB mounted for one test; unmounted on drop (so also
+/// when the test fails).
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(name: &str, bytes: u64) -> Option<Tmpfs> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("{name}: skipped: mounting a small tmpfs needs root");
+            return None;
+        }
+        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("tmpfs")
+            .arg(&d)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = std::fs::remove_dir(&d);
+            eprintln!(
+                "{name}: skipped: could not mount a tmpfs at {}",
+                d.display()
+            );
+            return None;
+        }
+        Some(Tmpfs(d))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// `mount -o remount,OPT` (`ro`, `rw`).
+    pub fn remount(&self, opt: &str) {
+        let o = format!("remount,{opt}");
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &o])
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -o {o} {} failed", self.0.display());
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        remove_shared_state(&self.0);
+        // A closed region's async flusher thread may hold its files a
+        // moment longer; detach the mount at last if it stays busy.
+        let umount = |lazy: bool| {
+            let mut c = std::process::Command::new("umount");
+            if lazy {
+                c.arg("-l");
+            }
+            c.arg(&self.0).stderr(std::process::Stdio::null());
+            c.status().is_ok_and(|s| s.success())
+        };
+        if !(0..50).any(|_| {
+            umount(false) || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                false
+            }
+        }) {
+            umount(true);
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 fn fs_magic(p: &Path) -> i64 {
     rustix::fs::statfs(p).map(|s| s.f_type).unwrap_or(0)
 }
