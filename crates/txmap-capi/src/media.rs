@@ -120,8 +120,8 @@ pub unsafe extern "C" fn txmap_region_create_options(
 /// temporary names and renamed into place, region file last, so a region
 /// at `dst_path` is always a whole copy; it opens without recovery.
 /// `flags`: 0 or `TXMAP_BACKUP_COMPACT`. On success `*out_commit` (if not
-/// NULL) is the commit the copy holds. `TXMAP_EINVAL` if `dst_path`, its
-/// log or its checksum table exists.
+/// NULL) is the commit the copy holds. `TXMAP_EEXIST` if `dst_path`, its
+/// log or its checksum table exists (a copy never replaces a file).
 ///
 /// # Safety
 /// `region` is NULL or a live region handle; `dst_path` is NULL or a
@@ -161,7 +161,8 @@ pub unsafe extern "C" fn txmap_backup(
 /// `to_commit` is 0. Checks every record's checksum and that no commit is
 /// missing: a gap, an archive that ends before `to_commit` or a
 /// `to_commit` before the backup's commit is `TXMAP_EINVAL`, a damaged
-/// segment `TXMAP_ECORRUPT`, with `txmap_errmsg` naming it. On failure
+/// segment `TXMAP_ECORRUPT`, with `txmap_errmsg` naming it; an existing
+/// `dst_path` (or its log or checksum table) is `TXMAP_EEXIST`. On failure
 /// nothing is left at `dst_path`. On success `*out_commit` (if not NULL)
 /// is the commit the region holds; it opens without recovery.
 ///

@@ -139,9 +139,7 @@ pub fn restore(
         }
         write_sums(&parts[0], &parts[2], size)?;
         write_headers(&parts, h.region_id, cur, size, h.address)?;
-        for p in &parts {
-            p.sync()?;
-        }
+        crate::backup::sync_all(&parts)?;
         crate::debug::hit(crate::debug::CrashPoint::RestorePlacing);
         parts[2].place()?;
         parts[1].place()?;

@@ -52,10 +52,8 @@ pub struct BackupReport {
     pub path: PathBuf,
 }
 
-/// Pages written at once (1 MiB).
-const BATCH: u64 = 256;
-/// Pages read per turn on the read side (1 MiB).
-const READ: u64 = 256;
+/// Pages copied per turn on the read side (4 MiB).
+const BATCH: u64 = 1024;
 const SUFFIX: &str = ".backup-";
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 static ZERO_CRC: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -107,11 +105,10 @@ impl Part {
             rustix::fs::RenameFlags::NOREPLACE,
         ) {
             Ok(()) => Ok(()),
-            Err(rustix::io::Errno::EXIST) => Err(Error::Invalid(format!(
-                "{} appeared while the backup was written; the copy is left at {}",
-                self.dst.display(),
-                self.tmp.display()
-            ))),
+            Err(rustix::io::Errno::EXIST) => Err(Error::Exists {
+                path: self.dst.clone(),
+                what: " (it appeared while the copy was written)",
+            }),
             Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
                 std::fs::hard_link(&self.tmp, &self.dst)
                     .map_err(|e| Error::io("link into place", &self.dst, e))?;
@@ -129,16 +126,18 @@ impl Part {
 pub(crate) fn check_destination(dst: &Path) -> Result<()> {
     let exists = |p: &Path| -> Result<bool> { p.try_exists().map_err(|e| Error::io("stat", p, e)) };
     if exists(dst)? {
-        return Err(Error::Invalid(format!("{} already exists", dst.display())));
+        return Err(Error::Exists {
+            path: dst.to_path_buf(),
+            what: "",
+        });
     }
     remove_dead_temporaries(dst);
     for p in [log_path(dst), sums_path(dst)] {
         if exists(&p)? {
-            return Err(Error::Invalid(format!(
-                "{} already exists (without its region {}): remove it first",
-                p.display(),
-                dst.display()
-            )));
+            return Err(Error::Exists {
+                path: p,
+                what: " (without its region): remove it first",
+            });
         }
     }
     Ok(())
@@ -215,9 +214,7 @@ impl crate::Region {
             let h = r.mvcc.hdr();
             let region_id = h.region_id.load(Ordering::Acquire);
             write_headers(&parts, region_id, seq, size, r.address as u64)?;
-            for p in &parts {
-                p.sync()?;
-            }
+            sync_all(&parts)?;
             crate::debug::hit(crate::debug::CrashPoint::BackupPlacing);
             // The region file last: whoever sees it sees a whole copy.
             parts[2].place()?;
@@ -244,9 +241,25 @@ impl crate::Region {
     }
 }
 
+/// Where a page of the copy comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// All zeros (a hole of the source, or a page of zeros): not written.
+    Zero,
+    /// The source's image, which holds the snapshot's version.
+    Image,
+    /// A version in shared memory (changed since the last checkpoint).
+    Version,
+}
+
 /// Copies pages `0..pages` at snapshot `seq` into the data part (after its
 /// header page) and their checksums into the table part. Returns the pages
 /// written.
+///
+/// Pages are written straight from the region's read-only image of its
+/// file (one copy, by the kernel, into the copy's page cache), and holes of
+/// the source (the heap's room above its top is allocated but never
+/// written) are skipped without reading them.
 fn copy_pages(
     r: &crate::engine::RegionInner,
     snap: &Snapshot<'_>,
@@ -256,84 +269,69 @@ fn copy_pages(
     pages: u64,
     opts: &BackupOptions<'_>,
 ) -> Result<u64> {
-    let mut buf = vec![0u8; BATCH as usize * PAGE];
-    let mut entries = Vec::with_capacity((BATCH * crate::sums::ENTRY_BYTES) as usize);
+    r.map_image(pages * PAGE as u64)?;
+    let mut versions = vec![0u8; BATCH as usize * PAGE];
+    let mut out = Writer::new(data)?;
+    let mut from = Vec::with_capacity(BATCH as usize);
+    // The source's next run of data, as byte offsets in its file.
+    let mut run: Option<(u64, u64)> = Some((0, 0));
     let mut written = 0;
     let mut first = 0;
     while first < pages {
         let n = BATCH.min(pages - first);
-        let b = &mut buf[..n as usize * PAGE];
-        for sub in (0..n).step_by(READ as usize) {
-            let m = READ.min(n - sub);
-            let part = &mut b[(sub as usize) * PAGE..((sub + m) as usize) * PAGE];
-            let at = first + sub;
-            // On the read side: a checkpoint that overwrites one of these
-            // pages in the file waits until we leave, after it linked the
-            // old content, which the lookup below then finds.
-            let entered = r.mvcc.enter(snap.slot);
-            let read = r
-                .data
-                .read_at(part, HEADER_BYTES + at * PAGE as u64)
-                .map_err(|e| Error::io("read for backup", &r.path, e));
-            if read.is_ok() {
-                for k in 0..m as usize {
-                    if let Some(v) = r.mvcc.lookup((at as usize) + k, seq) {
-                        part[k * PAGE..(k + 1) * PAGE].copy_from_slice(&v.data[..]);
-                    }
+        // A checkpoint that overwrites one of these pages in the file waits
+        // until we leave, after it linked the old content, which `version`
+        // then finds (readside.rs).
+        let side = r.read_side(snap.slot);
+        from.clear();
+        for k in 0..n {
+            let page = first + k;
+            let off = HEADER_BYTES + page * PAGE as u64;
+            while let Some((_, end)) = run
+                && end <= off
+            {
+                run = crate::io::next_data(r.data.fd(), off)
+                    .map_err(|e| Error::io("find data in", &r.path, e))?;
+            }
+            match side.version(page as usize, seq) {
+                Some(v) => {
+                    let at = k as usize * PAGE;
+                    versions[at..at + PAGE].copy_from_slice(&v.data[..]);
+                    let zero = versions[at..at + PAGE] == ZERO_PAGE[..];
+                    from.push(if zero { Source::Zero } else { Source::Version });
                 }
-            }
-            if entered {
-                r.mvcc.leave(snap.slot);
-            }
-            read?;
-        }
-        // Pages of zeros (free space: the heap's room above its top, freed
-        // blocks) are not written: `compact` leaves them as holes, else
-        // their blocks are allocated (`fallocate`, no data written; they
-        // read as zeros and are never written here, so ext4 converts
-        // nothing at writeback).
-        let zero: Vec<bool> = (0..n as usize)
-            .map(|k| b[k * PAGE..(k + 1) * PAGE] == ZERO_PAGE[..])
-            .collect();
-        let mut k = 0;
-        while k < n as usize {
-            let start = k;
-            while k < n as usize && zero[k] == zero[start] {
-                k += 1;
-            }
-            let at = HEADER_BYTES + (first + start as u64) * PAGE as u64;
-            let len = (k - start) * PAGE;
-            if !zero[start] {
-                data.file
-                    .write_at(&b[start * PAGE..k * PAGE], at)
-                    .map_err(|e| Error::io("write backup", &data.tmp, e))?;
-                written += (k - start) as u64;
-            } else if !opts.compact {
-                crate::io::allocate_range(data.file.file(), at, len as u64)
-                    .map_err(|e| Error::io("allocate disk space for", &data.tmp, e))?;
+                None if run.is_some_and(|(start, _)| start < off + PAGE as u64) => {
+                    let bytes = side
+                        .image(page as usize, 1)
+                        .ok_or_else(|| unmapped(r, page))?;
+                    from.push(if bytes == ZERO_PAGE {
+                        Source::Zero
+                    } else {
+                        Source::Image
+                    });
+                }
+                None => from.push(Source::Zero),
             }
         }
-        entries.clear();
-        for k in 0..n as usize {
-            let crc = match zero[k] {
-                true => *ZERO_CRC.get_or_init(|| page_crc(&ZERO_PAGE)),
-                false => page_crc(&b[k * PAGE..(k + 1) * PAGE]),
+        let mut entries = Vec::with_capacity(from.len() * crate::sums::ENTRY_BYTES as usize);
+        for (k, f) in from.iter().enumerate() {
+            let crc = match f {
+                Source::Zero => *ZERO_CRC.get_or_init(|| page_crc(&ZERO_PAGE)),
+                Source::Version => page_crc(&versions[k * PAGE..(k + 1) * PAGE]),
+                Source::Image => page_crc(
+                    side.image(first as usize + k, 1)
+                        .ok_or_else(|| unmapped(r, first + k as u64))?,
+                ),
             };
             entries.extend_from_slice(&crc.to_le_bytes());
             entries.extend_from_slice(&crate::sums::ENTRY_TAG.to_le_bytes());
         }
+        written += write_runs(r, &side, &mut out, data, first, &from, &versions, opts)?;
+        drop(side);
         sums.file
             .write_at(&entries, HEADER_BYTES + first * crate::sums::ENTRY_BYTES)
             .map_err(|e| Error::io("write page checksums to", &sums.tmp, e))?;
-        // The final sync then finds most of the copy written already.
-        // Writeback starts now, so the final sync finds little left to do.
-        // (O_DIRECT writes, as mdb_env_copy makes, were slower here: each
-        // waits for the device.)
-        let _ = crate::os::writeback::start(
-            data.file.fd(),
-            HEADER_BYTES + first * PAGE as u64,
-            n * PAGE as u64,
-        );
+        out.started(HEADER_BYTES + first * PAGE as u64, n * PAGE as u64);
         first += n;
         crate::debug::hit(crate::debug::CrashPoint::BackupCopying);
         if let Some(f) = opts.progress {
@@ -349,6 +347,120 @@ fn copy_pages(
         .set_len(HEADER_BYTES + pages * PAGE as u64)
         .map_err(|e| Error::io("size", &data.tmp, e))?;
     Ok(written)
+}
+
+/// Writes the copy's pages: with direct I/O where the file system has it
+/// and the bytes are page-aligned (runs of the source's image: the pages
+/// go from the source's page cache to the device without passing through
+/// the copy's page cache, which on ext4 costs more than the copy itself),
+/// else through the page cache (versions copied from shared memory), with
+/// writeback started after each batch.
+struct Writer<'a> {
+    part: &'a Part,
+    direct: Option<std::fs::File>,
+}
+
+impl<'a> Writer<'a> {
+    fn new(part: &'a Part) -> Result<Writer<'a>> {
+        use rustix::fs::{Mode, OFlags};
+        let direct = rustix::fs::open(
+            &part.tmp,
+            OFlags::WRONLY | OFlags::DIRECT | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+        .map(std::fs::File::from);
+        Ok(Writer { part, direct })
+    }
+
+    fn write(&mut self, bytes: &[u8], at: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let aligned = (bytes.as_ptr() as usize | bytes.len() | at as usize).is_multiple_of(PAGE);
+        if let Some(f) = self.direct.as_ref().filter(|_| aligned) {
+            match f.write_all_at(bytes, at) {
+                Ok(()) => return Ok(()),
+                // Direct I/O refused here after all: the page cache then.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct = None,
+                Err(e) => return Err(Error::io("write backup", &self.part.tmp, e)),
+            }
+        }
+        self.part
+            .file
+            .write_at(bytes, at)
+            .map_err(|e| Error::io("write backup", &self.part.tmp, e))
+    }
+
+    /// After a batch: starts writeback of what went through the page
+    /// cache, so the final sync finds little left to do.
+    fn started(&self, at: u64, len: u64) {
+        if self.direct.is_none() {
+            let _ = crate::os::writeback::start(self.part.file.fd(), at, len);
+        }
+    }
+}
+
+/// Writes the batch of `from.len()` pages from page `first`: each run of
+/// one source in one write (or allocation). Returns the pages written.
+#[allow(clippy::too_many_arguments)]
+fn write_runs(
+    r: &crate::engine::RegionInner,
+    side: &crate::readside::ReadSide<'_>,
+    out: &mut Writer<'_>,
+    data: &Part,
+    first: u64,
+    from: &[Source],
+    versions: &[u8],
+    opts: &BackupOptions<'_>,
+) -> Result<u64> {
+    let n = from.len() as u64;
+    let mut written = 0;
+    // Runs of one source, each one write (or allocation).
+    let mut k = 0;
+    while k < n as usize {
+        let start = k;
+        while k < n as usize && from[k] == from[start] {
+            k += 1;
+        }
+        let at = HEADER_BYTES + (first + start as u64) * PAGE as u64;
+        let len = (k - start) * PAGE;
+        let bytes = match from[start] {
+            Source::Zero => {
+                if !opts.compact {
+                    crate::io::allocate_range(data.file.file(), at, len as u64)
+                        .map_err(|e| Error::io("allocate disk space for", &data.tmp, e))?;
+                }
+                continue;
+            }
+            Source::Version => &versions[start * PAGE..k * PAGE],
+            Source::Image => side
+                .image((first as usize) + start, k - start)
+                .ok_or_else(|| unmapped(r, first + start as u64))?,
+        };
+        out.write(bytes, at)?;
+        written += (k - start) as u64;
+    }
+    Ok(written)
+}
+
+/// Syncs the parts at once: each `fdatasync` ends with a flush of the
+/// device's cache, and the block layer merges flushes that wait together.
+pub(crate) fn sync_all(parts: &[Part]) -> Result<()> {
+    std::thread::scope(|sc| {
+        let syncs: Vec<_> = parts.iter().map(|p| sc.spawn(move || p.sync())).collect();
+        syncs.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(Error::Invalid("a sync thread failed".into())))
+        })
+    })
+}
+
+/// A page beyond this process's image of the region (cannot happen: the
+/// image was mapped up to the snapshot's size first).
+fn unmapped(r: &crate::engine::RegionInner, page: u64) -> Error {
+    Error::Invalid(format!(
+        "backup of {}: page {page} is beyond the mapped region",
+        r.path.display()
+    ))
 }
 
 /// The copy's headers: region header (checkpoint = the snapshot), an empty

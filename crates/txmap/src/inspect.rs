@@ -344,19 +344,16 @@ fn count_pages(f: &File, path: &Path, data_size: u64, file_len: u64) -> Result<u
     let mut used = 0;
     let mut off = HEADER_BYTES;
     while off < end {
-        // Where the next data is, and where the next hole after it starts.
-        let data = match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(off)) {
-            Ok(d) => align(d).max(off),
-            Err(rustix::io::Errno::NXIO) => end,
-            Err(_) => off, // no SEEK_DATA here: read everything
+        // Where the next data is, and where the next hole after it starts
+        // (an error finding them: read everything).
+        let Some((d, h)) = crate::io::next_data(f, off).unwrap_or(Some((off, end))) else {
+            break;
         };
+        let data = align(d).max(off);
         if data >= end {
             break;
         }
-        let hole = match rustix::fs::seek(f, rustix::fs::SeekFrom::Hole(data)) {
-            Ok(h) => align(h + page - 1).clamp(data + page, end),
-            Err(_) => end,
-        };
+        let hole = align(h + page - 1).clamp(data + page, end);
         let mut at = data;
         while at < hole {
             let n = (hole - at).min(buf.len() as u64) as usize;

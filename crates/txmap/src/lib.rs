@@ -46,6 +46,7 @@ pub mod inspect;
 pub mod io;
 mod options;
 mod rand;
+mod readside;
 mod recovery;
 mod region;
 pub mod sums;

@@ -32,24 +32,25 @@ fn a_backup_holds_its_snapshot_while_commits_and_checkpoints_go_on() {
     let d = ext4_dir("backup-snapshot");
     let src = d.join("src.txm");
     let dst = d.join("dst.txm");
-    let r = Region::create(&src, 1024 * PAGE, Options::default()).unwrap();
+    let r = Region::create(&src, 4096 * PAGE, Options::default()).unwrap();
     let mut v = r.view().unwrap();
-    for p in [0, 10, 300, 700, 1023] {
+    for p in [0, 10, 1500, 2700, 4095] {
         stamp(&mut v, p, 1);
     }
     r.checkpoint().unwrap();
-    stamp(&mut v, 700, 2); // only in the log and in memory
+    stamp(&mut v, 2700, 2); // only in the log and in memory
     let before = r.stats().commit_seq;
     let writer = Mutex::new(v);
     let raced = Mutex::new(false);
-    // After the first batch (pages 0..256) is copied, commit to pages on
-    // both sides of it and checkpoint, so the file holds newer content.
+    // After the first batch (1,024 pages: 4 MiB) is copied, commit to
+    // pages on both sides of it and checkpoint, so the file holds newer
+    // content.
     let progress = |done: u64, _total: u64| {
         let mut first = raced.lock().unwrap();
-        if done < 1024 && !*first {
+        if done < 4096 && !*first {
             *first = true;
             let mut w = writer.lock().unwrap();
-            for p in [0, 10, 300, 700, 1023] {
+            for p in [0, 10, 1500, 2700, 4095] {
                 stamp(&mut w, p, 9);
             }
             r.checkpoint().unwrap();
@@ -69,7 +70,7 @@ fn a_backup_holds_its_snapshot_while_commits_and_checkpoints_go_on() {
         rep.commit, before,
         "the backup reports the commit it began at"
     );
-    assert_eq!(rep.size, 1024 * PAGE);
+    assert_eq!(rep.size, 4096 * PAGE);
     assert!(r.stats().commit_seq > before);
     drop(writer);
     drop(r);
@@ -77,12 +78,12 @@ fn a_backup_holds_its_snapshot_while_commits_and_checkpoints_go_on() {
     assert!(c.is_sound(), "{c:?}");
     assert_eq!(c.report.checkpoint_seq, before);
     assert!(!c.report.needs_recovery);
-    assert_eq!(c.report.checksummed_pages, Some(1024));
+    assert_eq!(c.report.checksummed_pages, Some(4096));
     let b = Region::open(&dst, Options::default()).unwrap();
     assert_eq!(b.stats().recovered_commits, 0, "opens without recovery");
     assert_eq!(b.stats().commit_seq, before);
     let v = b.view().unwrap();
-    for (p, want) in [(0, 1), (10, 1), (300, 1), (700, 2), (1023, 1), (5, 0)] {
+    for (p, want) in [(0, 1), (10, 1), (1500, 1), (2700, 2), (4095, 1), (5, 0)] {
         assert_eq!(read_page(&v, p), (want, want), "page {p}");
     }
 }
@@ -129,9 +130,13 @@ fn a_backup_refuses_an_existing_destination() {
     let src = d.join("src.txm");
     let r = Region::create(&src, 16 * PAGE, Options::default()).unwrap();
     let e = r.backup(&src).unwrap_err();
-    assert!(e.to_string().contains("already exists"), "{e}");
+    assert!(
+        matches!(&e, txmap::Error::Exists { path, .. } if *path == src),
+        "{e}"
+    );
     std::fs::write(txmap::log_path(&d.join("other.txm")), b"x").unwrap();
     let e = r.backup(&d.join("other.txm")).unwrap_err();
+    assert!(matches!(e, txmap::Error::Exists { .. }), "{e}");
     assert!(
         e.to_string().contains("other.txm-log already exists"),
         "{e}"

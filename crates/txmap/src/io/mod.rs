@@ -182,6 +182,29 @@ impl Storage for FileStorage {
     }
 }
 
+/// The next run of data in `file` at or after `off`: `(start, end)`, where
+/// `end` is the hole after it or the end of the file; `None` when only
+/// holes follow. Unwritten (allocated, never written) extents count as
+/// holes where the file system says so (ext4, XFS); file systems that
+/// cannot tell report everything as data.
+pub(crate) fn next_data(file: impl AsFd, off: u64) -> std::io::Result<Option<(u64, u64)>> {
+    use rustix::fs::SeekFrom;
+    use rustix::io::Errno;
+    let file = file.as_fd();
+    let start = match rustix::fs::seek(file, SeekFrom::Data(off)) {
+        Ok(d) => d,
+        Err(Errno::NXIO) => return Ok(None),
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => off,
+        Err(e) => return Err(e.into()),
+    };
+    let end = match rustix::fs::seek(file, SeekFrom::Hole(start)) {
+        Ok(h) => h,
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => rustix::fs::fstat(file)?.st_size as u64,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((end > start).then_some((start, end)))
+}
+
 /// Allocates disk blocks for `[off, off + len)` of `file` (a hole or past
 /// its end), extending it if needed; where the file system cannot allocate
 /// (`EOPNOTSUPP`), writes zeros there instead.
