@@ -3,6 +3,7 @@
 //! the transfers' invariant; a backup killed at random leaves the source
 //! intact and never a region at the destination that is not a whole copy.
 
+mod cmd;
 #[path = "../../txmap/tests/common/mod.rs"]
 mod common;
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use cmd::*;
 use common::*;
 use txmap::{Options, Region};
 
@@ -134,11 +136,7 @@ fn reported_commit(out: &str) -> u64 {
 }
 
 fn check_copy(dst: &Path, commit: u64) {
-    let o = Command::new(env!("CARGO_BIN_EXE_txmap"))
-        .args(["check", dst.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    ok(&["check", s(dst)]);
     let b = Region::open(dst, Options::default()).unwrap();
     assert_eq!(
         b.stats().recovered_commits,
@@ -263,9 +261,5 @@ fn a_backup_killed_at_random_leaves_the_source_intact_and_no_half_copy() {
     writers.finish();
     drop(v);
     drop(watch);
-    let o = Command::new(env!("CARGO_BIN_EXE_txmap"))
-        .args(["check", src.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    ok(&["check", s(&src)]);
 }

@@ -1,50 +1,15 @@
 //! Runs the built `txmap` binary against regions made with the library.
 
+mod cmd;
 #[path = "../../txmap/tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
-
+use cmd::*;
 use common::*;
-use std::process::{Command, Output};
 
 use txmap::{Options, Region, log_path};
 
 const PAGE: u64 = 4096;
-
-fn txmap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txmap"))
-        .args(args)
-        .output()
-        .expect("run txmap")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts a failure with exactly one `txmap: ` line on stderr; returns it.
-fn fails(o: &Output, code: i32) -> String {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
-    assert!(err.starts_with("txmap: "), "{err:?}");
-    assert!(!err.contains("panicked"), "{err:?}");
-    err
-}
-
-fn succeeds(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
-    stdout(o)
-}
 
 #[test]
 fn create_then_info_shows_the_size_and_check_is_sound() {

@@ -1,36 +1,16 @@
 //! `txmap kv` and `txmap check --structures`, run as the built binary.
 
+mod cmd;
 #[path = "../../txmap/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use cmd::*;
 use common::*;
 use txmap::collections::alloc;
 use txmap::{Options, Region};
-
-fn txmap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txmap"))
-        .args(args)
-        .output()
-        .expect("run txmap")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = txmap(args);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 #[test]
 fn put_get_delete_scan_with_escapes_and_exit_codes() {

@@ -5,33 +5,19 @@
 //! opening refuses without writing, and `txmap recover --accept-loss`
 //! recovers what can be recovered and says what it dropped.
 
+mod cmd;
 #[path = "../../txmap/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
+use cmd::*;
 use common::*;
 use txmap::wal::format::{HEADER_BYTES, LogHeader, SLOT_OFFSETS};
 use txmap::{Error, Lost, Options, Region, log_path};
 
 const PAGE: u64 = 4096;
 const N: u64 = 20;
-
-fn txmap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txmap"))
-        .args(args)
-        .output()
-        .expect("run txmap")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// Value `i` of the region: `old` before the child's commits, `new` after.
 fn at(i: u64) -> u64 {

@@ -4,6 +4,7 @@
 //! bad arguments fail with one line naming the problem and a nonzero exit
 //! status, and leave nothing at the destination.
 
+mod cmd;
 #[path = "../../txmap/tests/common/mod.rs"]
 mod common;
 
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cmd::*;
 use common::*;
 use common::{check_model_state as check_state, model_commit as commit};
 use txmap::{Options, Region};
@@ -21,37 +23,6 @@ const PAGES: u64 = MODEL_PAGES;
 /// The backup holds commits 1..=BACKUP_AT; the archive has 1..=LAST.
 const BACKUP_AT: u64 = 30;
 const LAST: u64 = 240;
-
-fn txmap(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txmap"))
-        .args(args)
-        .output()
-        .expect("run txmap")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn succeeds(o: &Output) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Asserts a failure with exactly one `txmap: ` line on stderr; returns it.
-fn fails(o: &Output, code: i32) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
-    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
-    assert!(err.starts_with("txmap: "), "{err:?}");
-    assert!(!err.contains("panicked"), "{err:?}");
-    err
-}
 
 struct Setup {
     d: TestDir,
