@@ -293,6 +293,17 @@ fn carve(v: &mut View, a: u64, mut from: u64, to: u64) -> Result<()> {
     Ok(())
 }
 
+/// The size a full heap grows its region of `len` bytes to (at least):
+/// doubling up to 64 MiB, then a sixteenth more each time (at most 1 GiB),
+/// so a large region's file is at most 6.25 % larger than its heap, and a
+/// small one grows in few steps (each grow extends and allocates the file
+/// and remaps it in every process).
+fn grown_size(len: u64) -> u64 {
+    let step = if len < 64 << 20 { len } else { len / 16 };
+    len.saturating_add(step.clamp(CHUNK, 1 << 30))
+        .next_multiple_of(CHUNK)
+}
+
 fn bump(v: &mut View, a: u64, class: u64) -> Result<u64> {
     let ao = arena_off(a);
     let bs = block_size(class);
@@ -313,8 +324,8 @@ fn bump(v: &mut View, a: u64, class: u64) -> Result<u64> {
         .checked_add(chunk)
         .ok_or_else(|| invalid("heap offset overflow"))?;
     if new_top > v.len() as u64 {
-        let want = new_top.max((v.len() as u64).saturating_mul(2).min(new_top + (1 << 30)));
-        // Doubling may pass the region's maximum size where the chunk alone fits.
+        let want = new_top.max(grown_size(v.len() as u64));
+        // The step may pass the region's maximum size where the chunk alone fits.
         v.grow(want).or_else(|_| v.grow(new_top))?;
     }
     v.write(H_TOP, &new_top)?;
@@ -693,4 +704,22 @@ pub fn check(v: &View) -> Result<HeapReport> {
         ));
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod growth_tests {
+    use super::*;
+
+    #[test]
+    fn a_large_heap_grows_its_region_by_at_most_a_sixteenth_and_a_small_one_doubles() {
+        let mib = 1u64 << 20;
+        assert_eq!(grown_size(mib), 2 * mib);
+        assert_eq!(grown_size(32 * mib), 64 * mib);
+        for len in [64 * mib, 100 * mib + 4096, 3 << 30, 40 << 30] {
+            let g = grown_size(len);
+            assert!(g > len && g % CHUNK == 0, "{len} -> {g}");
+            assert!(g - len <= (len / 16).max(CHUNK) + CHUNK, "{len} -> {g}");
+            assert!(g - len <= (1 << 30) + CHUNK, "{len} -> {g}");
+        }
+    }
 }
