@@ -717,7 +717,7 @@ mod growth_tests {
         assert_eq!(grown_size(32 * mib), 64 * mib);
         for len in [64 * mib, 100 * mib + 4096, 3 << 30, 40 << 30] {
             let g = grown_size(len);
-            assert!(g > len && g % CHUNK == 0, "{len} -> {g}");
+            assert!(g > len && g.is_multiple_of(CHUNK), "{len} -> {g}");
             assert!(g - len <= (len / 16).max(CHUNK) + CHUNK, "{len} -> {g}");
             assert!(g - len <= (1 << 30) + CHUNK, "{len} -> {g}");
         }
