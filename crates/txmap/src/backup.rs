@@ -338,6 +338,7 @@ fn copy_pages(
             f(first, pages);
         }
     }
+    out.finish()?;
     // Not preallocated: written in order, each write extends the file,
     // which ext4 does cheaply (writes into a hole or preallocated extent
     // cost a conversion per extent). With `compact`, zero pages at the end
@@ -355,10 +356,22 @@ fn copy_pages(
 /// the copy's page cache, which on ext4 costs more than the copy itself),
 /// else through the page cache (versions copied from shared memory), with
 /// writeback started after each batch.
+///
+/// A thread syncs the copy after every `SYNC_EVERY` bytes while the copy
+/// goes on, so the device (or the host under a virtual disk) persists the
+/// copy while it is written and the final sync finds little left.
 struct Writer<'a> {
     part: &'a Part,
     direct: Option<std::fs::File>,
+    unsynced: u64,
+    syncer: Option<(
+        std::sync::mpsc::SyncSender<()>,
+        std::thread::JoinHandle<std::io::Result<()>>,
+    )>,
 }
+
+/// Bytes written between two background syncs of a copy (16 MiB).
+const SYNC_EVERY: u64 = 16 << 20;
 
 impl<'a> Writer<'a> {
     fn new(part: &'a Part) -> Result<Writer<'a>> {
@@ -370,11 +383,31 @@ impl<'a> Writer<'a> {
         )
         .ok()
         .map(std::fs::File::from);
-        Ok(Writer { part, direct })
+        // Without a thread (none could be made), the final sync does it all.
+        let syncer = part.file.file().try_clone().ok().and_then(|f| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+            let h = std::thread::Builder::new()
+                .name("txmap-backup-sync".into())
+                .spawn(move || {
+                    while rx.recv().is_ok() {
+                        f.sync_data()?;
+                    }
+                    Ok(())
+                })
+                .ok()?;
+            Some((tx, h))
+        });
+        Ok(Writer {
+            part,
+            direct,
+            unsynced: 0,
+            syncer,
+        })
     }
 
     fn write(&mut self, bytes: &[u8], at: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
+        self.unsynced += bytes.len() as u64;
         let aligned = (bytes.as_ptr() as usize | bytes.len() | at as usize).is_multiple_of(PAGE);
         if let Some(f) = self.direct.as_ref().filter(|_| aligned) {
             match f.write_all_at(bytes, at) {
@@ -391,10 +424,31 @@ impl<'a> Writer<'a> {
     }
 
     /// After a batch: starts writeback of what went through the page
-    /// cache, so the final sync finds little left to do.
-    fn started(&self, at: u64, len: u64) {
-        if self.direct.is_none() {
-            let _ = crate::os::writeback::start(self.part.file.fd(), at, len);
+    /// cache, and a background sync after every `SYNC_EVERY` bytes.
+    fn started(&mut self, at: u64, len: u64) {
+        let _ = crate::os::writeback::start(self.part.file.fd(), at, len);
+        if self.unsynced >= SYNC_EVERY
+            && let Some((tx, _)) = &self.syncer
+        {
+            // Full: a sync is under way, which covers this too.
+            let _ = tx.try_send(());
+            self.unsynced = 0;
+        }
+    }
+
+    /// Waits for the background syncs; the error of a failed one (after
+    /// which a later sync may report success for lost writes).
+    fn finish(mut self) -> Result<()> {
+        let Some((tx, h)) = self.syncer.take() else {
+            return Ok(());
+        };
+        drop(tx);
+        match h.join() {
+            Ok(r) => r.map_err(|e| Error::io("sync", &self.part.tmp, e)),
+            Err(_) => Err(Error::Invalid(format!(
+                "the sync thread of {} failed",
+                self.part.tmp.display()
+            ))),
         }
     }
 }
