@@ -84,5 +84,5 @@ pub use region::{
     Region, SharedStateSweep, Stats, log_path, remove_stale_shared_state, shared_path,
 };
 pub use view::{
-    Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Pod, Ptr, TxnOptions, View,
+    Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Paused, Pod, Ptr, TxnOptions, View,
 };
