@@ -73,6 +73,9 @@ fn a_commit_during_the_pause_of_a_page_read_before_it_conflicts() {
         let (_d, r) = region(&format!("pause-conflict-{plain}-{tracked}"), 4);
         let mut v = r.view().unwrap();
         let mut other = r.view().unwrap();
+        // Make page 1 valid in `v`, so an untracked plain load takes no fault.
+        v.run(|v| v.write(PAGE, &1u64)).unwrap();
+        assert_eq!(load(&v, PAGE), 1);
         if tracked {
             // An untracked conflict makes the view's next transaction track its reads.
             v.begin().unwrap();
@@ -81,9 +84,6 @@ fn a_commit_during_the_pause_of_a_page_read_before_it_conflicts() {
             v.write(2 * PAGE, &1u64).unwrap();
             assert!(matches!(v.commit(), Err(Error::Conflict)));
         }
-        // Make page 1 valid in `v`, so an untracked plain load takes no fault.
-        v.run(|v| v.write(PAGE, &1u64)).unwrap();
-        assert_eq!(load(&v, PAGE), 1);
         v.begin().unwrap();
         let seen = if plain {
             load(&v, PAGE)
