@@ -198,6 +198,9 @@
 // `setPageAccess`: the transaction will write the pages.
 #define XAC_WRITE 2
 
+// A transaction paused by `txmap_pause`. Opaque.
+typedef struct txmap_paused txmap_paused;
+
 // An open region (a data file and its log). Opaque.
 typedef struct txmap_region txmap_region;
 
@@ -650,6 +653,35 @@ int txmap_in_transaction(txmap_view *view);
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_set_page_access(txmap_view *view, const void *addr, size_t length, int access);
 
+// Pauses the view's open transaction (whatever its nesting depth) and
+// stores it in `*out`: the view is then outside any transaction, free for
+// other transactions or committed reads, and the paused transaction's
+// stores are invisible to them. `txmap_resume` continues it with its
+// snapshot, reads and writes as they were; its commit validates it as if
+// it had never been paused. `TXMAP_ENOTXN` outside a transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `out` is NULL or writable.
+int txmap_pause(txmap_view *view, txmap_paused **out);
+
+// Continues a paused transaction on `view` (any view of the same region in
+// this process, outside a transaction). `paused` is consumed whatever the
+// result: on failure (`TXMAP_EINVAL`: the view is in a transaction or maps
+// another region) the paused transaction is rolled back.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `paused` is NULL or a live handle from `txmap_pause`, not used again.
+int txmap_resume(txmap_view *view, txmap_paused *paused);
+
+// Rolls back a paused transaction without resuming it. NULL is accepted
+// and ignored.
+//
+// # Safety
+// `paused` is NULL or a live handle from `txmap_pause`, not used again.
+int txmap_paused_free(txmap_paused *paused);
+
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
 // carry over; fork only while no other thread is inside one of these calls
@@ -727,6 +759,26 @@ int xMunmap(const char *name);
 // during the wait), `EPERM` in a forked child that has not called
 // `xInit`.
 int xbegin(void);
+
+// Pauses the calling thread's open transaction (TxOS+ `xpause`): the
+// region is then outside any transaction for this process, so this thread
+// may run other transactions (`xbegin` … `xend`, each its own) or other
+// work, and other threads may take their turn; the paused transaction's
+// stores stay invisible to all of them. `xresume` continues it with its
+// snapshot, reads and writes as they were, and its `xend` validates it as
+// if it had never been paused. A thread may pause several (they resume
+// newest first). Paused transactions of a thread that exits are rolled
+// back, as are those left at `xMunmap`/`xShutdown`. Returns 0, or -1 with
+// errno `EINVAL` outside a transaction, `EPERM` if it belongs to another
+// thread.
+int xpause(void);
+
+// Resumes the calling thread's most recently paused transaction (TxOS+
+// `xresume`), waiting for its turn as `xbegin` does. Returns 0, or -1
+// with errno `EINVAL` if the thread has no paused transaction or has a
+// transaction open (end or pause it first; the paused one is then rolled
+// back), or as `xbegin`.
+int xresume(void);
 
 // `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
 // thread's transaction is open or other threads wait in `xbegin` for
