@@ -453,9 +453,7 @@ pub extern "C" fn xresume() -> c_int {
                 .paused
                 .iter()
                 .rposition(|(t, _)| *t == me)
-                .ok_or_else(|| {
-                    Failure::invalid("xresume: this thread has no paused transaction")
-                })?;
+                .ok_or_else(|| Failure::invalid("this thread has no paused transaction"))?;
             let (_, p) = m.paused.remove(i);
             m.view.resume(p)?;
             Ok(())

@@ -324,14 +324,14 @@ int ctest_xac_pause(const char *dir) {
     CHECK_EQ(xbegin(), 0);
     x[0] = x[P] + 1;
     CHECK_EQ(xpause(), 0);
-    CHECK_EQ(xend(), -1); /* nothing open now */
-    CHECK_EQ(x[0], 0);    /* the paused store is invisible */
+    CHECK_EQ(x[0], 0); /* the paused store is invisible */
     struct pause_thread t = {.x = x};
     pthread_t th;
     CHECK_EQ(pthread_create(&th, NULL, pause_other_main, &t), 0);
     CHECK_EQ(pthread_join(th, NULL), 0);
     CHECK_EQ(t.begin_rc, 0);
     CHECK_EQ(t.end_rc, XAC_COMMITTED);
+    CHECK_EQ(xend(), -1); /* nothing open now */
     CHECK_EQ(xbegin(), 0); /* one of this thread's own */
     x[3 * P] = 4;
     CHECK_EQ(xend(), XAC_COMMITTED);
