@@ -132,6 +132,8 @@ pub(crate) struct CommitRequest<'a> {
     /// Pages written, each with its new content.
     pub pages: Vec<(u32, &'a [u8])>,
     pub ranges: Vec<Range<'a>>,
+    /// Registered operations, interleaved with `ranges` (`crate::ops`).
+    pub ops: &'a [crate::wal::format::LoggedOp<'a>],
     /// The committing view's snapshot slot.
     pub slot: usize,
 }
@@ -333,6 +335,7 @@ impl RegionInner {
                 seq,
                 self.size(),
                 req.ranges.iter().cloned(),
+                req.ops,
             )?;
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
             let published = self

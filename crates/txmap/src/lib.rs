@@ -37,6 +37,7 @@
 
 pub mod archive;
 pub mod backup;
+mod builtin_ops;
 pub mod collections;
 pub mod compact;
 mod engine;
@@ -44,6 +45,7 @@ mod error;
 mod filestate;
 pub mod inspect;
 pub mod io;
+pub mod ops;
 mod options;
 mod rand;
 mod recovery;

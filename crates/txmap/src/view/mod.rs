@@ -12,6 +12,7 @@
 //! region file, since validation requires them unchanged) to form the log
 //! record.
 
+mod apply;
 mod fault;
 mod pause;
 
@@ -169,6 +170,8 @@ pub struct View {
     /// Pages a resumed untracked transaction may have read before it was
     /// paused (sorted): its commit validates them as it does touched pages.
     paused_reads: Vec<u32>,
+    /// Registered operations applied in the open transaction (`apply.rs`).
+    op_log: Option<Box<apply::OpLog>>,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -242,6 +245,7 @@ impl View {
             registration: None,
             depth: 0,
             paused_reads: Vec::new(),
+            op_log: None,
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -501,7 +505,10 @@ impl View {
         }
         // SAFETY: the first n entries were written by `touch`.
         let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
-        let mut ranges = Vec::new();
+        // With registered operations, the diffs of stores before each one
+        // were taken when it ran; the last diffs start from those pages.
+        let op_log = self.op_log.as_deref();
+        let mut ranges = op_log.map_or_else(Vec::new, apply::OpLog::ranges);
         let mut versions: Vec<(u32, &[u8])> = Vec::with_capacity(n);
         let snapshot = v.snapshot.load(Ordering::Relaxed);
         let side = v.read_side();
@@ -517,9 +524,10 @@ impl View {
                     std::slice::from_raw_parts(v.mem.alias.base().add(page as usize * PAGE), PAGE),
                 )
             };
+            let base = op_log.and_then(|l| l.shadow(page)).unwrap_or(old);
             let before = ranges.len();
-            diff(old, cur, page as u64 * PAGE as u64, &mut ranges);
-            if ranges.len() > before {
+            diff(base, cur, page as u64 * PAGE as u64, &mut ranges);
+            if ranges.len() > before || (!std::ptr::eq(base, old) && old != cur) {
                 versions.push((page, cur));
             }
         }
@@ -561,6 +569,7 @@ impl View {
                 .then_some(&maybe_read as &dyn Fn(u32) -> bool),
             pages: versions,
             ranges,
+            ops: &op_log.map_or_else(Vec::new, apply::OpLog::logged),
             slot: v.slot(),
         })?;
         v.last_commit.store(seq, Ordering::Relaxed);
@@ -597,6 +606,7 @@ impl View {
         v.region.mvcc.end(v.slot());
         self.depth = 0;
         self.paused_reads.clear();
+        self.op_log = None;
     }
 
     /// Dooms the whole transaction: its stores are discarded at once (later
@@ -608,6 +618,7 @@ impl View {
             return Err(Error::NotInTransaction { op: "abort" });
         }
         self.inner.doom(DOOM_USER);
+        self.op_log = None;
         let v = &*self.inner;
         let serial = v.serial.load(Ordering::Relaxed);
         let mut protected = Ok(());

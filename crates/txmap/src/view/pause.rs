@@ -34,6 +34,8 @@ pub struct Paused {
     /// Untracked: pages the transaction may have read (sorted).
     maybe_read: Vec<u32>,
     writes: Vec<(u32, Box<[u8]>)>,
+    /// Registered operations applied before the pause.
+    op_log: Option<Box<super::apply::OpLog>>,
     /// False once resumed (the slot went back to a view).
     holds_slot: bool,
 }
@@ -129,6 +131,7 @@ impl View {
             reads,
             maybe_read,
             writes,
+            op_log: self.op_log.take(),
             holds_slot: true,
         };
         // The snapshot stays registered in the paused slot; the view's
@@ -230,6 +233,7 @@ impl View {
             .store(paused.untracked_reads, Ordering::Relaxed);
         v.active.store(true, Ordering::Release);
         self.paused_reads = std::mem::take(&mut paused.maybe_read);
+        self.op_log = paused.op_log.take();
         self.depth = paused.depth;
         Ok(())
     }
