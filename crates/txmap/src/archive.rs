@@ -123,7 +123,7 @@ pub fn restore(
                         .map_err(|e| Error::io("grow", &parts[0].tmp, e))?;
                 }
                 crate::ops::check_registered([r], path)?;
-                crate::ops::redo_into_file(&*data, r)?;
+                crate::ops::redo_into_file(data, r)?;
                 cur = r.seq;
                 replayed += 1;
             }

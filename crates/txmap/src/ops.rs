@@ -252,7 +252,8 @@ pub(crate) fn redo_into_file(data: &dyn Storage, r: &CommitRecord<'_>) -> Result
 pub(crate) fn touched_pages<'a>(
     records: impl IntoIterator<Item = &'a CommitRecord<'a>> + Clone,
 ) -> BTreeSet<u64> {
-    let mut t = crate::sums::touched_pages(records.clone().into_iter().flat_map(|r| r.ranges.iter()));
+    let mut t =
+        crate::sums::touched_pages(records.clone().into_iter().flat_map(|r| r.ranges.iter()));
     for r in records {
         for o in &r.ops {
             t.extend(o.pages.iter().map(|&p| u64::from(p)));

@@ -100,7 +100,7 @@ fn txn(seed: u64, t: u64) -> (Vec<Step>, bool) {
     // Hot bytes near page boundaries and at the start, so steps overlap.
     let place = |len: u64, r: u64| -> u64 {
         let spots = [0, PAGE - 24, 2 * PAGE - 8, 3 * PAGE + 100, 5 * PAGE - 40];
-        let at = if r % 3 == 0 {
+        let at = if r.is_multiple_of(3) {
             r / 3 % (SIZE as u64 - len)
         } else {
             spots[(r / 3 % spots.len() as u64) as usize]
@@ -130,7 +130,7 @@ fn txn(seed: u64, t: u64) -> (Vec<Step>, bool) {
             }
         });
     }
-    (steps, next() % 7 == 0)
+    (steps, next().is_multiple_of(7))
 }
 
 /// Runs transaction `t` on the view; whether it committed.
@@ -266,7 +266,10 @@ fn operations_are_replayed_in_commit_order_after_sigkill() {
         let want = 40 + round * 60;
         loop {
             c.check_running("workload");
-            let n = std::fs::read_to_string(&acks).unwrap_or_default().lines().count() as u64;
+            let n = std::fs::read_to_string(&acks)
+                .unwrap_or_default()
+                .lines()
+                .count() as u64;
             if n >= want {
                 break;
             }
@@ -324,7 +327,22 @@ fn a_log_naming_an_unregistered_operation_fails_to_open_and_changes_nothing() {
     .status()
     .unwrap();
     assert!(!st.success(), "the child killed itself");
-    let before = (std::fs::read(&p).unwrap(), std::fs::read(txmap::log_path(&p)).unwrap());
+    let before = (
+        std::fs::read(&p).unwrap(),
+        std::fs::read(txmap::log_path(&p)).unwrap(),
+    );
+    // `txmap check`/`info` show the operation record and warn that it is
+    // not registered here.
+    let c = txmap::inspect::check(&p).unwrap();
+    assert_eq!(c.report.log_records, 2);
+    assert_eq!(c.report.log_op_records, 1);
+    assert_eq!(c.report.log_operations, [(OP_ONLY_CHILD, 1)]);
+    assert!(c.problems.is_empty(), "{:?}", c.problems);
+    assert!(
+        c.warnings.iter().any(|w| w.contains("operation 250")),
+        "{:?}",
+        c.warnings
+    );
     let Err(e) = Region::open(&p, Options::default()) else {
         panic!("opened a log naming an unregistered operation")
     };
@@ -337,7 +355,10 @@ fn a_log_naming_an_unregistered_operation_fails_to_open_and_changes_nothing() {
     }
     let msg = e.to_string();
     assert!(msg.contains("250") && msg.contains("commit 2"), "{msg}");
-    let after = (std::fs::read(&p).unwrap(), std::fs::read(txmap::log_path(&p)).unwrap());
+    let after = (
+        std::fs::read(&p).unwrap(),
+        std::fs::read(txmap::log_path(&p)).unwrap(),
+    );
     assert!(before == after, "a failed open changed the region's files");
     // Read-only openers refuse it the same way.
     let ro = Options {
@@ -346,7 +367,11 @@ fn a_log_naming_an_unregistered_operation_fails_to_open_and_changes_nothing() {
     };
     assert!(matches!(
         Region::open(&p, ro),
-        Err(Error::UnknownOperation { id: OP_ONLY_CHILD, commit: 2, .. })
+        Err(Error::UnknownOperation {
+            id: OP_ONLY_CHILD,
+            commit: 2,
+            ..
+        })
     ));
     // Once registered, the log replays.
     ops::register(
@@ -409,6 +434,9 @@ fn registration_rules() {
     let mut a = (PAGE - 4).to_le_bytes().to_vec();
     a.extend(0u64.to_le_bytes());
     a.extend(8u64.to_le_bytes()); // reads past the end of the region
-    assert!(matches!(v.apply(OP_COPY, &a), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        v.apply(OP_COPY, &a),
+        Err(Error::OutOfRange { .. })
+    ));
     assert!(matches!(v.commit(), Err(Error::Aborted)));
 }

@@ -81,9 +81,14 @@ impl OpMemory for InView<'_> {
         Ok(())
     }
     fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
-        self.view.slice_mut(off, bytes.len())?.copy_from_slice(bytes);
+        self.view
+            .slice_mut(off, bytes.len())?
+            .copy_from_slice(bytes);
         if !bytes.is_empty() {
-            let (first, last) = (off / PAGE as u64, (off + bytes.len() as u64 - 1) / PAGE as u64);
+            let (first, last) = (
+                off / PAGE as u64,
+                (off + bytes.len() as u64 - 1) / PAGE as u64,
+            );
             self.pages.extend((first..=last).map(|p| p as u32));
         }
         Ok(())

@@ -4,7 +4,12 @@
 
 use crate::os::mem::PAGE;
 
-pub const FORMAT_VERSION: u32 = 1;
+/// Written into every header slot. Version 2 added kind-2 records (commits
+/// with registered operations); a build that reads only version 1 refuses
+/// the files by their version instead of calling such a record damage.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads (version 1 files have no kind-2 records).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 pub const REGION_MAGIC: &[u8; 8] = b"TXMAPRGN";
 pub const LOG_MAGIC: &[u8; 8] = b"TXMAPLOG";
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"TXR1");
@@ -114,7 +119,7 @@ impl std::fmt::Display for HeaderError {
             HeaderError::Version(v) => {
                 write!(
                     f,
-                    "format version {v}, this build reads version {FORMAT_VERSION}"
+                    "format version {v}, this build reads versions {MIN_FORMAT_VERSION} to {FORMAT_VERSION}"
                 )
             }
             HeaderError::PageSize(p) => write!(f, "page size {p}, this build uses {PAGE}"),
@@ -143,7 +148,7 @@ fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 5]), HeaderE
             continue;
         };
         let version = get32(s, 8);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             err = Some(HeaderError::Version(version));
             continue;
         }
@@ -284,8 +289,7 @@ pub fn encode_commit_ops<'a>(
             .map(|o| 16 + 4 * o.pages.len() + o.args.len())
             .sum::<usize>()
     };
-    let payload: usize =
-        12 + ops_bytes + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
+    let payload: usize = 12 + ops_bytes + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // crc, filled below
@@ -403,7 +407,14 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
             return Err(RecordError::Malformed("commit payload too short"));
         }
         at += 4;
-        get32(p, 12) as usize
+        match get32(p, 12) as usize {
+            0 => {
+                return Err(RecordError::Malformed(
+                    "operation record without operations",
+                ));
+            }
+            n => n,
+        }
     } else {
         0
     };
@@ -437,12 +448,21 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         if op_at as usize > n || ops.last().is_some_and(|o: &LoggedOp<'_>| o.at > op_at) {
             return Err(RecordError::Malformed("operation out of order"));
         }
-        if np.checked_mul(4).and_then(|b| b.checked_add(na)).is_none_or(|b| at + b > p.len()) {
+        if np
+            .checked_mul(4)
+            .and_then(|b| b.checked_add(na))
+            .is_none_or(|b| at + b > p.len())
+        {
             return Err(RecordError::Malformed("operation bytes past payload end"));
         }
         let pages: Vec<u32> = (0..np).map(|i| get32(p, at + 4 * i)).collect();
-        if pages.iter().any(|&pg| (u64::from(pg) + 1) * PAGE as u64 > data_size) {
-            return Err(RecordError::Malformed("operation page beyond the region size"));
+        if pages
+            .iter()
+            .any(|&pg| (u64::from(pg) + 1) * PAGE as u64 > data_size)
+        {
+            return Err(RecordError::Malformed(
+                "operation page beyond the region size",
+            ));
         }
         at += 4 * np;
         ops.push(LoggedOp {
@@ -517,6 +537,67 @@ mod tests {
                 "flip of bit {bit} accepted"
             );
         }
+    }
+
+    #[test]
+    fn operation_records_roundtrip_and_bad_ones_are_malformed() {
+        let data = [7u8; 10];
+        let ranges = [Range {
+            offset: 4096,
+            bytes: &data,
+        }];
+        let ops = [
+            LoggedOp {
+                at: 0,
+                id: 200,
+                pages: vec![1, 3],
+                args: b"abc",
+            },
+            LoggedOp {
+                at: 1,
+                id: 7,
+                pages: vec![],
+                args: b"",
+            },
+        ];
+        let mut out = Vec::new();
+        encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), &ops);
+        assert_eq!(out[8], KIND_COMMIT_OPS);
+        let r = decode_record(&out, 9).unwrap();
+        assert_eq!((r.ranges, r.ops), (ranges.to_vec(), ops.to_vec()));
+        let malformed = |ranges: &[Range<'_>], ops: &[LoggedOp<'_>]| {
+            let mut out = Vec::new();
+            encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), ops);
+            match decode_record(&out, 9) {
+                Err(RecordError::Malformed(m)) => m,
+                r => panic!("accepted: {r:?}"),
+            }
+        };
+        let mut late = ops.to_vec();
+        late[0].at = 2; // after the only range and the next operation
+        assert_eq!(malformed(&ranges, &late), "operation out of order");
+        let mut far = ops.to_vec();
+        far[0].pages = vec![4]; // a 16 KiB region has pages 0-3
+        assert_eq!(
+            malformed(&ranges, &far),
+            "operation page beyond the region size"
+        );
+        // Kind 2 without operations is not what an encoder writes.
+        let mut plain = Vec::new();
+        encode_commit(&mut plain, 9, 5, 3, 16384, ranges.iter().cloned());
+        let mut forged = plain[..RECORD_HEADER + 12].to_vec();
+        forged.extend_from_slice(&0u32.to_le_bytes());
+        forged.extend_from_slice(&plain[RECORD_HEADER + 12..RECORD_HEADER + 12 + 22]);
+        forged[8] = KIND_COMMIT_OPS;
+        let payload = (forged.len() - RECORD_HEADER) as u32;
+        forged[12..16].copy_from_slice(&payload.to_le_bytes());
+        let crc = crc32c::crc32c(&forged[8..]);
+        forged[4..8].copy_from_slice(&crc.to_le_bytes());
+        forged.resize(padded(forged.len()) + 8, 0);
+        assert_eq!(
+            decode_record(&forged, 9).unwrap_err(),
+            RecordError::Malformed("operation record without operations")
+        );
     }
 
     #[test]
