@@ -129,6 +129,11 @@
 // A byte range outside the region.
 #define TXMAP_ERANGE -22
 
+// The region's log holds an operation this process has not registered
+// (`txmap_op_register`); `txmap_errmsg` names its id and commit. Nothing
+// was changed.
+#define TXMAP_EUNKNOWNOP -23
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -198,6 +203,11 @@
 // `setPageAccess`: the transaction will write the pages.
 #define XAC_WRITE 2
 
+// The bytes an operation works on while it runs (the transaction's
+// memory, or pages being rebuilt by recovery). Valid only during the call.
+// Opaque.
+typedef struct txmap_op_mem txmap_op_mem;
+
 // A transaction paused by `txmap_pause`. Opaque.
 typedef struct txmap_paused txmap_paused;
 
@@ -244,6 +254,13 @@ typedef struct {
   // NULL for none. Every process opening the region should name the same.
   const char *log_archive;
 } txmap_options;
+
+// An operation: changes region bytes through `mem`, given `args_len`
+// argument bytes, deterministically (the same bytes and arguments give the
+// same stores: recovery runs it again). Returns 0, or nonzero to fail
+// (the transaction that applied it is aborted). `ctx` is the pointer given
+// to `txmap_op_register`.
+typedef int (*txmap_op_fn)(txmap_op_mem *mem, const void *args, size_t args_len, void *ctx);
 
 #ifdef __cplusplus
 extern "C" {
@@ -681,6 +698,52 @@ int txmap_resume(txmap_view *view, txmap_paused *paused);
 // # Safety
 // `paused` is NULL or a live handle from `txmap_pause`, not used again.
 int txmap_paused_free(txmap_paused *paused);
+
+// Registers operation `f` (with `ctx`) under `id`, at least 128 (lower
+// ids are txmap's), for this process: before opening a region whose log
+// may hold it. Registering the same function and context again is
+// allowed; anything else under a taken id fails with `TXMAP_EINVAL`.
+// `name` (copied) is shown in errors; NULL for none.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string; `f` stays callable with
+// `ctx`, from any thread, for the rest of the process.
+int txmap_op_register(uint32_t id, const char *name, txmap_op_fn f, void *ctx);
+
+// Copies `len` bytes at region offset `off` into `buf`. `TXMAP_ERANGE`
+// past the region's end.
+//
+// # Safety
+// `mem` is the handle the operation was called with; `buf` is writable
+// for `len` bytes.
+int txmap_op_read(txmap_op_mem *mem, uint64_t off, void *buf, size_t len);
+
+// Stores `len` bytes from `bytes` at region offset `off`. `TXMAP_ERANGE`
+// past the region's end.
+//
+// # Safety
+// `mem` is the handle the operation was called with; `bytes` is readable
+// for `len` bytes.
+int txmap_op_write(txmap_op_mem *mem, uint64_t off, const void *bytes, size_t len);
+
+// Bytes of the region the operation sees (0 if `mem` is NULL).
+//
+// # Safety
+// `mem` is NULL or the handle the operation was called with.
+uint64_t txmap_op_size(txmap_op_mem *mem);
+
+// Runs registered operation `id` with the `args_len` bytes at `args` in
+// the view's transaction at once, and logs it as one operation record in
+// place of the byte diffs of what it changed (recovery runs it again).
+// Needs a serializable transaction (`TXMAP_EINVAL` otherwise, or when `id`
+// is not registered); an operation that fails aborts the transaction
+// (its commit returns `TXMAP_ABORTED`) and this returns its error
+// (`TXMAP_EINVAL` for a nonzero return, whose value the message gives).
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `args` is readable for `args_len` bytes.
+int txmap_apply(txmap_view *view, uint32_t id, const void *args, size_t args_len);
 
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not

@@ -31,11 +31,13 @@ use txmap::Error;
 pub mod collections;
 pub mod media;
 pub mod native;
+pub mod ops;
 pub mod xac;
 
 pub use collections::*;
 pub use media::*;
 pub use native::*;
+pub use ops::*;
 pub use xac::*;
 
 /// Success.

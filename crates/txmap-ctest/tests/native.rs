@@ -68,3 +68,8 @@ fn a_snapshot_limit_expires_an_old_reader() {
 fn pause_and_resume() {
     check("pause", ctest_native_pause);
 }
+
+#[test]
+fn registered_operations() {
+    check("operations", ctest_native_operations);
+}

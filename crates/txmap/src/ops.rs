@@ -57,13 +57,38 @@ pub struct Operation {
     pub apply: OpFn,
 }
 
-static REGISTRY: RwLock<BTreeMap<u32, Operation>> = RwLock::new(BTreeMap::new());
+/// A function registered with a context ([`register_with`]).
+pub type DynOpFn = std::sync::Arc<dyn Fn(&mut dyn OpMemory, &[u8]) -> Result<()> + Send + Sync>;
+
+/// What the registry holds for an id.
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub(crate) name: String,
+    /// Identifies the function, so registering it again is allowed.
+    key: usize,
+    pub(crate) apply: DynOpFn,
+}
+
+static REGISTRY: RwLock<BTreeMap<u32, Registered>> = RwLock::new(BTreeMap::new());
 
 /// Registers `op` under `id` (at least [`FIRST_USER_OP`]) for this
 /// process. Register every operation a region's log may hold before
 /// opening it. Registering the same function again under its id is
 /// allowed; another function under a taken id is `Error::Invalid`.
 pub fn register(id: u32, op: Operation) -> Result<()> {
+    let f = op.apply;
+    register_with(
+        id,
+        op.name,
+        f as usize,
+        std::sync::Arc::new(move |m: &mut dyn OpMemory, a: &[u8]| f(m, a)),
+    )
+}
+
+/// [`register`] for a function with state (the C API's function and
+/// context pointer): `key` identifies it, so registering the same key
+/// again under `id` is allowed and keeps the first.
+pub fn register_with(id: u32, name: &str, key: usize, apply: DynOpFn) -> Result<()> {
     if id < FIRST_USER_OP {
         return Err(Error::Invalid(format!(
             "operation id {id} is reserved for txmap (user ids start at {FIRST_USER_OP})"
@@ -71,26 +96,45 @@ pub fn register(id: u32, op: Operation) -> Result<()> {
     }
     let mut r = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
     match r.get(&id) {
-        Some(old) if !std::ptr::fn_addr_eq(old.apply, op.apply) => Err(Error::Invalid(format!(
+        Some(old) if old.key != key => Err(Error::Invalid(format!(
             "operation id {id} is already registered (as {:?})",
             old.name
         ))),
-        _ => {
-            r.insert(id, op);
+        Some(_) => Ok(()),
+        None => {
+            r.insert(
+                id,
+                Registered {
+                    name: name.to_string(),
+                    key,
+                    apply,
+                },
+            );
             Ok(())
         }
     }
 }
 
 /// The operation registered under `id`, if any.
-pub fn lookup(id: u32) -> Option<Operation> {
-    crate::builtin_ops::get(id).or_else(|| {
-        REGISTRY
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .copied()
-    })
+pub(crate) fn lookup(id: u32) -> Option<Registered> {
+    if let Some(op) = crate::builtin_ops::get(id) {
+        let f = op.apply;
+        return Some(Registered {
+            name: op.name.to_string(),
+            key: f as usize,
+            apply: std::sync::Arc::new(move |m: &mut dyn OpMemory, a: &[u8]| f(m, a)),
+        });
+    }
+    REGISTRY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&id)
+        .cloned()
+}
+
+/// Whether an operation is registered under `id` in this process.
+pub fn is_registered(id: u32) -> bool {
+    lookup(id).is_some()
 }
 
 /// Fails with `Error::UnknownOperation` for the first operation in
