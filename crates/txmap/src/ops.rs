@@ -20,6 +20,8 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 /// The first id a program may register; lower ids are txmap's own.
 pub const FIRST_USER_OP: u32 = 128;
 
+pub use crate::builtin_ops::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64};
+
 /// The bytes an operation works on: the transaction's memory when it runs
 /// in a transaction, the pages being rebuilt when the log is replayed.
 pub trait OpMemory {
@@ -221,6 +223,13 @@ impl<'a> Overlay<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Runs operation `id` on the pages.
+    pub(crate) fn run(&mut self, id: u32, args: &[u8]) -> Result<()> {
+        let op = lookup(id)
+            .ok_or_else(|| Error::Invalid(format!("operation {id} is not registered")))?;
+        (op.apply)(self, args)
     }
 
     /// The pages written, rebuilt.

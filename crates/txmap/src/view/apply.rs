@@ -15,10 +15,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
-use super::{View, diff};
+use super::{View, ViewInner, diff};
 use crate::error::{Error, Result};
 use crate::ops::OpMemory;
-use crate::os::mem::PAGE;
+use crate::os::mem::{Access, PAGE};
 use crate::wal::format::{LoggedOp, Range};
 
 /// The registered operations of the open transaction and the diffs of the
@@ -31,6 +31,8 @@ pub(crate) struct OpLog {
     ranges: Vec<(u64, Vec<u8>)>,
     /// (ranges before it, id, pages it wrote, arguments).
     ops: Vec<(u32, u32, Vec<u32>, Vec<u8>)>,
+    /// Commutative operations: (their word's page, index in `ops`).
+    commutes: Vec<(u32, usize)>,
 }
 
 impl OpLog {
@@ -49,6 +51,22 @@ impl OpLog {
     /// before one changed it.
     pub(super) fn shadow(&self, page: u32) -> Option<&[u8]> {
         self.shadow.get(&page).map(|b| &b[..])
+    }
+
+    /// Pages commutative operations changed.
+    pub(super) fn commuted_pages(&self) -> BTreeSet<u32> {
+        self.commutes.iter().map(|&(p, _)| p).collect()
+    }
+
+    /// The commutative operations on pages the transaction did not write
+    /// otherwise (`written`), as (page, id, arguments): the commit applies
+    /// them again to the newest committed version of their page.
+    pub(super) fn commuted_outside(&self, written: impl Fn(u32) -> bool) -> Vec<(u32, u32, &[u8])> {
+        self.commutes
+            .iter()
+            .filter(|&&(p, _)| !written(p))
+            .map(|&(p, i)| (p, self.ops[i].1, &self.ops[i].3[..]))
+            .collect()
     }
 
     /// The operations as the commit record holds them.
@@ -125,32 +143,7 @@ impl View {
         }
         self.check_expired()?;
         let mut log = self.op_log.take().unwrap_or_default();
-        // The diffs of the stores since the last operation.
-        let snapshot = v.snapshot.load(Ordering::Relaxed);
-        let mut changed = Vec::new();
-        {
-            let side = v.read_side();
-            let mut found = Vec::new();
-            v.for_each_written(|page| {
-                // SAFETY: as in `commit_outermost`: our alias page is mapped and
-                // only we write it; the snapshot version stays while we are on
-                // the read side.
-                let (old, cur) = unsafe {
-                    (
-                        std::slice::from_raw_parts(side.source(page, snapshot), PAGE),
-                        std::slice::from_raw_parts(v.mem.alias.base().add(page * PAGE), PAGE),
-                    )
-                };
-                let base = log.shadow(page as u32).unwrap_or(old);
-                let before = found.len();
-                diff(base, cur, (page * PAGE) as u64, &mut found);
-                if found.len() > before {
-                    changed.push(page as u32);
-                }
-            });
-            log.ranges
-                .extend(found.into_iter().map(|r| (r.offset, r.bytes.to_vec())));
-        }
+        let changed = self.cut(&mut log);
         let at = log.ranges.len() as u32;
         let mut mem = InView {
             view: self,
@@ -171,6 +164,178 @@ impl View {
         }
         log.ops.push((at, id, pages, args.to_vec()));
         self.op_log = Some(log);
+        Ok(())
+    }
+
+    /// Diffs the written pages against their shadows (the stores since the
+    /// last operation) into `log`; returns the pages that changed.
+    fn cut(&self, log: &mut OpLog) -> Vec<u32> {
+        let v = &*self.inner;
+        let snapshot = v.snapshot.load(Ordering::Relaxed);
+        let mut changed = Vec::new();
+        let side = v.read_side();
+        let mut found = Vec::new();
+        v.for_each_written(|page| {
+            // SAFETY: as in `commit_outermost`: our alias page is mapped and
+            // only we write it; the snapshot version stays while we are on
+            // the read side.
+            let (old, cur) = unsafe {
+                (
+                    std::slice::from_raw_parts(side.source(page, snapshot), PAGE),
+                    std::slice::from_raw_parts(v.mem.alias.base().add(page * PAGE), PAGE),
+                )
+            };
+            let base = log.shadow(page as u32).unwrap_or(old);
+            let before = found.len();
+            diff(base, cur, (page * PAGE) as u64, &mut found);
+            if found.len() > before {
+                changed.push(page as u32);
+            }
+        });
+        log.ranges
+            .extend(found.into_iter().map(|r| (r.offset, r.bytes.to_vec())));
+        changed
+    }
+
+    /// Applies a commutative built-in operation (`txmap::ops::ADD_U64`,
+    /// `ADD_I64`, `MIN_U64`, `MAX_U64`, `MIN_I64`, `MAX_I64`; arguments: the
+    /// 8-byte-aligned offset of the word and the operand, little-endian) to
+    /// this transaction's memory at once, without putting the word in the
+    /// read or write set: at commit it is applied again, under the commit
+    /// lock, to the newest committed value, so transactions that only
+    /// update one counter this way all commit (escrow style). Reading the
+    /// word (accessors or plain loads) puts its page in the read set as
+    /// usual, and storing to its page in the write set; then the page is
+    /// validated as today. Also in snapshot-isolated transactions.
+    pub fn commute(&mut self, id: u32, args: &[u8]) -> Result<()> {
+        self.inner.region.check_owner()?;
+        if self.depth == 0 {
+            return Err(Error::NotInTransaction { op: "commute" });
+        }
+        if !crate::builtin_ops::is_commutative(id) {
+            return Err(Error::Invalid(format!(
+                "operation {id} is not a commutative built-in operation"
+            )));
+        }
+        let (off, _) = crate::builtin_ops::word_args(args)?;
+        self.check_range(off, 8)?;
+        let v = &*self.inner;
+        if v.read_only.load(Ordering::Relaxed) {
+            v.doom(super::DOOM_READ_ONLY_WRITE);
+            return Err(Error::StoreInReadOnlyTransaction);
+        }
+        let mut log = self.op_log.take().unwrap_or_default();
+        let changed = self.cut(&mut log);
+        let v = &*self.inner;
+        let page = (off / PAGE as u64) as usize;
+        if v.mem
+            .valid
+            .get(page)
+            .is_some_and(|x| x.load(Ordering::Acquire) == 0)
+        {
+            v.install(page, v.snapshot.load(Ordering::Relaxed));
+        }
+        let op = crate::ops::lookup(id).expect("built-in");
+        let r = (op.apply)(&mut Alias(v), args);
+        for &p in changed.iter().chain([&(page as u32)]) {
+            // SAFETY: the page is below the mapped size (checked or written).
+            let cur = unsafe {
+                std::slice::from_raw_parts(v.mem.alias.base().add(p as usize * PAGE), PAGE)
+            };
+            log.shadow.insert(p, Box::from(cur));
+        }
+        let at = log.ranges.len() as u32;
+        log.ops.push((at, id, vec![page as u32], args.to_vec()));
+        log.commutes.push((page as u32, log.ops.len() - 1));
+        self.op_log = Some(log);
+        r
+    }
+
+    /// Adds `delta` to the u64 (or i64) at `off` by [`View::commute`].
+    pub fn add_u64(&mut self, off: u64, delta: u64) -> Result<()> {
+        self.commute(crate::ops::ADD_U64, &word(off, delta))
+    }
+
+    /// Adds `delta` to the i64 at `off` by [`View::commute`].
+    pub fn add_i64(&mut self, off: u64, delta: i64) -> Result<()> {
+        self.commute(crate::ops::ADD_I64, &word(off, delta as u64))
+    }
+
+    /// Forgets the operations of the ending (or pausing) transaction: the
+    /// pages commutative ones changed in this view hold its local result,
+    /// not a committed version, so they are read again when next touched.
+    pub(super) fn drop_op_log(&mut self) {
+        if let Some(log) = self.op_log.take() {
+            self.inner.forget_pages(&log.commuted_pages());
+        }
+    }
+}
+
+impl ViewInner {
+    /// Makes `pages` invalid here (and inaccessible at the user address),
+    /// so their next touch installs them afresh.
+    pub(super) fn forget_pages(&self, pages: &BTreeSet<u32>) {
+        for &p in pages {
+            if let Some(x) = self.mem.valid.get(p as usize) {
+                x.store(0, Ordering::Release);
+            }
+            let ok = self
+                .mem
+                .user
+                .protect(p as usize * PAGE, PAGE, Access::None)
+                .is_ok();
+            assert!(ok, "cannot re-protect a view");
+        }
+    }
+}
+
+/// A built-in operation's arguments.
+fn word(off: u64, x: u64) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&off.to_le_bytes());
+    a[8..].copy_from_slice(&x.to_le_bytes());
+    a
+}
+
+/// The view's private memory, untracked: where a commutative operation
+/// shows the transaction its effect.
+struct Alias<'a>(&'a ViewInner);
+
+impl OpMemory for Alias<'_> {
+    fn size(&self) -> u64 {
+        self.0.mem.mapped.load(Ordering::Relaxed) as u64
+    }
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let size = self.size();
+        if off.checked_add(buf.len() as u64).is_none_or(|e| e > size) {
+            return Err(Error::OutOfRange {
+                off,
+                len: buf.len(),
+                size: size as usize,
+            });
+        }
+        // SAFETY: in bounds of the alias (checked), which is always mapped.
+        let src = unsafe {
+            std::slice::from_raw_parts(self.0.mem.alias.base().add(off as usize), buf.len())
+        };
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+    fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
+        let size = self.size();
+        if off.checked_add(bytes.len() as u64).is_none_or(|e| e > size) {
+            return Err(Error::OutOfRange {
+                off,
+                len: bytes.len(),
+                size: size as usize,
+            });
+        }
+        // SAFETY: in bounds of the alias (checked), private to this view, and
+        // no reference into it is alive (the view is borrowed mutably).
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.0.mem.alias.base().add(off as usize), bytes.len())
+        };
+        dst.copy_from_slice(bytes);
         Ok(())
     }
 }

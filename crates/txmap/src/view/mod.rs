@@ -500,7 +500,7 @@ impl View {
             }
         }
         let n = v.write_n.load(Ordering::Relaxed);
-        if n == 0 {
+        if n == 0 && self.op_log.is_none() {
             return Ok(());
         }
         // SAFETY: the first n entries were written by `touch`.
@@ -543,7 +543,10 @@ impl View {
         } else {
             &[]
         };
-        if versions.is_empty() {
+        let commute = op_log.map_or_else(Vec::new, |l| {
+            l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
+        });
+        if versions.is_empty() && commute.is_empty() {
             return Ok(()); // stores that changed nothing
         }
         // Untracked reads: a page touched in this transaction may have been
@@ -570,6 +573,7 @@ impl View {
             pages: versions,
             ranges,
             ops: &op_log.map_or_else(Vec::new, apply::OpLog::logged),
+            commute,
             slot: v.slot(),
         })?;
         v.last_commit.store(seq, Ordering::Relaxed);
@@ -606,7 +610,7 @@ impl View {
         v.region.mvcc.end(v.slot());
         self.depth = 0;
         self.paused_reads.clear();
-        self.op_log = None;
+        self.drop_op_log();
     }
 
     /// Dooms the whole transaction: its stores are discarded at once (later
@@ -618,7 +622,7 @@ impl View {
             return Err(Error::NotInTransaction { op: "abort" });
         }
         self.inner.doom(DOOM_USER);
-        self.op_log = None;
+        self.drop_op_log();
         let v = &*self.inner;
         let serial = v.serial.load(Ordering::Relaxed);
         let mut protected = Ok(());

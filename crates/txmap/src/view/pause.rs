@@ -36,6 +36,9 @@ pub struct Paused {
     writes: Vec<(u32, Box<[u8]>)>,
     /// Registered operations applied before the pause.
     op_log: Option<Box<super::apply::OpLog>>,
+    /// Pages commutative operations changed (not written otherwise), as
+    /// the transaction saw them.
+    commuted: Vec<(u32, Box<[u8]>)>,
     /// False once resumed (the slot went back to a view).
     holds_slot: bool,
 }
@@ -119,6 +122,22 @@ impl View {
             maybe_read.sort_unstable();
             maybe_read.dedup();
         }
+        let op_log = self.op_log.take();
+        let commuted_pages = op_log
+            .as_ref()
+            .map(|l| l.commuted_pages())
+            .unwrap_or_default();
+        let commuted = commuted_pages
+            .iter()
+            .filter(|&&p| v.touch_bits(p as usize) & TOUCH_WRITE == 0)
+            .map(|&p| {
+                // SAFETY: as for the written pages above.
+                let cur = unsafe {
+                    std::slice::from_raw_parts(v.mem.alias.base().add(p as usize * PAGE), PAGE)
+                };
+                (p, Box::from(cur))
+            })
+            .collect();
         let paused = Paused {
             region: v.region.clone(),
             slot: v.slot(),
@@ -131,13 +150,15 @@ impl View {
             reads,
             maybe_read,
             writes,
-            op_log: self.op_log.take(),
+            op_log,
+            commuted,
             holds_slot: true,
         };
         // The snapshot stays registered in the paused slot; the view's
         // pages go back to it (valid at the snapshot, as after an abort).
         v.slot.store(fresh, Ordering::Relaxed);
         self.finish(false);
+        self.inner.forget_pages(&commuted_pages);
         Ok(paused)
     }
 
@@ -216,6 +237,20 @@ impl View {
             unsafe { *v.mem.write_set.as_ptr().add(i) = page as u32 };
         }
         v.write_n.store(paused.writes.len(), Ordering::Relaxed);
+        for (page, bytes) in &paused.commuted {
+            let page = *page as usize;
+            // SAFETY: as for the written pages.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    v.mem.alias.base().add(page * PAGE),
+                    PAGE,
+                )
+            };
+            if let Some(x) = v.mem.valid.get(page) {
+                x.store(1, Ordering::Release);
+            }
+        }
         // Pages read are not marked touched: the next access installs
         // them again (at `s`) and records them once more, which is harmless.
         let reads = std::mem::take(&mut paused.reads);
