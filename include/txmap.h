@@ -182,6 +182,24 @@
 // Access for `txmap_set_page_access`: the transaction will write the pages.
 #define TXMAP_ACCESS_WRITE 2
 
+// `txmap_commute`: adds the operand to a u64 (wrapping).
+#define TXMAP_OP_ADD_U64 1
+
+// `txmap_commute`: adds the operand to an i64 (wrapping).
+#define TXMAP_OP_ADD_I64 2
+
+// `txmap_commute`: lowers a u64 to the operand if it is smaller.
+#define TXMAP_OP_MIN_U64 3
+
+// `txmap_commute`: raises a u64 to the operand if it is larger.
+#define TXMAP_OP_MAX_U64 4
+
+// `txmap_commute`: lowers an i64 to the operand if it is smaller.
+#define TXMAP_OP_MIN_I64 5
+
+// `txmap_commute`: raises an i64 to the operand if it is larger.
+#define TXMAP_OP_MAX_I64 6
+
 // `xInit` durability: commits are atomic and isolated and survive a crash
 // of the process, not of the OS (txmap `Durability::Async`).
 #define XAC_NONDURABLE 0
@@ -744,6 +762,20 @@ uint64_t txmap_op_size(txmap_op_mem *mem);
 // `view` is NULL or a live view handle, not in use by another thread;
 // `args` is readable for `args_len` bytes.
 int txmap_apply(txmap_view *view, uint32_t id, const void *args, size_t args_len);
+
+// Applies a commutative built-in operation (`TXMAP_OP_ADD_U64`, …) with
+// `operand` (an i64 passed as its bits) to the 8-byte-aligned word at
+// region offset `off`, in the view's transaction: the transaction sees
+// the result at once, but the word joins neither its read nor its write
+// set; at commit the operation is applied again, under the commit lock,
+// to the newest committed value, so concurrent updates of one counter all
+// commit. Reading the word validates it as any read. `TXMAP_EINVAL` for
+// another id or an unaligned word, `TXMAP_ERANGE` past the region,
+// `TXMAP_ESTOREREADONLY` in a read-only transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_commute(txmap_view *view, uint32_t id, uint64_t off, uint64_t operand);
 
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not

@@ -195,3 +195,55 @@ pub unsafe extern "C" fn txmap_apply(
         Ok(())
     }))
 }
+
+/// `txmap_commute`: adds the operand to a u64 (wrapping).
+pub const TXMAP_OP_ADD_U64: u32 = 1;
+/// `txmap_commute`: adds the operand to an i64 (wrapping).
+pub const TXMAP_OP_ADD_I64: u32 = 2;
+/// `txmap_commute`: lowers a u64 to the operand if it is smaller.
+pub const TXMAP_OP_MIN_U64: u32 = 3;
+/// `txmap_commute`: raises a u64 to the operand if it is larger.
+pub const TXMAP_OP_MAX_U64: u32 = 4;
+/// `txmap_commute`: lowers an i64 to the operand if it is smaller.
+pub const TXMAP_OP_MIN_I64: u32 = 5;
+/// `txmap_commute`: raises an i64 to the operand if it is larger.
+pub const TXMAP_OP_MAX_I64: u32 = 6;
+
+// The header needs literals (cbindgen); they must be txmap's ids.
+const _: () = assert!(
+    TXMAP_OP_ADD_U64 == ops::ADD_U64
+        && TXMAP_OP_ADD_I64 == ops::ADD_I64
+        && TXMAP_OP_MIN_U64 == ops::MIN_U64
+        && TXMAP_OP_MAX_U64 == ops::MAX_U64
+        && TXMAP_OP_MIN_I64 == ops::MIN_I64
+        && TXMAP_OP_MAX_I64 == ops::MAX_I64
+);
+
+/// Applies a commutative built-in operation (`TXMAP_OP_ADD_U64`, …) with
+/// `operand` (an i64 passed as its bits) to the 8-byte-aligned word at
+/// region offset `off`, in the view's transaction: the transaction sees
+/// the result at once, but the word joins neither its read nor its write
+/// set; at commit the operation is applied again, under the commit lock,
+/// to the newest committed value, so concurrent updates of one counter all
+/// commit. Reading the word validates it as any read. `TXMAP_EINVAL` for
+/// another id or an unaligned word, `TXMAP_ERANGE` past the region,
+/// `TXMAP_ESTOREREADONLY` in a read-only transaction.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_commute(
+    view: *mut txmap_view,
+    id: u32,
+    off: u64,
+    operand: u64,
+) -> c_int {
+    status(guarded("txmap_commute", || {
+        let mut a = [0u8; 16];
+        a[..8].copy_from_slice(&off.to_le_bytes());
+        a[8..].copy_from_slice(&operand.to_le_bytes());
+        // SAFETY: per this function's contract.
+        unsafe { view_mut(view) }?.commute(id, &a)?;
+        Ok(())
+    }))
+}

@@ -713,11 +713,26 @@ int ctest_native_operations(const char *dir) {
     CHECK_EQ(txmap_apply(v, 130, args, 3), TXMAP_EINVAL);
     CHECK(errmsg_has("operation 130 returned 1"));
     CHECK_EQ(txmap_commit(v), TXMAP_ABORTED);
+    /* Commutative adds of two views to one counter both commit. */
+    txmap_view *w = NULL;
+    CHECK_EQ(txmap_view_open(r, &w), TXMAP_OK);
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    CHECK_EQ(txmap_begin(w, 0), TXMAP_OK);
+    CHECK_EQ(txmap_commute(v, TXMAP_OP_ADD_U64, 16, 3), TXMAP_OK);
+    CHECK_EQ(txmap_commute(w, TXMAP_OP_ADD_I64, 16, (uint64_t)-1), TXMAP_OK);
+    CHECK_EQ(txmap_commute(w, TXMAP_OP_MAX_U64, 24, 9), TXMAP_OK);
+    CHECK_EQ(txmap_commute(w, TXMAP_OP_ADD_U64, 20, 1), TXMAP_EINVAL); /* unaligned */
+    CHECK_EQ(txmap_commute(w, 130, 16, 1), TXMAP_EINVAL);             /* not built in */
+    CHECK_EQ(txmap_commit(v), TXMAP_OK);
+    CHECK_EQ(txmap_commit(w), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(w), TXMAP_OK);
     CHECK_EQ(txmap_view_close(v), TXMAP_OK);
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
     CHECK_EQ(txmap_region_open(path, 0, &r), TXMAP_OK);
     CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
     x = txmap_view_base(v);
+    CHECK_EQ(x[2], 2);
+    CHECK_EQ(x[3], 9);
     CHECK_EQ(x[1], 215);
     CHECK_EQ(x[0], 0);
     CHECK_EQ(txmap_view_close(v), TXMAP_OK);
