@@ -249,17 +249,7 @@ fn commutative_updates_are_replayed_after_sigkill() {
         ],
         d.join("err"),
     );
-    loop {
-        c.check_running("adder");
-        let n = std::fs::read_to_string(&acks)
-            .unwrap_or_default()
-            .lines()
-            .count();
-        if n >= 200 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    wait_for_acks(&mut c, &acks, 200);
     c.signal(rustix::process::Signal::KILL);
     c.kill();
     let acked = std::fs::read_to_string(&acks).unwrap().lines().count() as u64;

@@ -263,18 +263,7 @@ fn operations_are_replayed_in_commit_order_after_sigkill() {
             ],
             d.join(&format!("err-{round}")),
         );
-        let want = 40 + round * 60;
-        loop {
-            c.check_running("workload");
-            let n = std::fs::read_to_string(&acks)
-                .unwrap_or_default()
-                .lines()
-                .count() as u64;
-            if n >= want {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_for_acks(&mut c, &acks, 40 + round as usize * 60);
         c.signal(rustix::process::Signal::KILL);
         c.kill();
         let acked = std::fs::read_to_string(&acks).unwrap().lines().count() as u64;
@@ -290,8 +279,8 @@ fn operations_are_replayed_in_commit_order_after_sigkill() {
     }
 }
 
-/// Child: commits one operation the parent never registers, then dies.
-fn unregistered_child() {
+/// Registers the operation only the child has at first.
+fn register_marker() {
     ops::register(
         OP_ONLY_CHILD,
         Operation {
@@ -300,6 +289,11 @@ fn unregistered_child() {
         },
     )
     .unwrap();
+}
+
+/// Child: commits one operation the parent never registers, then dies.
+fn unregistered_child() {
+    register_marker();
     let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
     let r = Region::open(&p, opts_without_checkpoints()).unwrap();
     let mut v = r.view().unwrap();
@@ -374,14 +368,7 @@ fn a_log_naming_an_unregistered_operation_fails_to_open_and_changes_nothing() {
         })
     ));
     // Once registered, the log replays.
-    ops::register(
-        OP_ONLY_CHILD,
-        Operation {
-            name: "marker",
-            apply: set_marker,
-        },
-    )
-    .unwrap();
+    register_marker();
     let r = Region::open(&p, Options::default()).unwrap();
     let v = r.view().unwrap();
     assert_eq!(v.read::<u64>(0).unwrap(), 0xabcd);

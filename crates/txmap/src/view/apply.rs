@@ -156,11 +156,8 @@ impl View {
         let pages: Vec<u32> = mem.pages.into_iter().collect();
         let v = &*self.inner;
         for &page in changed.iter().chain(&pages) {
-            // SAFETY: as above (the page is in the write set, so mapped).
-            let cur = unsafe {
-                std::slice::from_raw_parts(v.mem.alias.base().add(page as usize * PAGE), PAGE)
-            };
-            log.shadow.insert(page, Box::from(cur));
+            log.shadow
+                .insert(page, Box::from(v.alias_page(page as usize)));
         }
         log.ops.push((at, id, pages, args.to_vec()));
         self.op_log = Some(log);
@@ -238,11 +235,7 @@ impl View {
         let op = crate::ops::lookup(id).expect("built-in");
         let r = (op.apply)(&mut Alias(v), args);
         for &p in changed.iter().chain([&(page as u32)]) {
-            // SAFETY: the page is below the mapped size (checked or written).
-            let cur = unsafe {
-                std::slice::from_raw_parts(v.mem.alias.base().add(p as usize * PAGE), PAGE)
-            };
-            log.shadow.insert(p, Box::from(cur));
+            log.shadow.insert(p, Box::from(v.alias_page(p as usize)));
         }
         let at = log.ranges.len() as u32;
         log.ops.push((at, id, vec![page as u32], args.to_vec()));

@@ -68,6 +68,35 @@ impl Drop for Paused {
     }
 }
 
+impl super::ViewInner {
+    /// This view's private copy of `page` (below the mapped size).
+    pub(super) fn alias_page(&self, page: usize) -> &[u8] {
+        assert!((page + 1) * PAGE <= self.mem.mapped.load(Ordering::Relaxed));
+        // SAFETY: below the mapped size (checked), which the alias maps;
+        // only this view writes it, and not while the caller reads it (the
+        // view is borrowed).
+        unsafe { std::slice::from_raw_parts(self.mem.alias.base().add(page * PAGE), PAGE) }
+    }
+
+    /// Puts `bytes` (a page, as the transaction left it) back as this
+    /// view's private copy of `page`, valid.
+    fn put_page(&self, page: usize, bytes: &[u8]) {
+        assert!((page + 1) * PAGE <= self.mem.mapped.load(Ordering::Relaxed));
+        // SAFETY: below the mapped size (checked: sizes only grow, so a page
+        // of the paused transaction is); the alias is private to this view.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.mem.alias.base().add(page * PAGE),
+                PAGE,
+            )
+        };
+        if let Some(x) = self.mem.valid.get(page) {
+            x.store(1, Ordering::Release);
+        }
+    }
+}
+
 impl View {
     /// Pauses the open transaction (whatever its nesting depth) and returns
     /// it: the view is then outside any transaction, free for other
@@ -92,13 +121,7 @@ impl View {
         })?;
         let untracked = v.untracked_reads.load(Ordering::Relaxed);
         let mut writes = Vec::new();
-        v.for_each_written(|page| {
-            // SAFETY: a written page lies below the mapped size, which the
-            // alias maps; nothing else writes it (the view is &mut self).
-            let cur =
-                unsafe { std::slice::from_raw_parts(v.mem.alias.base().add(page * PAGE), PAGE) };
-            writes.push((page as u32, Box::from(cur)));
-        });
+        v.for_each_written(|page| writes.push((page as u32, Box::from(v.alias_page(page)))));
         // SAFETY: the first read_n entries were written by `touch`.
         let reads = unsafe {
             std::slice::from_raw_parts(v.mem.read_set.as_ptr(), v.read_n.load(Ordering::Relaxed))
@@ -130,13 +153,7 @@ impl View {
         let commuted = commuted_pages
             .iter()
             .filter(|&&p| v.touch_bits(p as usize) & TOUCH_WRITE == 0)
-            .map(|&p| {
-                // SAFETY: as for the written pages above.
-                let cur = unsafe {
-                    std::slice::from_raw_parts(v.mem.alias.base().add(p as usize * PAGE), PAGE)
-                };
-                (p, Box::from(cur))
-            })
+            .map(|&p| (p, Box::from(v.alias_page(p as usize))))
             .collect();
         let paused = Paused {
             region: v.region.clone(),
@@ -215,18 +232,7 @@ impl View {
         let serial = v.serial.load(Ordering::Relaxed);
         for (i, (page, bytes)) in paused.writes.iter().enumerate() {
             let page = *page as usize;
-            // SAFETY: the page lies below the size at pause, which the view
-            // maps (sizes only grow); the alias is private to this view.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    v.mem.alias.base().add(page * PAGE),
-                    PAGE,
-                )
-            };
-            if let Some(x) = v.mem.valid.get(page) {
-                x.store(1, Ordering::Release);
-            }
+            v.put_page(page, bytes);
             if let Some(t) = v.mem.touched.get(page) {
                 t.store(
                     serial << TOUCH_BITS | TOUCH_WRITE | TOUCH_READ,
@@ -238,18 +244,7 @@ impl View {
         }
         v.write_n.store(paused.writes.len(), Ordering::Relaxed);
         for (page, bytes) in &paused.commuted {
-            let page = *page as usize;
-            // SAFETY: as for the written pages.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    v.mem.alias.base().add(page * PAGE),
-                    PAGE,
-                )
-            };
-            if let Some(x) = v.mem.valid.get(page) {
-                x.store(1, Ordering::Release);
-            }
+            v.put_page(*page as usize, bytes);
         }
         // Pages read are not marked touched: the next access installs
         // them again (at `s`) and records them once more, which is harmless.

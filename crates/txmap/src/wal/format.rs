@@ -540,6 +540,31 @@ mod tests {
     }
 
     #[test]
+    fn version_1_headers_are_read_and_newer_ones_refused() {
+        let h = LogHeader {
+            region_id: 3,
+            generation: 2,
+            salt: 4,
+            start_seq: 5,
+        };
+        let with_version = |v: u32| {
+            let (at, mut slot) = h.encode();
+            slot[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c::crc32c(&slot[..SLOT_BODY]);
+            slot[SLOT_BODY..SLOT_BODY + 4].copy_from_slice(&crc.to_le_bytes());
+            let mut page = vec![0u8; 4096];
+            page[at as usize..at as usize + 64].copy_from_slice(&slot);
+            LogHeader::decode(&page)
+        };
+        assert_eq!(with_version(1), Ok(h));
+        assert_eq!(with_version(FORMAT_VERSION), Ok(h));
+        assert_eq!(
+            with_version(FORMAT_VERSION + 1),
+            Err(HeaderError::Version(FORMAT_VERSION + 1))
+        );
+    }
+
+    #[test]
     fn operation_records_roundtrip_and_bad_ones_are_malformed() {
         let data = [7u8; 10];
         let ranges = [Range {
