@@ -129,6 +129,11 @@
 // A byte range outside the region.
 #define TXMAP_ERANGE -22
 
+// The region's log holds an operation this process has not registered
+// (`txmap_op_register`); `txmap_errmsg` names its id and commit. Nothing
+// was changed.
+#define TXMAP_EUNKNOWNOP -23
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -177,6 +182,24 @@
 // Access for `txmap_set_page_access`: the transaction will write the pages.
 #define TXMAP_ACCESS_WRITE 2
 
+// `txmap_commute`: adds the operand to a u64 (wrapping).
+#define TXMAP_OP_ADD_U64 1
+
+// `txmap_commute`: adds the operand to an i64 (wrapping).
+#define TXMAP_OP_ADD_I64 2
+
+// `txmap_commute`: lowers a u64 to the operand if it is smaller.
+#define TXMAP_OP_MIN_U64 3
+
+// `txmap_commute`: raises a u64 to the operand if it is larger.
+#define TXMAP_OP_MAX_U64 4
+
+// `txmap_commute`: lowers an i64 to the operand if it is smaller.
+#define TXMAP_OP_MIN_I64 5
+
+// `txmap_commute`: raises an i64 to the operand if it is larger.
+#define TXMAP_OP_MAX_I64 6
+
 // `xInit` durability: commits are atomic and isolated and survive a crash
 // of the process, not of the OS (txmap `Durability::Async`).
 #define XAC_NONDURABLE 0
@@ -197,6 +220,14 @@
 
 // `setPageAccess`: the transaction will write the pages.
 #define XAC_WRITE 2
+
+// The bytes an operation works on while it runs (the transaction's
+// memory, or pages being rebuilt by recovery). Valid only during the call.
+// Opaque.
+typedef struct txmap_op_mem txmap_op_mem;
+
+// A transaction paused by `txmap_pause`. Opaque.
+typedef struct txmap_paused txmap_paused;
 
 // An open region (a data file and its log). Opaque.
 typedef struct txmap_region txmap_region;
@@ -241,6 +272,13 @@ typedef struct {
   // NULL for none. Every process opening the region should name the same.
   const char *log_archive;
 } txmap_options;
+
+// An operation: changes region bytes through `mem`, given `args_len`
+// argument bytes, deterministically (the same bytes and arguments give the
+// same stores: recovery runs it again). Returns 0, or nonzero to fail
+// (the transaction that applied it is aborted). `ctx` is the pointer given
+// to `txmap_op_register`.
+typedef int (*txmap_op_fn)(txmap_op_mem *mem, const void *args, size_t args_len, void *ctx);
 
 #ifdef __cplusplus
 extern "C" {
@@ -651,6 +689,95 @@ int txmap_in_transaction(txmap_view *view);
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_set_page_access(txmap_view *view, const void *addr, size_t length, int access);
 
+// Pauses the view's open transaction (whatever its nesting depth) and
+// stores it in `*out`: the view is then outside any transaction, free for
+// other transactions or committed reads, and the paused transaction's
+// stores are invisible to them. `txmap_resume` continues it with its
+// snapshot, reads and writes as they were; its commit validates it as if
+// it had never been paused. `TXMAP_ENOTXN` outside a transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `out` is NULL or writable.
+int txmap_pause(txmap_view *view, txmap_paused **out);
+
+// Continues a paused transaction on `view` (any view of the same region in
+// this process, outside a transaction). `paused` is consumed whatever the
+// result: on failure (`TXMAP_EINVAL`: the view is in a transaction or maps
+// another region) the paused transaction is rolled back.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `paused` is NULL or a live handle from `txmap_pause`, not used again.
+int txmap_resume(txmap_view *view, txmap_paused *paused);
+
+// Rolls back a paused transaction without resuming it. NULL is accepted
+// and ignored.
+//
+// # Safety
+// `paused` is NULL or a live handle from `txmap_pause`, not used again.
+int txmap_paused_free(txmap_paused *paused);
+
+// Registers operation `f` (with `ctx`) under `id`, at least 128 (lower
+// ids are txmap's), for this process: before opening a region whose log
+// may hold it. Registering the same function and context again is
+// allowed; anything else under a taken id fails with `TXMAP_EINVAL`.
+// `name` (copied) is shown in errors; NULL for none.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string; `f` stays callable with
+// `ctx`, from any thread, for the rest of the process.
+int txmap_op_register(uint32_t id, const char *name, txmap_op_fn f, void *ctx);
+
+// Copies `len` bytes at region offset `off` into `buf`. `TXMAP_ERANGE`
+// past the region's end.
+//
+// # Safety
+// `mem` is the handle the operation was called with; `buf` is writable
+// for `len` bytes.
+int txmap_op_read(txmap_op_mem *mem, uint64_t off, void *buf, size_t len);
+
+// Stores `len` bytes from `bytes` at region offset `off`. `TXMAP_ERANGE`
+// past the region's end.
+//
+// # Safety
+// `mem` is the handle the operation was called with; `bytes` is readable
+// for `len` bytes.
+int txmap_op_write(txmap_op_mem *mem, uint64_t off, const void *bytes, size_t len);
+
+// Bytes of the region the operation sees (0 if `mem` is NULL).
+//
+// # Safety
+// `mem` is NULL or the handle the operation was called with.
+uint64_t txmap_op_size(txmap_op_mem *mem);
+
+// Runs registered operation `id` with the `args_len` bytes at `args` in
+// the view's transaction at once, and logs it as one operation record in
+// place of the byte diffs of what it changed (recovery runs it again).
+// Needs a serializable transaction (`TXMAP_EINVAL` otherwise, or when `id`
+// is not registered); an operation that fails aborts the transaction
+// (its commit returns `TXMAP_ABORTED`) and this returns its error
+// (`TXMAP_EINVAL` for a nonzero return, whose value the message gives).
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `args` is readable for `args_len` bytes.
+int txmap_apply(txmap_view *view, uint32_t id, const void *args, size_t args_len);
+
+// Applies a commutative built-in operation (`TXMAP_OP_ADD_U64`, …) with
+// `operand` (an i64 passed as its bits) to the 8-byte-aligned word at
+// region offset `off`, in the view's transaction: the transaction sees
+// the result at once, but the word joins neither its read nor its write
+// set; at commit the operation is applied again, under the commit lock,
+// to the newest committed value, so concurrent updates of one counter all
+// commit. Reading the word validates it as any read. `TXMAP_EINVAL` for
+// another id or an unaligned word, `TXMAP_ERANGE` past the region,
+// `TXMAP_ESTOREREADONLY` in a read-only transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_commute(txmap_view *view, uint32_t id, uint64_t off, uint64_t operand);
+
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
 // carry over; fork only while no other thread is inside one of these calls
@@ -728,6 +855,26 @@ int xMunmap(const char *name);
 // during the wait), `EPERM` in a forked child that has not called
 // `xInit`.
 int xbegin(void);
+
+// Pauses the calling thread's open transaction (TxOS+ `xpause`): the
+// region is then outside any transaction for this process, so this thread
+// may run other transactions (`xbegin` … `xend`, each its own) or other
+// work, and other threads may take their turn; the paused transaction's
+// stores stay invisible to all of them. `xresume` continues it with its
+// snapshot, reads and writes as they were, and its `xend` validates it as
+// if it had never been paused. A thread may pause several (they resume
+// newest first). Paused transactions of a thread that exits are rolled
+// back, as are those left at `xMunmap`/`xShutdown`. Returns 0, or -1 with
+// errno `EINVAL` outside a transaction, `EPERM` if it belongs to another
+// thread.
+int xpause(void);
+
+// Resumes the calling thread's most recently paused transaction (TxOS+
+// `xresume`), waiting for its turn as `xbegin` does. Returns 0, or -1
+// with errno `EINVAL` if the thread has no paused transaction or has a
+// transaction open (end or pause it first; the paused one is then rolled
+// back), or as `xbegin`.
+int xresume(void);
 
 // `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
 // thread's transaction is open or other threads wait in `xbegin` for

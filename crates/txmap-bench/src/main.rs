@@ -7,6 +7,7 @@ mod aborts;
 mod backup;
 mod commit;
 mod compare;
+mod counter;
 mod longreader;
 mod procs;
 mod report;
@@ -97,6 +98,8 @@ enum Section {
     Stamp,
     /// Page checksum cost, and online backup beside LMDB's and SQLite's (not part of core).
     Backup,
+    /// 16 threads on one counter: commutative add vs read-modify-write (not part of core).
+    Counter,
     /// Issue 20's designs for shared pages: first touch, invalidation, VMAs, memory per view (not part of core).
     SharedPages,
 }
@@ -112,7 +115,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 11] = [
+const PARTS: [Part; 12] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -172,6 +175,12 @@ const PARTS: [Part; 11] = [
         in_core: false,
         steps: backup::steps,
         run: backup::run,
+    },
+    Part {
+        section: Section::Counter,
+        in_core: false,
+        steps: counter::steps,
+        run: counter::run,
     },
     Part {
         section: Section::SharedPages,

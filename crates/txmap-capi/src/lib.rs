@@ -31,11 +31,13 @@ use txmap::Error;
 pub mod collections;
 pub mod media;
 pub mod native;
+pub mod ops;
 pub mod xac;
 
 pub use collections::*;
 pub use media::*;
 pub use native::*;
+pub use ops::*;
 pub use xac::*;
 
 /// Success.
@@ -107,6 +109,10 @@ pub const TXMAP_EFORK: c_int = -20;
 pub const TXMAP_EINCOMPAT: c_int = -21;
 /// A byte range outside the region.
 pub const TXMAP_ERANGE: c_int = -22;
+/// The region's log holds an operation this process has not registered
+/// (`txmap_op_register`); `txmap_errmsg` names its id and commit. Nothing
+/// was changed.
+pub const TXMAP_EUNKNOWNOP: c_int = -23;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -157,6 +163,7 @@ impl From<Error> for Failure {
             Error::ForkedChild { .. } => (TXMAP_EFORK, libc::EPERM),
             Error::Incompatible { .. } => (TXMAP_EINCOMPAT, libc::EBUSY),
             Error::OutOfRange { .. } => (TXMAP_ERANGE, libc::EINVAL),
+            Error::UnknownOperation { .. } => (TXMAP_EUNKNOWNOP, libc::ENOSYS),
         };
         Failure::new(code, errno, e.to_string())
     }

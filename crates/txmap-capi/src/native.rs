@@ -6,7 +6,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::{Failure, guarded, path_arg, status};
-use txmap::{Durability, Error, Isolation, Options, PageAccess, Region, TxnOptions, View};
+use txmap::{Durability, Error, Isolation, Options, PageAccess, Paused, Region, TxnOptions, View};
 
 /// Region flag: commits return once their log record is written to the OS
 /// (they survive a crash of the process, and after power loss the region
@@ -542,4 +542,73 @@ pub(crate) fn set_page_access(
             ))
         })?;
     Ok(view.set_page_access(off as u64, length, access)?)
+}
+
+/// A transaction paused by `txmap_pause`. Opaque.
+#[allow(non_camel_case_types)]
+pub struct txmap_paused {
+    paused: Paused,
+}
+
+/// Pauses the view's open transaction (whatever its nesting depth) and
+/// stores it in `*out`: the view is then outside any transaction, free for
+/// other transactions or committed reads, and the paused transaction's
+/// stores are invisible to them. `txmap_resume` continues it with its
+/// snapshot, reads and writes as they were; its commit validates it as if
+/// it had never been paused. `TXMAP_ENOTXN` outside a transaction.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread;
+/// `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_pause(view: *mut txmap_view, out: *mut *mut txmap_paused) -> c_int {
+    status(guarded("txmap_pause", || {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        // SAFETY: non-null and writable per this function's contract.
+        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: per this function's contract.
+        let paused = unsafe { view_mut(view) }?.pause()?;
+        // SAFETY: as above.
+        unsafe { *out = Box::into_raw(Box::new(txmap_paused { paused })) };
+        Ok(())
+    }))
+}
+
+/// Continues a paused transaction on `view` (any view of the same region in
+/// this process, outside a transaction). `paused` is consumed whatever the
+/// result: on failure (`TXMAP_EINVAL`: the view is in a transaction or maps
+/// another region) the paused transaction is rolled back.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread;
+/// `paused` is NULL or a live handle from `txmap_pause`, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_resume(view: *mut txmap_view, paused: *mut txmap_paused) -> c_int {
+    status(guarded("txmap_resume", || {
+        if paused.is_null() {
+            return Err(Failure::null("paused"));
+        }
+        // SAFETY: a live handle made by Box::into_raw, given up by the caller.
+        let p = unsafe { Box::from_raw(paused) };
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.resume(p.paused)?)
+    }))
+}
+
+/// Rolls back a paused transaction without resuming it. NULL is accepted
+/// and ignored.
+///
+/// # Safety
+/// `paused` is NULL or a live handle from `txmap_pause`, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_paused_free(paused: *mut txmap_paused) -> c_int {
+    status(guarded("txmap_paused_free", || {
+        if !paused.is_null() {
+            // SAFETY: a live handle made by Box::into_raw, given up by the caller.
+            drop(unsafe { Box::from_raw(paused) });
+        }
+        Ok(())
+    }))
 }

@@ -34,7 +34,7 @@ use crate::{
     Failure, TXMAP_EBUSY, TXMAP_EINVAL, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno,
 };
 use txmap::collections::alloc;
-use txmap::{Durability, Error, Options, Region, View, log_path};
+use txmap::{Durability, Error, Options, Paused, Region, View, log_path};
 
 /// `xInit` durability: commits are atomic and isolated and survive a crash
 /// of the process, not of the OS (txmap `Durability::Async`).
@@ -57,6 +57,8 @@ struct Mapped {
     view: View,
     /// The thread whose transaction is open on `view`.
     owner: Option<ThreadId>,
+    /// Transactions paused by `xpause`, each with its thread (the newest last).
+    paused: Vec<(ThreadId, Paused)>,
 }
 
 struct Xac {
@@ -107,6 +109,13 @@ fn roll_back_for_exited(id: ThreadId) {
         m.view.rollback();
         m.owner = None;
         ENDED.notify_all();
+    }
+    // Its paused transactions can never be resumed: roll them back.
+    if let Some(st) = g.as_mut()
+        && st.pid == std::process::id()
+        && let Some(m) = st.mapped.as_mut()
+    {
+        m.paused.retain(|(t, _)| *t != id);
     }
 }
 
@@ -329,6 +338,7 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
             name: name.to_owned(),
             view,
             owner: None,
+            paused: Vec::new(),
         });
         Ok(base)
     });
@@ -405,6 +415,52 @@ pub extern "C" fn xbegin() -> c_int {
     int_call("xbegin", || begin(Wait::Forever))
 }
 
+/// Pauses the calling thread's open transaction (TxOS+ `xpause`): the
+/// region is then outside any transaction for this process, so this thread
+/// may run other transactions (`xbegin` … `xend`, each its own) or other
+/// work, and other threads may take their turn; the paused transaction's
+/// stores stay invisible to all of them. `xresume` continues it with its
+/// snapshot, reads and writes as they were, and its `xend` validates it as
+/// if it had never been paused. A thread may pause several (they resume
+/// newest first). Paused transactions of a thread that exits are rolled
+/// back, as are those left at `xMunmap`/`xShutdown`. Returns 0, or -1 with
+/// errno `EINVAL` outside a transaction, `EPERM` if it belongs to another
+/// thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn xpause() -> c_int {
+    int_call("xpause", || {
+        let mut g = state();
+        let m = in_transaction(&mut g, "xpause")?;
+        let p = m.view.pause()?;
+        m.paused.push((std::thread::current().id(), p));
+        m.owner = None;
+        ENDED.notify_all();
+        Ok(0)
+    })
+}
+
+/// Resumes the calling thread's most recently paused transaction (TxOS+
+/// `xresume`), waiting for its turn as `xbegin` does. Returns 0, or -1
+/// with errno `EINVAL` if the thread has no paused transaction or has a
+/// transaction open (end or pause it first; the paused one is then rolled
+/// back), or as `xbegin`.
+#[unsafe(no_mangle)]
+pub extern "C" fn xresume() -> c_int {
+    int_call("xresume", || {
+        let me = std::thread::current().id();
+        begin_then(Wait::Forever, |m| {
+            let i = m
+                .paused
+                .iter()
+                .rposition(|(t, _)| *t == me)
+                .ok_or_else(|| Failure::invalid("this thread has no paused transaction"))?;
+            let (_, p) = m.paused.remove(i);
+            m.view.resume(p)?;
+            Ok(())
+        })
+    })
+}
+
 /// `xbegin` that does not wait: -1 with errno `EBUSY` at once if another
 /// thread's transaction is open or other threads wait in `xbegin` for
 /// their turn; otherwise as `xbegin`.
@@ -452,6 +508,15 @@ pub fn xbegin_waiters() -> usize {
 
 /// Begins (or nests) the calling thread's transaction, waiting per `wait`.
 fn begin(wait: Wait) -> Result<c_int, Failure> {
+    begin_then(wait, |m| Ok(m.view.begin()?))
+}
+
+/// Waits per `wait` for the calling thread's turn, then runs `start` (which
+/// opens a transaction on the view) and makes the thread its owner.
+fn begin_then(
+    wait: Wait,
+    start: impl FnOnce(&mut Mapped) -> Result<(), Failure>,
+) -> Result<c_int, Failure> {
     let me = std::thread::current().id();
     let mut g = state();
     let mut queued = false;
@@ -500,7 +565,7 @@ fn begin(wait: Wait) -> Result<c_int, Failure> {
     }
     let begun = turn.and_then(|()| {
         let m = mapped(&mut g)?;
-        m.view.begin()?;
+        start(&mut *m)?;
         Ok(m)
     });
     match begun {

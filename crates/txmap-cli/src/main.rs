@@ -310,6 +310,20 @@ fn info_text(r: &Report) -> String {
         ),
         ("commits", r.last_seq.to_string()),
     ];
+    if r.log_op_records > 0 {
+        lines.push((
+            "operations",
+            format!(
+                "{} with registered operations: {}",
+                plural(r.log_op_records, "record", "records"),
+                r.log_operations
+                    .iter()
+                    .map(|(id, n)| format!("id {id} x{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
     let recovery = match (r.pending_commits, r.open_by.is_empty()) {
         (0, _) => "not needed".to_string(),
         (n, false) => format!(
@@ -474,6 +488,18 @@ fn info_json(r: &Report) -> String {
         ("log_header_generation", r.log_header_generation.to_string()),
         ("log_start_seq", r.log_start_seq.to_string()),
         ("log_records", r.log_records.to_string()),
+        ("log_op_records", r.log_op_records.to_string()),
+        (
+            "log_operations",
+            format!(
+                "{{{}}}",
+                r.log_operations
+                    .iter()
+                    .map(|(id, n)| format!("\"{id}\":{n}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        ),
         ("log_bytes_used", r.log_bytes_used.to_string()),
         ("torn_tail", js_opt(&r.torn_tail, |t| js(t))),
         ("pending_commits", r.pending_commits.to_string()),

@@ -597,3 +597,145 @@ int ctest_native_snapshot_limit(const char *dir) {
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
     return 0;
 }
+
+/* txmap_pause/txmap_resume: the paused transaction keeps its stores and
+ * snapshot while the view runs another; a commit meanwhile of a word it
+ * read makes its commit conflict; an unrelated one does not. */
+int ctest_native_pause(const char *dir) {
+    txmap_region *r = NULL;
+    txmap_view *v = NULL, *o = NULL;
+    CHECK_OK(fresh_region(dir, "pause.txm", 4, &r, &v));
+    CHECK_EQ(txmap_view_open(r, &o), TXMAP_OK);
+    volatile uint64_t *x = txmap_view_base(v), *xo = txmap_view_base(o);
+    const size_t P = PAGE_SIZE / sizeof(uint64_t);
+    txmap_paused *p = NULL;
+
+    CHECK_EQ(txmap_pause(v, &p), TXMAP_ENOTXN); /* outside a transaction */
+    CHECK(p == NULL);
+
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[0] = x[P] + 5; /* reads page 1, writes page 0 */
+    CHECK_EQ(txmap_pause(v, &p), TXMAP_OK);
+    CHECK(p != NULL);
+    CHECK_EQ(txmap_in_transaction(v), 0);
+    CHECK_EQ(x[0], 0); /* its store is invisible */
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[2 * P] = 7;
+    CHECK_EQ(txmap_commit(v), TXMAP_OK);
+    CHECK_EQ(txmap_begin(o, 0), TXMAP_OK);
+    xo[3 * P] = 8;
+    CHECK_EQ(txmap_commit(o), TXMAP_OK);
+    CHECK_EQ(txmap_resume(v, p), TXMAP_OK);
+    CHECK_EQ(txmap_in_transaction(v), 1);
+    CHECK_EQ(x[0], 5);
+    CHECK_EQ(x[3 * P], 0); /* its snapshot, not o's commit */
+    CHECK_EQ(txmap_commit(v), TXMAP_CONFLICT); /* it read page 3 */
+
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[0] = x[P] + 5;
+    CHECK_EQ(txmap_pause(v, &p), TXMAP_OK);
+    CHECK_EQ(txmap_begin(o, 0), TXMAP_OK);
+    xo[3 * P] = 9;
+    CHECK_EQ(txmap_commit(o), TXMAP_OK);
+    CHECK_EQ(txmap_resume(v, p), TXMAP_OK);
+    CHECK_EQ(txmap_commit(v), TXMAP_OK); /* page 3 unread */
+    CHECK_EQ(committed(o, 0), 5);
+
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[P] = x[P] + 1;
+    CHECK_EQ(txmap_pause(v, &p), TXMAP_OK);
+    CHECK_EQ(txmap_begin(o, 0), TXMAP_OK);
+    xo[P] = 100;
+    CHECK_EQ(txmap_commit(o), TXMAP_OK);
+    CHECK_EQ(txmap_resume(v, p), TXMAP_OK);
+    CHECK_EQ(txmap_commit(v), TXMAP_CONFLICT); /* lost update prevented */
+    CHECK_EQ(committed(o, P), 100);
+
+    /* Freed without resuming: rolled back. */
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[0] = 77;
+    CHECK_EQ(txmap_pause(v, &p), TXMAP_OK);
+    CHECK_EQ(txmap_paused_free(p), TXMAP_OK);
+    CHECK_EQ(txmap_paused_free(NULL), TXMAP_OK);
+    CHECK_EQ(committed(o, 0), 5);
+
+    CHECK_EQ(txmap_view_close(o), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(v), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    return 0;
+}
+
+/* An operation: adds the u64 in args[8..16] to the u64 at offset args[0..8]. */
+static int add_op(txmap_op_mem *mem, const void *args, size_t len, void *ctx) {
+    uint64_t a[2];
+    if (len != sizeof a) {
+        return 1;
+    }
+    memcpy(a, args, sizeof a);
+    uint64_t x;
+    int rc = txmap_op_read(mem, a[0], &x, sizeof x);
+    if (rc != TXMAP_OK) {
+        return rc;
+    }
+    x += a[1];
+    ++*(int *)ctx;
+    return txmap_op_write(mem, a[0], &x, sizeof x);
+}
+
+/* txmap_op_register and txmap_apply: the operation runs at once in the
+ * transaction, mixes with plain stores, and its commit survives reopening. */
+int ctest_native_operations(const char *dir) {
+    static int calls;
+    char path[4096];
+    join(path, sizeof path, dir, "ops.txm");
+    txmap_region *r = NULL;
+    txmap_view *v = NULL;
+    CHECK_EQ(txmap_op_register(5, "low", add_op, &calls), TXMAP_EINVAL);
+    CHECK_EQ(txmap_op_register(130, "add", add_op, &calls), TXMAP_OK);
+    CHECK_EQ(txmap_op_register(130, "add", add_op, &calls), TXMAP_OK); /* again: fine */
+    CHECK_EQ(txmap_op_register(130, "add", add_op, NULL), TXMAP_EINVAL); /* taken */
+    CHECK_OK(fresh_region(dir, "ops.txm", 2, &r, &v));
+    volatile uint64_t *x = txmap_view_base(v);
+    uint64_t args[2] = {8, 5};
+    CHECK_EQ(txmap_apply(v, 130, args, sizeof args), TXMAP_ENOTXN);
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[1] = 100;
+    CHECK_EQ(txmap_apply(v, 130, args, sizeof args), TXMAP_OK);
+    CHECK_EQ(x[1], 105); /* seen at once */
+    x[1] = x[1] * 2;
+    CHECK_EQ(txmap_apply(v, 130, args, sizeof args), TXMAP_OK);
+    CHECK_EQ(txmap_apply(v, 131, args, sizeof args), TXMAP_EINVAL); /* unregistered */
+    CHECK_EQ(txmap_commit(v), TXMAP_OK);
+    CHECK_EQ(calls, 2);
+    /* A failing operation aborts its transaction. */
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    x[0] = 1;
+    CHECK_EQ(txmap_apply(v, 130, args, 3), TXMAP_EINVAL);
+    CHECK(errmsg_has("operation 130 returned 1"));
+    CHECK_EQ(txmap_commit(v), TXMAP_ABORTED);
+    /* Commutative adds of two views to one counter both commit. */
+    txmap_view *w = NULL;
+    CHECK_EQ(txmap_view_open(r, &w), TXMAP_OK);
+    CHECK_EQ(txmap_begin(v, 0), TXMAP_OK);
+    CHECK_EQ(txmap_begin(w, 0), TXMAP_OK);
+    CHECK_EQ(txmap_commute(v, TXMAP_OP_ADD_U64, 16, 3), TXMAP_OK);
+    CHECK_EQ(txmap_commute(w, TXMAP_OP_ADD_I64, 16, (uint64_t)-1), TXMAP_OK);
+    CHECK_EQ(txmap_commute(w, TXMAP_OP_MAX_U64, 24, 9), TXMAP_OK);
+    CHECK_EQ(txmap_commute(w, TXMAP_OP_ADD_U64, 20, 1), TXMAP_EINVAL); /* unaligned */
+    CHECK_EQ(txmap_commute(w, 130, 16, 1), TXMAP_EINVAL);             /* not built in */
+    CHECK_EQ(txmap_commit(v), TXMAP_OK);
+    CHECK_EQ(txmap_commit(w), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(w), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(v), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    CHECK_EQ(txmap_region_open(path, 0, &r), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    x = txmap_view_base(v);
+    CHECK_EQ(x[2], 2);
+    CHECK_EQ(x[3], 9);
+    CHECK_EQ(x[1], 215);
+    CHECK_EQ(x[0], 0);
+    CHECK_EQ(txmap_view_close(v), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    return 0;
+}

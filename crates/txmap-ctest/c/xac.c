@@ -290,3 +290,93 @@ int ctest_xac_reopen(const char *dir) {
     CHECK_EQ(errno, EINVAL);
     return 0;
 }
+
+struct pause_thread {
+    volatile uint64_t *x;
+    int begin_rc, end_rc;
+};
+
+/* Another thread takes its turn while the main thread's transaction is paused. */
+static void *pause_other_main(void *arg) {
+    struct pause_thread *t = arg;
+    t->begin_rc = xbegin_try();
+    if (t->begin_rc == 0) {
+        t->x[2 * (PAGE_SIZE / 8)] = 3;
+        t->end_rc = xend();
+    }
+    return NULL;
+}
+
+/* xpause/xresume: the paused transaction keeps its stores and snapshot
+ * while this thread and another run transactions of their own. */
+int ctest_xac_pause(const char *dir) {
+    CHECK_EQ(xInit(dir, XAC_DURABLE), 0);
+    volatile uint64_t *x = xMmap("paused", 4 * PAGE_SIZE);
+    CHECK(x != NULL);
+    const size_t P = PAGE_SIZE / 8;
+    errno = 0;
+    CHECK_EQ(xpause(), -1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(xresume(), -1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK(errmsg_has("no paused transaction"));
+
+    CHECK_EQ(xbegin(), 0);
+    x[0] = x[P] + 1;
+    CHECK_EQ(xpause(), 0);
+    CHECK_EQ(x[0], 0); /* the paused store is invisible */
+    struct pause_thread t = {.x = x};
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, pause_other_main, &t), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(t.begin_rc, 0);
+    CHECK_EQ(t.end_rc, XAC_COMMITTED);
+    CHECK_EQ(xend(), -1); /* nothing open now */
+    CHECK_EQ(xbegin(), 0); /* one of this thread's own */
+    x[3 * P] = 4;
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xresume(), 0);
+    CHECK_EQ(x[0], 1);
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xbegin(), 0);
+    CHECK_EQ(x[0] + x[2 * P] + x[3 * P], 1 + 3 + 4);
+    CHECK_EQ(xend(), XAC_COMMITTED);
+
+    /* A commit meanwhile of what the paused transaction read: aborted. */
+    CHECK_EQ(xbegin(), 0);
+    x[P] = x[2 * P] + 1;
+    CHECK_EQ(xpause(), 0);
+    CHECK_EQ(xbegin(), 0);
+    x[2 * P] = 30;
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xresume(), 0);
+    CHECK_EQ(x[P], 4);
+    CHECK_EQ(xend(), XAC_ABORTED);
+
+    /* xresume while a transaction is open fails (and drops the paused one). */
+    CHECK_EQ(xbegin(), 0);
+    x[0] = 50;
+    CHECK_EQ(xpause(), 0);
+    CHECK_EQ(xbegin(), 0);
+    CHECK_EQ(xresume(), -1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xresume(), -1);
+    CHECK_EQ(xbegin(), 0);
+    CHECK_EQ(x[0], 1);
+    CHECK_EQ(xend(), XAC_COMMITTED);
+
+    /* A paused transaction left at xShutdown is rolled back. */
+    CHECK_EQ(xbegin(), 0);
+    x[0] = 60;
+    CHECK_EQ(xpause(), 0);
+    CHECK_EQ(xShutdown(), 0);
+    CHECK_EQ(xInit(dir, XAC_DURABLE), 0);
+    x = xMmap("paused", 4 * PAGE_SIZE);
+    CHECK(x != NULL);
+    CHECK_EQ(xbegin(), 0);
+    CHECK_EQ(x[0], 1);
+    CHECK_EQ(xend(), XAC_COMMITTED);
+    CHECK_EQ(xShutdown(), 0);
+    return 0;
+}

@@ -24,6 +24,8 @@ unsafe extern "C" {
     pub fn ctest_native_errors(dir: *const c_char) -> c_int;
     pub fn ctest_native_errmsg_thread_local(dir: *const c_char) -> c_int;
     pub fn ctest_native_snapshot_limit(dir: *const c_char) -> c_int;
+    pub fn ctest_native_pause(dir: *const c_char) -> c_int;
+    pub fn ctest_native_operations(dir: *const c_char) -> c_int;
 
     pub fn ctest_media_backup_restore(dir: *const c_char) -> c_int;
     pub fn ctest_media_compact_and_options(dir: *const c_char) -> c_int;
@@ -38,6 +40,7 @@ unsafe extern "C" {
     pub fn ctest_xac_before_init(dir: *const c_char) -> c_int;
     pub fn ctest_xac_session(dir: *const c_char) -> c_int;
     pub fn ctest_xac_reopen(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_pause(dir: *const c_char) -> c_int;
 
     pub fn ctest_xac_processes_counter(dir: *const c_char) -> c_int;
     pub fn ctest_xac_processes_conflict(dir: *const c_char) -> c_int;

@@ -63,3 +63,13 @@ fn error_messages_are_per_thread() {
 fn a_snapshot_limit_expires_an_old_reader() {
     check("limit", ctest_native_snapshot_limit);
 }
+
+#[test]
+fn pause_and_resume() {
+    check("pause", ctest_native_pause);
+}
+
+#[test]
+fn registered_operations() {
+    check("operations", ctest_native_operations);
+}

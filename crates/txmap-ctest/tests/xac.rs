@@ -8,10 +8,11 @@ use txmap_ctest::*;
 #[test]
 fn libxac_calls() {
     let dir = fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "ctest-xac");
-    let steps: [(&str, CTest); 3] = [
+    let steps: [(&str, CTest); 4] = [
         ("ctest_xac_before_init", ctest_xac_before_init),
         ("ctest_xac_session", ctest_xac_session),
         ("ctest_xac_reopen", ctest_xac_reopen),
+        ("ctest_xac_pause", ctest_xac_pause),
     ];
     for (name, f) in steps {
         let line = run(f, &dir);

@@ -122,10 +122,8 @@ pub fn restore(
                     data.set_len(HEADER_BYTES + size)
                         .map_err(|e| Error::io("grow", &parts[0].tmp, e))?;
                 }
-                for x in &r.ranges {
-                    data.write_at(x.bytes, HEADER_BYTES + x.offset)
-                        .map_err(|e| Error::io("replay into", &parts[0].tmp, e))?;
-                }
+                crate::ops::check_registered([r], path)?;
+                crate::ops::redo_into_file(data, r)?;
                 cur = r.seq;
                 replayed += 1;
             }

@@ -132,6 +132,12 @@ pub(crate) struct CommitRequest<'a> {
     /// Pages written, each with its new content.
     pub pages: Vec<(u32, &'a [u8])>,
     pub ranges: Vec<Range<'a>>,
+    /// Registered operations, interleaved with `ranges` (`crate::ops`).
+    pub ops: &'a [crate::wal::format::LoggedOp<'a>],
+    /// Commutative operations (page, id, arguments) on pages not in
+    /// `pages`, in order: applied under the commit lock to each page's
+    /// newest committed version, which is then published.
+    pub commute: Vec<(u32, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
 }
@@ -320,10 +326,20 @@ impl RegionInner {
                     return Err(Error::Conflict);
                 }
             }
+            let commuted = self.commute_pages(&req.commute)?;
+            let with_commuted;
+            let pages: &[(u32, &[u8])] = if commuted.is_empty() {
+                &req.pages
+            } else {
+                let mut all = req.pages.clone();
+                all.extend(commuted.iter().map(|(p, b)| (*p, &b[..])));
+                with_commuted = all;
+                &with_commuted
+            };
             // Room for the versions first: once the record is written, the
             // commit must be published.
             self.mvcc
-                .reserve(&l, req.pages.len())
+                .reserve(&l, pages.len())
                 .map_err(|e| self.version_store_full(e))?;
             let seq = self.mvcc.commit_seq() + 1;
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
@@ -333,11 +349,10 @@ impl RegionInner {
                 seq,
                 self.size(),
                 req.ranges.iter().cloned(),
+                req.ops,
             )?;
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
-            let published = self
-                .mvcc
-                .publish(&l, seq, &req.pages, Log::synced_seq(&h.log));
+            let published = self.mvcc.publish(&l, seq, pages, Log::synced_seq(&h.log));
             assert!(
                 published.is_ok(),
                 "publishing a logged commit failed after space was reserved: {published:?}"
@@ -358,6 +373,32 @@ impl RegionInner {
             let _ = self.checkpoint_unless_busy();
         }
         Ok(seq)
+    }
+
+    /// The pages commutative operations change, from each page's newest
+    /// committed version. Called under the commit lock (so no pruning or
+    /// commit changes the versions meanwhile).
+    fn commute_pages(&self, ops: &[(u32, u32, &[u8])]) -> Result<Vec<(u32, Vec<u8>)>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.mvcc.commit_seq();
+        let mut load = |p: u32, buf: &mut [u8]| {
+            match self.mvcc.lookup(p as usize, now) {
+                Some(v) => buf.copy_from_slice(v.data),
+                // SAFETY: a page of a committed word lies below the region
+                // size, which the image maps.
+                None => buf.copy_from_slice(unsafe {
+                    std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
+                }),
+            }
+            Ok(())
+        };
+        let mut overlay = crate::ops::Overlay::new(self.size(), &mut load);
+        for (_, id, args) in ops {
+            overlay.run(*id, args)?;
+        }
+        Ok(overlay.into_pages().into_iter().collect())
     }
 
     pub fn checkpoint(&self) -> Result<()> {

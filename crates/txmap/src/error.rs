@@ -24,6 +24,15 @@ pub enum Error {
         what: String,
         lost: Option<Lost>,
     },
+    /// The log at `path` holds commit `commit` with operation `id`, which
+    /// this process has not registered (`txmap::ops::register`): register
+    /// it before opening the region. Nothing was changed.
+    #[error(
+        "{}: commit {commit} holds operation {id}, which this process has not registered \
+         (register it with txmap::ops::register / txmap_op_register before opening the region)",
+        path.display()
+    )]
+    UnknownOperation { id: u32, commit: u64, path: PathBuf },
     /// The transaction conflicted with a concurrent commit; nothing of it is visible. Retry it.
     #[error("transaction aborted: conflict with a concurrent commit")]
     Conflict,

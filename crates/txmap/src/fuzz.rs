@@ -99,13 +99,14 @@ pub fn log_record(data: &[u8]) {
     assert!(r.len >= RECORD_HEADER && r.len <= buf.len());
     assert!(r.synced < r.seq);
     let mut out = Vec::new();
-    format::encode_commit(
+    format::encode_commit_ops(
         &mut out,
         salt,
         r.seq,
         r.synced,
         r.data_size,
         r.ranges.iter().cloned(),
+        &r.ops,
     );
     assert_eq!(
         &out[..RECORD_HEADER + payload],

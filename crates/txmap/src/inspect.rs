@@ -52,6 +52,10 @@ pub struct Report {
     pub log_start_seq: u64,
     /// Valid records in the current epoch (up to any corruption).
     pub log_records: u64,
+    /// Records of the current epoch that hold registered operations (kind 2).
+    pub log_op_records: u64,
+    /// Registered operations in those records: (id, how many), by id.
+    pub log_operations: Vec<(u32, u64)>,
     /// The last commit: the newest logged record, or the checkpoint if later.
     pub last_seq: u64,
     /// Bytes of valid records in the current epoch.
@@ -717,12 +721,18 @@ fn examine(path: &Path) -> Result<Examined> {
         ));
     }
     let pages_in_use = count_pages(&data, path, rh.data_size, file_len)?;
-    let pending_pages = crate::sums::touched_pages(
-        records
-            .iter()
-            .filter(|r| r.seq > rh.checkpoint_seq)
-            .flat_map(|r| r.ranges.iter()),
-    );
+    let pending_pages =
+        crate::ops::touched_pages(records.iter().filter(|r| r.seq > rh.checkpoint_seq));
+    let mut log_operations = std::collections::BTreeMap::<u32, u64>::new();
+    for o in records.iter().flat_map(|r| r.ops.iter()) {
+        *log_operations.entry(o.id).or_default() += 1;
+    }
+    let pending_records = records.iter().filter(|r| r.seq > rh.checkpoint_seq);
+    if let Err(e) = crate::ops::check_registered(pending_records, &lp) {
+        warnings.push(format!(
+            "{e}; opening the region needs it registered (this command cannot run it)"
+        ));
+    }
     let checksummed_pages = check_sums(
         &data,
         path,
@@ -748,6 +758,8 @@ fn examine(path: &Path) -> Result<Examined> {
         log_header_generation: lh.generation,
         log_start_seq: lh.start_seq,
         log_records: records.len() as u64,
+        log_op_records: records.iter().filter(|r| !r.ops.is_empty()).count() as u64,
+        log_operations: log_operations.into_iter().collect(),
         last_seq: log_last.max(rh.checkpoint_seq),
         log_bytes_used: end as u64 - HEADER_BYTES,
         torn_tail,

@@ -37,6 +37,7 @@
 
 pub mod archive;
 pub mod backup;
+mod builtin_ops;
 pub mod collections;
 pub mod compact;
 mod engine;
@@ -44,6 +45,7 @@ mod error;
 mod filestate;
 pub mod inspect;
 pub mod io;
+pub mod ops;
 mod options;
 mod rand;
 mod readside;
@@ -85,5 +87,5 @@ pub use region::{
     Region, SharedStateSweep, Stats, log_path, remove_stale_shared_state, shared_path,
 };
 pub use view::{
-    Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Pod, Ptr, TxnOptions, View,
+    Isolation, MAX_READ_PAGES, MAX_WRITE_PAGES, PageAccess, Paused, Pod, Ptr, TxnOptions, View,
 };

@@ -135,7 +135,8 @@ pub(crate) fn recover(
     let base = header.checkpoint_seq;
     let total = records.iter().filter(|r| r.seq > base).count() as u64;
     let replay: Vec<_> = records.iter().filter(|r| r.seq > base).collect();
-    let touched = crate::sums::touched_pages(replay.iter().flat_map(|r| r.ranges.iter()));
+    crate::ops::check_registered(replay.iter().copied(), log.path())?;
+    let touched = crate::ops::touched_pages(replay.iter().copied());
     if let Some(s) = sums {
         check_pages(data, s, &header, &touched, accept_loss, &mut loss)?;
     }
@@ -152,10 +153,7 @@ pub(crate) fn recover(
             data.set_len(HEADER_BYTES + size)
                 .map_err(|e| Error::io("allocate disk space to grow", data.path(), e))?;
         }
-        for range in &r.ranges {
-            data.write_at(range.bytes, HEADER_BYTES + range.offset)
-                .map_err(|e| Error::io("replay into", data.path(), e))?;
-        }
+        crate::ops::redo_into_file(data, r)?;
         header.checkpoint_seq = r.seq;
         replayed += 1;
         report(replayed);
@@ -252,42 +250,31 @@ pub(crate) fn read_log<'a>(
 }
 
 /// Publishes a logged commit: each page it changed is its previous version
-/// (or the region file's page) with the record's byte ranges applied.
+/// (or the region file's page) with the record's byte ranges and
+/// registered operations applied.
 pub(crate) fn publish_record(
     mvcc: &Mvcc,
     data: &dyn Storage,
     l: &crate::mvcc::Locked<'_>,
     r: &crate::wal::format::CommitRecord<'_>,
 ) -> Result<()> {
-    let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
     let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
-    for range in &r.ranges {
-        let mut off = range.offset;
-        let mut bytes = range.bytes;
-        while !bytes.is_empty() {
-            let p = (off / PAGE as u64) as u32;
-            let in_page = (off % PAGE as u64) as usize;
-            let n = bytes.len().min(PAGE - in_page);
-            if let std::collections::btree_map::Entry::Vacant(slot) = pages.entry(p) {
-                let mut buf = vec![0u8; PAGE];
-                match mvcc.lookup(p as usize, r.seq - 1) {
-                    Some(v) => buf.copy_from_slice(v.data),
-                    None => {
-                        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
-                        if at + PAGE as u64 <= len {
-                            data.read_at(&mut buf, at)
-                                .map_err(|e| Error::io("read", data.path(), e))?;
-                        }
-                    }
+    let mut load = |p: u32, buf: &mut [u8]| {
+        match mvcc.lookup(p as usize, r.seq - 1) {
+            Some(v) => buf.copy_from_slice(v.data),
+            None => {
+                let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+                if at + PAGE as u64 <= len {
+                    data.read_at(buf, at)
+                        .map_err(|e| Error::io("read", data.path(), e))?;
                 }
-                slot.insert(buf);
             }
-            let buf = pages.get_mut(&p).expect("inserted above");
-            buf[in_page..in_page + n].copy_from_slice(&bytes[..n]);
-            off += n as u64;
-            bytes = &bytes[n..];
         }
-    }
+        Ok(())
+    };
+    let mut overlay = crate::ops::Overlay::new(r.data_size, &mut load);
+    overlay.apply(r)?;
+    let pages = overlay.into_pages();
     let list: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
     let err = |e| Error::io("lock shared state", mvcc.path(), e);
     mvcc.reserve(l, list.len()).map_err(err)?;

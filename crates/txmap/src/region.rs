@@ -656,6 +656,7 @@ impl Region {
             .iter()
             .filter(|r| r.seq > base)
             .collect();
+        crate::ops::check_registered(records.iter().copied(), log.path())?;
         let size = records
             .iter()
             .map(|r| r.data_size)

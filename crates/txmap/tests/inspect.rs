@@ -27,7 +27,7 @@ fn inspect_fresh_region_reports_its_size_and_nothing_else() {
     assert_eq!(r.data_size, 64 * PAGE);
     assert_eq!(r.pages(), 64);
     assert_eq!(r.file_len, HEADER_BYTES + 64 * PAGE);
-    assert_eq!((r.format_version, r.page_size), (1, 4096));
+    assert_eq!((r.format_version, r.page_size), (2, 4096));
     assert_eq!((r.checkpoint_seq, r.last_seq, r.log_records), (0, 0, 0));
     assert_eq!(r.log_start_seq, 1);
     assert_eq!(r.pages_in_use, 0);

@@ -39,7 +39,7 @@ impl ReadSide<'_> {
 impl Drop for ReadSide<'_> {
     fn drop(&mut self) {
         if self.entered {
-            self.view.region.mvcc.leave(self.view.slot);
+            self.view.region.mvcc.leave(self.view.slot());
         }
     }
 }
@@ -50,7 +50,7 @@ impl ViewInner {
     /// never holds back the freeing of versions.
     pub(super) fn read_side(&self) -> ReadSide<'_> {
         ReadSide {
-            entered: self.region.mvcc.enter(self.slot),
+            entered: self.region.mvcc.enter(self.slot()),
             view: self,
         }
     }

@@ -12,7 +12,11 @@
 //! region file, since validation requires them unchanged) to form the log
 //! record.
 
+mod apply;
 mod fault;
+mod pause;
+
+pub use pause::Paused;
 
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
@@ -77,7 +81,10 @@ pub enum PageAccess {
 
 pub(crate) struct ViewInner {
     region: RegionRef,
-    slot: usize,
+    /// The view's slot in the shared state; changes only while no
+    /// transaction is open (pausing hands the slot to the paused
+    /// transaction and claims another, `pause.rs`).
+    slot: AtomicUsize,
     /// Opened at an address the caller chose: its memory is freed at close,
     /// never pooled, so the address is free again at once whatever else
     /// holds the region (a flusher thread's handle; in a forked child, the
@@ -107,6 +114,12 @@ pub(crate) struct ViewInner {
     islands: AtomicU64,
     valid_seq: AtomicU64,
     last_commit: AtomicU64,
+}
+
+impl ViewInner {
+    fn slot(&self) -> usize {
+        self.slot.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for ViewInner {
@@ -154,6 +167,11 @@ pub struct View {
     inner: Box<ViewInner>,
     registration: Option<Registration>,
     depth: u32,
+    /// Pages a resumed untracked transaction may have read before it was
+    /// paused (sorted): its commit validates them as it does touched pages.
+    paused_reads: Vec<u32>,
+    /// Registered operations applied in the open transaction (`apply.rs`).
+    op_log: Option<Box<apply::OpLog>>,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -210,7 +228,7 @@ impl View {
                 islands: AtomicU64::new(0),
                 valid_seq: AtomicU64::new(region.mvcc.commit_seq()),
                 last_commit: AtomicU64::new(0),
-                slot,
+                slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
             })
@@ -226,6 +244,8 @@ impl View {
             inner,
             registration: None,
             depth: 0,
+            paused_reads: Vec::new(),
+            op_log: None,
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -292,7 +312,7 @@ impl View {
     /// The view's slot in the region's shared state: unique among the views
     /// open at once in every process (lowest free first).
     pub fn slot(&self) -> usize {
-        self.inner.slot
+        self.inner.slot()
     }
 
     /// Page faults this view has handled (first touches).
@@ -325,7 +345,7 @@ impl View {
             ..opts
         };
         self.sync_size()?;
-        let s = self.inner.region.mvcc.begin(self.inner.slot);
+        let s = self.inner.region.mvcc.begin(self.inner.slot());
         let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
         // A serializable transaction skips read tracking (no re-protection
         // at begin, no fault on a page the view holds valid) and validates
@@ -345,23 +365,18 @@ impl View {
         self.inner
             .region
             .mvcc
-            .stamp(self.inner.slot, now.tv_sec as u64);
+            .stamp(self.inner.slot(), now.tv_sec as u64);
         if let Err(e) = self.refresh(s, track_reads) {
             // Do not leave a snapshot registered: it would hold back checkpoints.
-            self.inner.region.mvcc.end(self.inner.slot);
+            self.inner.region.mvcc.end(self.inner.slot());
+            return Err(e);
+        }
+        self.inner.valid_seq.store(s, Ordering::Relaxed);
+        if let Err(e) = self.next_serial() {
+            self.inner.region.mvcc.end(self.inner.slot());
             return Err(e);
         }
         let v = &*self.inner;
-        v.valid_seq.store(s, Ordering::Relaxed);
-        let serial = v.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> TOUCH_BITS);
-        if serial == 0
-            && let Err(e) = self.inner.mem.touched.clear()
-        {
-            self.inner.region.mvcc.end(self.inner.slot);
-            return Err(Error::os("reset view", e));
-        }
-        let v = &*self.inner;
-        v.serial.store(serial.max(1), Ordering::Relaxed);
         v.read_n.store(0, Ordering::Relaxed);
         v.write_n.store(0, Ordering::Relaxed);
         v.doomed.store(0, Ordering::Relaxed);
@@ -370,6 +385,22 @@ impl View {
         v.untracked_reads.store(untracked, Ordering::Relaxed);
         v.active.store(true, Ordering::Release);
         self.depth = 1;
+        Ok(())
+    }
+
+    /// Starts a new transaction serial: touch bits of earlier transactions
+    /// no longer count.
+    fn next_serial(&mut self) -> Result<()> {
+        let serial =
+            self.inner.serial.load(Ordering::Relaxed).wrapping_add(1) & (u32::MAX >> TOUCH_BITS);
+        if serial == 0 {
+            self.inner
+                .mem
+                .touched
+                .clear()
+                .map_err(|e| Error::os("reset view", e))?;
+        }
+        self.inner.serial.store(serial.max(1), Ordering::Relaxed);
         Ok(())
     }
 
@@ -469,12 +500,15 @@ impl View {
             }
         }
         let n = v.write_n.load(Ordering::Relaxed);
-        if n == 0 {
+        if n == 0 && self.op_log.is_none() {
             return Ok(());
         }
         // SAFETY: the first n entries were written by `touch`.
         let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
-        let mut ranges = Vec::new();
+        // With registered operations, the diffs of stores before each one
+        // were taken when it ran; the last diffs start from those pages.
+        let op_log = self.op_log.as_deref();
+        let mut ranges = op_log.map_or_else(Vec::new, apply::OpLog::ranges);
         let mut versions: Vec<(u32, &[u8])> = Vec::with_capacity(n);
         let snapshot = v.snapshot.load(Ordering::Relaxed);
         let side = v.read_side();
@@ -490,9 +524,10 @@ impl View {
                     std::slice::from_raw_parts(v.mem.alias.base().add(page as usize * PAGE), PAGE),
                 )
             };
+            let base = op_log.and_then(|l| l.shadow(page)).unwrap_or(old);
             let before = ranges.len();
-            diff(old, cur, page as u64 * PAGE as u64, &mut ranges);
-            if ranges.len() > before {
+            diff(base, cur, page as u64 * PAGE as u64, &mut ranges);
+            if ranges.len() > before || (!std::ptr::eq(base, old) && old != cur) {
                 versions.push((page, cur));
             }
         }
@@ -508,15 +543,20 @@ impl View {
         } else {
             &[]
         };
-        if versions.is_empty() {
+        let commute = op_log.map_or_else(Vec::new, |l| {
+            l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
+        });
+        if versions.is_empty() && commute.is_empty() {
             return Ok(()); // stores that changed nothing
         }
         // Untracked reads: a page touched in this transaction may have been
         // read, and so may any valid page while anything is accessible at
         // the user address (plain loads of such pages take no fault).
         let exposed = v.islands.load(Ordering::Relaxed) > 0;
+        let paused_reads = &self.paused_reads;
         let maybe_read = |p: u32| {
             v.touch_bits(p as usize) != 0
+                || paused_reads.binary_search(&p).is_ok()
                 || (exposed
                     && v.mem
                         .valid
@@ -532,7 +572,9 @@ impl View {
                 .then_some(&maybe_read as &dyn Fn(u32) -> bool),
             pages: versions,
             ranges,
-            slot: v.slot,
+            ops: &op_log.map_or_else(Vec::new, apply::OpLog::logged),
+            commute,
+            slot: v.slot(),
         })?;
         v.last_commit.store(seq, Ordering::Relaxed);
         Ok(())
@@ -565,8 +607,10 @@ impl View {
             let _ = self.inner.mem.valid.clear();
         }
         let v = &*self.inner;
-        v.region.mvcc.end(v.slot);
+        v.region.mvcc.end(v.slot());
         self.depth = 0;
+        self.paused_reads.clear();
+        self.drop_op_log();
     }
 
     /// Dooms the whole transaction: its stores are discarded at once (later
@@ -578,6 +622,7 @@ impl View {
             return Err(Error::NotInTransaction { op: "abort" });
         }
         self.inner.doom(DOOM_USER);
+        self.drop_op_log();
         let v = &*self.inner;
         let serial = v.serial.load(Ordering::Relaxed);
         let mut protected = Ok(());
@@ -616,7 +661,7 @@ impl View {
         opts: TxnOptions,
         mut f: impl FnMut(&mut View) -> Result<T>,
     ) -> Result<T> {
-        let mut backoff = Backoff::new(self.inner.slot as u64);
+        let mut backoff = Backoff::new(self.inner.slot() as u64);
         loop {
             self.begin_with(opts)?;
             let r = f(self);
@@ -641,7 +686,7 @@ impl View {
         }
         let v = &*self.inner;
         let s = v.snapshot.load(Ordering::Relaxed);
-        if v.region.mvcc.expired(v.slot, s) {
+        if v.region.mvcc.expired(v.slot(), s) {
             return Err(Error::SnapshotTooOld {
                 snapshot: s,
                 lag: v.region.mvcc.commit_seq().saturating_sub(s),
@@ -801,7 +846,7 @@ impl Drop for View {
         // process claimed the slot next, and let pruning take versions it
         // was reading (tests/xac_stress.rs).
         if self.inner.region.check_owner().is_ok() {
-            self.inner.region.mvcc.release_slot(self.inner.slot);
+            self.inner.region.mvcc.release_slot(self.inner.slot());
         }
     }
 }

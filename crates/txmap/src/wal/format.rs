@@ -4,7 +4,12 @@
 
 use crate::os::mem::PAGE;
 
-pub const FORMAT_VERSION: u32 = 1;
+/// Written into every header slot. Version 2 added kind-2 records (commits
+/// with registered operations); a build that reads only version 1 refuses
+/// the files by their version instead of calling such a record damage.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads (version 1 files have no kind-2 records).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 pub const REGION_MAGIC: &[u8; 8] = b"TXMAPRGN";
 pub const LOG_MAGIC: &[u8; 8] = b"TXMAPLOG";
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"TXR1");
@@ -20,6 +25,8 @@ const SLOT_EXT: usize = 56;
 
 pub const RECORD_HEADER: usize = 40;
 pub const KIND_COMMIT: u8 = 1;
+/// A commit that also holds registered operations (docs/FORMAT.md).
+pub const KIND_COMMIT_OPS: u8 = 2;
 /// Largest payload a record may claim; larger claims are corruption.
 pub const MAX_PAYLOAD: usize = 1 << 31;
 
@@ -112,7 +119,7 @@ impl std::fmt::Display for HeaderError {
             HeaderError::Version(v) => {
                 write!(
                     f,
-                    "format version {v}, this build reads version {FORMAT_VERSION}"
+                    "format version {v}, this build reads versions {MIN_FORMAT_VERSION} to {FORMAT_VERSION}"
                 )
             }
             HeaderError::PageSize(p) => write!(f, "page size {p}, this build uses {PAGE}"),
@@ -141,7 +148,7 @@ fn decode_slots(page: &[u8], magic: &[u8; 8]) -> Result<(u64, [u64; 5]), HeaderE
             continue;
         };
         let version = get32(s, 8);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             err = Some(HeaderError::Version(version));
             continue;
         }
@@ -237,6 +244,19 @@ pub struct Range<'a> {
     pub bytes: &'a [u8],
 }
 
+/// A registered operation as logged in a commit record: applied after the
+/// record's first `at` ranges (and after the operations before it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedOp<'a> {
+    pub at: u32,
+    /// The operation's registered id (`crate::ops`).
+    pub id: u32,
+    /// Pages the operation wrote when it ran (for page checksums and
+    /// `txmap info`; replay finds them again by running it).
+    pub pages: Vec<u32>,
+    pub args: &'a [u8],
+}
+
 /// Appends a commit record to `out`: header, payload, zero padding to 8 bytes.
 pub fn encode_commit<'a>(
     out: &mut Vec<u8>,
@@ -246,13 +266,38 @@ pub fn encode_commit<'a>(
     data_size: u64,
     ranges: impl Iterator<Item = Range<'a>> + Clone,
 ) {
+    encode_commit_ops(out, salt, seq, synced, data_size, ranges, &[]);
+}
+
+/// `encode_commit` with registered operations: kind 2 when there are any.
+pub fn encode_commit_ops<'a>(
+    out: &mut Vec<u8>,
+    salt: u64,
+    seq: u64,
+    synced: u64,
+    data_size: u64,
+    ranges: impl Iterator<Item = Range<'a>> + Clone,
+    ops: &[LoggedOp<'_>],
+) {
     let start = out.len();
     let n = ranges.clone().count();
-    let payload: usize = 12 + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
+    let ops_bytes: usize = if ops.is_empty() {
+        0
+    } else {
+        4 + ops
+            .iter()
+            .map(|o| 16 + 4 * o.pages.len() + o.args.len())
+            .sum::<usize>()
+    };
+    let payload: usize = 12 + ops_bytes + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // crc, filled below
-    out.push(KIND_COMMIT);
+    out.push(if ops.is_empty() {
+        KIND_COMMIT
+    } else {
+        KIND_COMMIT_OPS
+    });
     out.extend_from_slice(&[0; 3]);
     out.extend_from_slice(&(payload as u32).to_le_bytes());
     out.extend_from_slice(&salt.to_le_bytes());
@@ -260,10 +305,22 @@ pub fn encode_commit<'a>(
     out.extend_from_slice(&synced.to_le_bytes());
     out.extend_from_slice(&data_size.to_le_bytes());
     out.extend_from_slice(&(n as u32).to_le_bytes());
+    if !ops.is_empty() {
+        out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    }
     for r in ranges {
         out.extend_from_slice(&r.offset.to_le_bytes());
         out.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
         out.extend_from_slice(r.bytes);
+    }
+    for o in ops {
+        for v in [o.at, o.id, o.pages.len() as u32, o.args.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for p in &o.pages {
+            out.extend_from_slice(&p.to_le_bytes());
+        }
+        out.extend_from_slice(o.args);
     }
     let crc = crc32c::crc32c(&out[start + 8..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
@@ -283,6 +340,8 @@ pub struct CommitRecord<'a> {
     pub synced: u64,
     pub data_size: u64,
     pub ranges: Vec<Range<'a>>,
+    /// Registered operations, in order (kind 2 records only).
+    pub ops: Vec<LoggedOp<'a>>,
     /// Bytes the record occupies in the log, with padding.
     pub len: usize,
 }
@@ -318,9 +377,11 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
     if crc32c::crc32c(&buf[8..RECORD_HEADER + payload]) != get32(buf, 4) {
         return Err(RecordError::NotARecord("checksum mismatch"));
     }
-    if buf[8] != KIND_COMMIT {
-        return Err(RecordError::Malformed("unknown record kind"));
-    }
+    let with_ops = match buf[8] {
+        KIND_COMMIT => false,
+        KIND_COMMIT_OPS => true,
+        _ => return Err(RecordError::Malformed("unknown record kind")),
+    };
     let seq = get(buf, 24);
     let synced = get(buf, 32);
     if synced >= seq {
@@ -341,6 +402,22 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
     let n = get32(p, 8) as usize;
     let mut ranges = Vec::with_capacity(n.min(p.len() / 12));
     let mut at = 12;
+    let n_ops = if with_ops {
+        if p.len() < 16 {
+            return Err(RecordError::Malformed("commit payload too short"));
+        }
+        at += 4;
+        match get32(p, 12) as usize {
+            0 => {
+                return Err(RecordError::Malformed(
+                    "operation record without operations",
+                ));
+            }
+            n => n,
+        }
+    } else {
+        0
+    };
     for _ in 0..n {
         if at + 12 > p.len() {
             return Err(RecordError::Malformed("range header past payload end"));
@@ -360,6 +437,42 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         });
         at += len;
     }
+    let mut ops = Vec::with_capacity(n_ops.min(p.len() / 16));
+    for _ in 0..n_ops {
+        if at + 16 > p.len() {
+            return Err(RecordError::Malformed("operation header past payload end"));
+        }
+        let (op_at, id) = (get32(p, at), get32(p, at + 4));
+        let (np, na) = (get32(p, at + 8) as usize, get32(p, at + 12) as usize);
+        at += 16;
+        if op_at as usize > n || ops.last().is_some_and(|o: &LoggedOp<'_>| o.at > op_at) {
+            return Err(RecordError::Malformed("operation out of order"));
+        }
+        if np
+            .checked_mul(4)
+            .and_then(|b| b.checked_add(na))
+            .is_none_or(|b| at + b > p.len())
+        {
+            return Err(RecordError::Malformed("operation bytes past payload end"));
+        }
+        let pages: Vec<u32> = (0..np).map(|i| get32(p, at + 4 * i)).collect();
+        if pages
+            .iter()
+            .any(|&pg| (u64::from(pg) + 1) * PAGE as u64 > data_size)
+        {
+            return Err(RecordError::Malformed(
+                "operation page beyond the region size",
+            ));
+        }
+        at += 4 * np;
+        ops.push(LoggedOp {
+            at: op_at,
+            id,
+            pages,
+            args: &p[at..at + na],
+        });
+        at += na;
+    }
     if at != p.len() {
         return Err(RecordError::Malformed("trailing bytes in payload"));
     }
@@ -369,6 +482,7 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         synced,
         data_size,
         ranges,
+        ops,
         len,
     })
 }
@@ -423,6 +537,92 @@ mod tests {
                 "flip of bit {bit} accepted"
             );
         }
+    }
+
+    #[test]
+    fn version_1_headers_are_read_and_newer_ones_refused() {
+        let h = LogHeader {
+            region_id: 3,
+            generation: 2,
+            salt: 4,
+            start_seq: 5,
+        };
+        let with_version = |v: u32| {
+            let (at, mut slot) = h.encode();
+            slot[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c::crc32c(&slot[..SLOT_BODY]);
+            slot[SLOT_BODY..SLOT_BODY + 4].copy_from_slice(&crc.to_le_bytes());
+            let mut page = vec![0u8; 4096];
+            page[at as usize..at as usize + 64].copy_from_slice(&slot);
+            LogHeader::decode(&page)
+        };
+        assert_eq!(with_version(1), Ok(h));
+        assert_eq!(with_version(FORMAT_VERSION), Ok(h));
+        assert_eq!(
+            with_version(FORMAT_VERSION + 1),
+            Err(HeaderError::Version(FORMAT_VERSION + 1))
+        );
+    }
+
+    #[test]
+    fn operation_records_roundtrip_and_bad_ones_are_malformed() {
+        let data = [7u8; 10];
+        let ranges = [Range {
+            offset: 4096,
+            bytes: &data,
+        }];
+        let ops = [
+            LoggedOp {
+                at: 0,
+                id: 200,
+                pages: vec![1, 3],
+                args: b"abc",
+            },
+            LoggedOp {
+                at: 1,
+                id: 7,
+                pages: vec![],
+                args: b"",
+            },
+        ];
+        let mut out = Vec::new();
+        encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), &ops);
+        assert_eq!(out[8], KIND_COMMIT_OPS);
+        let r = decode_record(&out, 9).unwrap();
+        assert_eq!((r.ranges, r.ops), (ranges.to_vec(), ops.to_vec()));
+        let malformed = |ranges: &[Range<'_>], ops: &[LoggedOp<'_>]| {
+            let mut out = Vec::new();
+            encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), ops);
+            match decode_record(&out, 9) {
+                Err(RecordError::Malformed(m)) => m,
+                r => panic!("accepted: {r:?}"),
+            }
+        };
+        let mut late = ops.to_vec();
+        late[0].at = 2; // after the only range and the next operation
+        assert_eq!(malformed(&ranges, &late), "operation out of order");
+        let mut far = ops.to_vec();
+        far[0].pages = vec![4]; // a 16 KiB region has pages 0-3
+        assert_eq!(
+            malformed(&ranges, &far),
+            "operation page beyond the region size"
+        );
+        // Kind 2 without operations is not what an encoder writes.
+        let mut plain = Vec::new();
+        encode_commit(&mut plain, 9, 5, 3, 16384, ranges.iter().cloned());
+        let mut forged = plain[..RECORD_HEADER + 12].to_vec();
+        forged.extend_from_slice(&0u32.to_le_bytes());
+        forged.extend_from_slice(&plain[RECORD_HEADER + 12..RECORD_HEADER + 12 + 22]);
+        forged[8] = KIND_COMMIT_OPS;
+        let payload = (forged.len() - RECORD_HEADER) as u32;
+        forged[12..16].copy_from_slice(&payload.to_le_bytes());
+        let crc = crc32c::crc32c(&forged[8..]);
+        forged[4..8].copy_from_slice(&crc.to_le_bytes());
+        forged.resize(padded(forged.len()) + 8, 0);
+        assert_eq!(
+            decode_record(&forged, 9).unwrap_err(),
+            RecordError::Malformed("operation record without operations")
+        );
     }
 
     #[test]

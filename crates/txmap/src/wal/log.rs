@@ -210,6 +210,7 @@ impl Log {
         seq: u64,
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
+        ops: &[format::LoggedOp<'_>],
     ) -> Result<()> {
         // Paired with the scan (wal/scan.rs), which calls a record out of
         // sequence damage: records go in sequence order, after what is
@@ -222,7 +223,7 @@ impl Log {
         let mut buf = Vec::new();
         let salt = h.log_salt.load(Ordering::Acquire);
         let synced = h.synced_seq.load(Ordering::Acquire);
-        format::encode_commit(&mut buf, salt, seq, synced, data_size, ranges);
+        format::encode_commit_ops(&mut buf, salt, seq, synced, data_size, ranges, ops);
         let off = h.log_end.load(Ordering::Acquire);
         assert!(
             off >= HEADER_BYTES && h.published_end.load(Ordering::Acquire) <= off,

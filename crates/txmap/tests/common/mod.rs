@@ -367,6 +367,22 @@ impl Acks {
     }
 }
 
+/// Waits until child `c` (which must keep running) has written `n` lines
+/// of acknowledgements to `acks`.
+pub fn wait_for_acks(c: &mut Proc, acks: &Path, n: usize) {
+    loop {
+        c.check_running("the acknowledging child");
+        let got = std::fs::read_to_string(acks)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        if got >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A child process with its stderr in a file.
 pub struct Proc {
     child: Child,

@@ -1,0 +1,316 @@
+//! Registered operations: a program extends the log with its own redo
+//! operations (Stasis's idea). An operation is a deterministic function
+//! that changes region bytes given argument bytes, registered under a
+//! stable id before a region is opened. `View::apply` runs it on the
+//! transaction's memory at once and logs its id and arguments in place of
+//! the byte diffs of what it changed; recovery (and every other reader of
+//! the log that rebuilds pages) runs it again, in commit order, interleaved
+//! with the byte diffs of the same commit (docs/FORMAT.md, kind 2 records).
+//!
+//! Ids below [`FIRST_USER_OP`] belong to txmap.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::RwLock;
+
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::os::mem::PAGE;
+use crate::wal::format::{CommitRecord, HEADER_BYTES};
+
+/// The first id a program may register; lower ids are txmap's own.
+pub const FIRST_USER_OP: u32 = 128;
+
+pub use crate::builtin_ops::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64};
+
+/// The bytes an operation works on: the transaction's memory when it runs
+/// in a transaction, the pages being rebuilt when the log is replayed.
+pub trait OpMemory {
+    /// Bytes of the region.
+    fn size(&self) -> u64;
+    /// Fills `buf` with the bytes at `off`.
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
+    /// Stores `bytes` at `off`.
+    fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()>;
+}
+
+impl dyn OpMemory + '_ {
+    /// The little-endian u64 at `off`.
+    pub fn read_u64(&mut self, off: u64) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    /// Stores `v` little-endian at `off`.
+    pub fn write_u64(&mut self, off: u64, v: u64) -> Result<()> {
+        self.write(off, &v.to_le_bytes())
+    }
+}
+
+/// An operation's function: deterministic (the same bytes and arguments
+/// give the same stores), touching the region only through `mem`. An error
+/// dooms the transaction that applied it.
+pub type OpFn = fn(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()>;
+
+/// A registered operation.
+#[derive(Clone, Copy, Debug)]
+pub struct Operation {
+    /// Shown by `txmap info` and in errors.
+    pub name: &'static str,
+    pub apply: OpFn,
+}
+
+/// A function registered with a context ([`register_with`]).
+pub type DynOpFn = std::sync::Arc<dyn Fn(&mut dyn OpMemory, &[u8]) -> Result<()> + Send + Sync>;
+
+/// What the registry holds for an id.
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub(crate) name: String,
+    /// Identifies the function, so registering it again is allowed.
+    key: usize,
+    pub(crate) apply: DynOpFn,
+}
+
+static REGISTRY: RwLock<BTreeMap<u32, Registered>> = RwLock::new(BTreeMap::new());
+
+/// Registers `op` under `id` (at least [`FIRST_USER_OP`]) for this
+/// process. Register every operation a region's log may hold before
+/// opening it. Registering the same function again under its id is
+/// allowed; another function under a taken id is `Error::Invalid`.
+pub fn register(id: u32, op: Operation) -> Result<()> {
+    let f = op.apply;
+    register_with(
+        id,
+        op.name,
+        f as usize,
+        std::sync::Arc::new(move |m: &mut dyn OpMemory, a: &[u8]| f(m, a)),
+    )
+}
+
+/// [`register`] for a function with state (the C API's function and
+/// context pointer): `key` identifies it, so registering the same key
+/// again under `id` is allowed and keeps the first.
+pub fn register_with(id: u32, name: &str, key: usize, apply: DynOpFn) -> Result<()> {
+    if id < FIRST_USER_OP {
+        return Err(Error::Invalid(format!(
+            "operation id {id} is reserved for txmap (user ids start at {FIRST_USER_OP})"
+        )));
+    }
+    let mut r = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+    match r.get(&id) {
+        Some(old) if old.key != key => Err(Error::Invalid(format!(
+            "operation id {id} is already registered (as {:?})",
+            old.name
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            r.insert(
+                id,
+                Registered {
+                    name: name.to_string(),
+                    key,
+                    apply,
+                },
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The operation registered under `id`, if any.
+pub(crate) fn lookup(id: u32) -> Option<Registered> {
+    if let Some(op) = crate::builtin_ops::get(id) {
+        let f = op.apply;
+        return Some(Registered {
+            name: op.name.to_string(),
+            key: f as usize,
+            apply: std::sync::Arc::new(move |m: &mut dyn OpMemory, a: &[u8]| f(m, a)),
+        });
+    }
+    REGISTRY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&id)
+        .cloned()
+}
+
+/// Whether an operation is registered under `id` in this process.
+pub fn is_registered(id: u32) -> bool {
+    lookup(id).is_some()
+}
+
+/// Fails with `Error::UnknownOperation` for the first operation in
+/// `records` this process has not registered: checked before anything is
+/// replayed, so such a log changes nothing.
+pub(crate) fn check_registered<'a>(
+    records: impl IntoIterator<Item = &'a CommitRecord<'a>>,
+    log: &std::path::Path,
+) -> Result<()> {
+    for r in records {
+        if let Some(o) = r.ops.iter().find(|o| lookup(o.id).is_none()) {
+            return Err(Error::UnknownOperation {
+                id: o.id,
+                commit: r.seq,
+                path: log.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Pages rebuilt from a base (the file, or versions) as records replay.
+pub(crate) struct Overlay<'a> {
+    pages: BTreeMap<u32, Vec<u8>>,
+    /// Pages written (the others were only read).
+    dirty: BTreeSet<u32>,
+    size: u64,
+    load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
+}
+
+impl<'a> Overlay<'a> {
+    /// `load(page, buf)` fills a page's base content.
+    pub(crate) fn new(size: u64, load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>) -> Self {
+        Overlay {
+            pages: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            size,
+            load,
+        }
+    }
+
+    fn page(&mut self, p: u32) -> Result<&mut Vec<u8>> {
+        if !self.pages.contains_key(&p) {
+            let mut buf = vec![0u8; PAGE];
+            (self.load)(p, &mut buf)?;
+            self.pages.insert(p, buf);
+        }
+        Ok(self.pages.get_mut(&p).expect("inserted above"))
+    }
+
+    fn check(&self, off: u64, len: usize) -> Result<()> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) {
+            return Err(Error::OutOfRange {
+                off,
+                len,
+                size: self.size as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies one record: its ranges, with its operations run where they
+    /// were applied among them.
+    pub(crate) fn apply(&mut self, r: &CommitRecord<'_>) -> Result<()> {
+        self.size = self.size.max(r.data_size);
+        let mut ops = r.ops.iter().peekable();
+        for i in 0..=r.ranges.len() {
+            while let Some(o) = ops.next_if(|o| o.at as usize == i) {
+                let op = lookup(o.id).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "operation {} of commit {} is not registered",
+                        o.id, r.seq
+                    ))
+                })?;
+                (op.apply)(self, o.args).map_err(|e| {
+                    Error::Invalid(format!(
+                        "replaying operation {} ({}) of commit {} failed: {e}",
+                        o.id, op.name, r.seq
+                    ))
+                })?;
+            }
+            if let Some(x) = r.ranges.get(i) {
+                self.write(x.offset, x.bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs operation `id` on the pages.
+    pub(crate) fn run(&mut self, id: u32, args: &[u8]) -> Result<()> {
+        let op = lookup(id)
+            .ok_or_else(|| Error::Invalid(format!("operation {id} is not registered")))?;
+        (op.apply)(self, args)
+    }
+
+    /// The pages written, rebuilt.
+    pub(crate) fn into_pages(self) -> BTreeMap<u32, Vec<u8>> {
+        let dirty = self.dirty;
+        let mut pages = self.pages;
+        pages.retain(|p, _| dirty.contains(p));
+        pages
+    }
+}
+
+impl OpMemory for Overlay<'_> {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read(&mut self, mut off: u64, mut buf: &mut [u8]) -> Result<()> {
+        self.check(off, buf.len())?;
+        while !buf.is_empty() {
+            let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
+            let n = buf.len().min(PAGE - at);
+            buf[..n].copy_from_slice(&self.page(p)?[at..at + n]);
+            off += n as u64;
+            buf = &mut buf[n..];
+        }
+        Ok(())
+    }
+    fn write(&mut self, mut off: u64, mut bytes: &[u8]) -> Result<()> {
+        self.check(off, bytes.len())?;
+        while !bytes.is_empty() {
+            let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
+            let n = bytes.len().min(PAGE - at);
+            self.page(p)?[at..at + n].copy_from_slice(&bytes[..n]);
+            self.dirty.insert(p);
+            off += n as u64;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+}
+
+/// Redoes one record into a region file (recovery, restore): its ranges
+/// written in place, or, when it holds operations, its pages rebuilt from
+/// the file and written back whole.
+pub(crate) fn redo_into_file(data: &dyn Storage, r: &CommitRecord<'_>) -> Result<()> {
+    let replay = |e| Error::io("replay into", data.path(), e);
+    if r.ops.is_empty() {
+        for x in &r.ranges {
+            data.write_at(x.bytes, HEADER_BYTES + x.offset)
+                .map_err(replay)?;
+        }
+        return Ok(());
+    }
+    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+    let mut load = |p: u32, buf: &mut [u8]| {
+        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+        if at + PAGE as u64 <= len {
+            data.read_at(buf, at)
+                .map_err(|e| Error::io("read", data.path(), e))?;
+        }
+        Ok(())
+    };
+    let mut ov = Overlay::new(r.data_size, &mut load);
+    ov.apply(r)?;
+    for (p, bytes) in ov.into_pages() {
+        data.write_at(&bytes, HEADER_BYTES + u64::from(p) * PAGE as u64)
+            .map_err(replay)?;
+    }
+    Ok(())
+}
+
+/// Every page a record may change: its ranges' pages and those its
+/// operations wrote when they ran.
+pub(crate) fn touched_pages<'a>(
+    records: impl IntoIterator<Item = &'a CommitRecord<'a>> + Clone,
+) -> BTreeSet<u64> {
+    let mut t =
+        crate::sums::touched_pages(records.clone().into_iter().flat_map(|r| r.ranges.iter()));
+    for r in records {
+        for o in &r.ops {
+            t.extend(o.pages.iter().map(|&p| u64::from(p)));
+        }
+    }
+    t
+}

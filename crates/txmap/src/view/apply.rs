@@ -1,0 +1,334 @@
+//! Registered operations inside a transaction (`View::apply`).
+//!
+//! An operation runs at once on the transaction's memory. Its effect is
+//! logged as its id and arguments, not as byte diffs, so the commit record
+//! becomes a sequence: diffs of the stores before the first operation, the
+//! operation, diffs of the stores after it up to the next one, and so on.
+//! To cut that sequence, each `apply` first diffs every written page
+//! against its *shadow* (the page as the previous operation left it, or its
+//! snapshot version) and keeps those diffs; after the operation the pages
+//! it or those stores changed are copied into their shadows. Commit diffs
+//! against the shadows for the last stretch. Replay then runs the same
+//! steps on the same bytes (serializable validation guarantees that what
+//! the operation read is what the commit order gives it).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
+
+use super::{View, ViewInner, diff};
+use crate::error::{Error, Result};
+use crate::ops::OpMemory;
+use crate::os::mem::{Access, PAGE};
+use crate::wal::format::{LoggedOp, Range};
+
+/// The registered operations of the open transaction and the diffs of the
+/// stores between them.
+#[derive(Default)]
+pub(crate) struct OpLog {
+    /// Written pages as the last operation left them.
+    shadow: HashMap<u32, Box<[u8]>>,
+    /// Diffs of the stores before each operation, in order.
+    ranges: Vec<(u64, Vec<u8>)>,
+    /// (ranges before it, id, pages it wrote, arguments).
+    ops: Vec<(u32, u32, Vec<u32>, Vec<u8>)>,
+    /// Commutative operations: (their word's page, index in `ops`).
+    commutes: Vec<(u32, usize)>,
+}
+
+impl OpLog {
+    /// The diffs taken so far, as the start of the commit record's ranges.
+    pub(super) fn ranges(&self) -> Vec<Range<'_>> {
+        self.ranges
+            .iter()
+            .map(|(offset, bytes)| Range {
+                offset: *offset,
+                bytes,
+            })
+            .collect()
+    }
+
+    /// `page` as the last operation left it, if an operation or the stores
+    /// before one changed it.
+    pub(super) fn shadow(&self, page: u32) -> Option<&[u8]> {
+        self.shadow.get(&page).map(|b| &b[..])
+    }
+
+    /// Pages commutative operations changed.
+    pub(super) fn commuted_pages(&self) -> BTreeSet<u32> {
+        self.commutes.iter().map(|&(p, _)| p).collect()
+    }
+
+    /// The commutative operations on pages the transaction did not write
+    /// otherwise (`written`), as (page, id, arguments): the commit applies
+    /// them again to the newest committed version of their page.
+    pub(super) fn commuted_outside(&self, written: impl Fn(u32) -> bool) -> Vec<(u32, u32, &[u8])> {
+        self.commutes
+            .iter()
+            .filter(|&&(p, _)| !written(p))
+            .map(|&(p, i)| (p, self.ops[i].1, &self.ops[i].3[..]))
+            .collect()
+    }
+
+    /// The operations as the commit record holds them.
+    pub(super) fn logged(&self) -> Vec<LoggedOp<'_>> {
+        self.ops
+            .iter()
+            .map(|(at, id, pages, args)| LoggedOp {
+                at: *at,
+                id: *id,
+                pages: pages.clone(),
+                args,
+            })
+            .collect()
+    }
+}
+
+/// An operation's view of the transaction's memory: the accessors, which
+/// track its reads and writes like any others.
+struct InView<'a> {
+    view: &'a mut View,
+    pages: BTreeSet<u32>,
+}
+
+impl OpMemory for InView<'_> {
+    fn size(&self) -> u64 {
+        self.view.len() as u64
+    }
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
+        buf.copy_from_slice(self.view.slice(off, buf.len())?);
+        Ok(())
+    }
+    fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
+        self.view
+            .slice_mut(off, bytes.len())?
+            .copy_from_slice(bytes);
+        if !bytes.is_empty() {
+            let (first, last) = (
+                off / PAGE as u64,
+                (off + bytes.len() as u64 - 1) / PAGE as u64,
+            );
+            self.pages.extend((first..=last).map(|p| p as u32));
+        }
+        Ok(())
+    }
+}
+
+impl View {
+    /// Runs the registered operation `id` (`txmap::ops::register`) with
+    /// `args` on this transaction's memory at once (the transaction sees its
+    /// effect) and logs it as one operation record (id and arguments) in
+    /// place of the byte diffs of what it changed. Recovery runs it again,
+    /// in commit order, with the byte diffs of stores before and after it.
+    /// Needs a serializable transaction (what the operation reads must be
+    /// validated, or its replay could differ). If the operation fails, the
+    /// transaction is aborted (its commit returns `Error::Aborted`) and its
+    /// error returned.
+    pub fn apply(&mut self, id: u32, args: &[u8]) -> Result<()> {
+        self.inner.region.check_owner()?;
+        if self.depth == 0 {
+            return Err(Error::NotInTransaction { op: "apply" });
+        }
+        let op = crate::ops::lookup(id)
+            .ok_or_else(|| Error::Invalid(format!("operation {id} is not registered")))?;
+        let v = &*self.inner;
+        if !v.read_only.load(Ordering::Relaxed)
+            && !v.track_reads.load(Ordering::Relaxed)
+            && !v.untracked_reads.load(Ordering::Relaxed)
+        {
+            return Err(Error::Invalid(format!(
+                "operation {id} ({}): registered operations need a serializable transaction \
+                 (under snapshot isolation what they read is not validated)",
+                op.name
+            )));
+        }
+        self.check_expired()?;
+        let mut log = self.op_log.take().unwrap_or_default();
+        let changed = self.cut(&mut log);
+        let at = log.ranges.len() as u32;
+        let mut mem = InView {
+            view: self,
+            pages: BTreeSet::new(),
+        };
+        if let Err(e) = (op.apply)(&mut mem, args) {
+            self.abort()?;
+            return Err(e);
+        }
+        let pages: Vec<u32> = mem.pages.into_iter().collect();
+        let v = &*self.inner;
+        for &page in changed.iter().chain(&pages) {
+            log.shadow
+                .insert(page, Box::from(v.alias_page(page as usize)));
+        }
+        log.ops.push((at, id, pages, args.to_vec()));
+        self.op_log = Some(log);
+        Ok(())
+    }
+
+    /// Diffs the written pages against their shadows (the stores since the
+    /// last operation) into `log`; returns the pages that changed.
+    fn cut(&self, log: &mut OpLog) -> Vec<u32> {
+        let v = &*self.inner;
+        let snapshot = v.snapshot.load(Ordering::Relaxed);
+        let mut changed = Vec::new();
+        let side = v.read_side();
+        let mut found = Vec::new();
+        v.for_each_written(|page| {
+            // SAFETY: as in `commit_outermost`: our alias page is mapped and
+            // only we write it; the snapshot version stays while we are on
+            // the read side.
+            let (old, cur) = unsafe {
+                (
+                    std::slice::from_raw_parts(side.source(page, snapshot), PAGE),
+                    std::slice::from_raw_parts(v.mem.alias.base().add(page * PAGE), PAGE),
+                )
+            };
+            let base = log.shadow(page as u32).unwrap_or(old);
+            let before = found.len();
+            diff(base, cur, (page * PAGE) as u64, &mut found);
+            if found.len() > before {
+                changed.push(page as u32);
+            }
+        });
+        log.ranges
+            .extend(found.into_iter().map(|r| (r.offset, r.bytes.to_vec())));
+        changed
+    }
+
+    /// Applies a commutative built-in operation (`txmap::ops::ADD_U64`,
+    /// `ADD_I64`, `MIN_U64`, `MAX_U64`, `MIN_I64`, `MAX_I64`; arguments: the
+    /// 8-byte-aligned offset of the word and the operand, little-endian) to
+    /// this transaction's memory at once, without putting the word in the
+    /// read or write set: at commit it is applied again, under the commit
+    /// lock, to the newest committed value, so transactions that only
+    /// update one counter this way all commit (escrow style). Reading the
+    /// word (accessors or plain loads) puts its page in the read set as
+    /// usual, and storing to its page in the write set; then the page is
+    /// validated as today. Also in snapshot-isolated transactions.
+    pub fn commute(&mut self, id: u32, args: &[u8]) -> Result<()> {
+        self.inner.region.check_owner()?;
+        if self.depth == 0 {
+            return Err(Error::NotInTransaction { op: "commute" });
+        }
+        if !crate::builtin_ops::is_commutative(id) {
+            return Err(Error::Invalid(format!(
+                "operation {id} is not a commutative built-in operation"
+            )));
+        }
+        let (off, _) = crate::builtin_ops::word_args(args)?;
+        self.check_range(off, 8)?;
+        let v = &*self.inner;
+        if v.read_only.load(Ordering::Relaxed) {
+            v.doom(super::DOOM_READ_ONLY_WRITE);
+            return Err(Error::StoreInReadOnlyTransaction);
+        }
+        let mut log = self.op_log.take().unwrap_or_default();
+        let changed = self.cut(&mut log);
+        let v = &*self.inner;
+        let page = (off / PAGE as u64) as usize;
+        if v.mem
+            .valid
+            .get(page)
+            .is_some_and(|x| x.load(Ordering::Acquire) == 0)
+        {
+            v.install(page, v.snapshot.load(Ordering::Relaxed));
+        }
+        let op = crate::ops::lookup(id).expect("built-in");
+        let r = (op.apply)(&mut Alias(v), args);
+        for &p in changed.iter().chain([&(page as u32)]) {
+            log.shadow.insert(p, Box::from(v.alias_page(p as usize)));
+        }
+        let at = log.ranges.len() as u32;
+        log.ops.push((at, id, vec![page as u32], args.to_vec()));
+        log.commutes.push((page as u32, log.ops.len() - 1));
+        self.op_log = Some(log);
+        r
+    }
+
+    /// Adds `delta` to the u64 (or i64) at `off` by [`View::commute`].
+    pub fn add_u64(&mut self, off: u64, delta: u64) -> Result<()> {
+        self.commute(crate::ops::ADD_U64, &word(off, delta))
+    }
+
+    /// Adds `delta` to the i64 at `off` by [`View::commute`].
+    pub fn add_i64(&mut self, off: u64, delta: i64) -> Result<()> {
+        self.commute(crate::ops::ADD_I64, &word(off, delta as u64))
+    }
+
+    /// Forgets the operations of the ending (or pausing) transaction: the
+    /// pages commutative ones changed in this view hold its local result,
+    /// not a committed version, so they are read again when next touched.
+    pub(super) fn drop_op_log(&mut self) {
+        if let Some(log) = self.op_log.take() {
+            self.inner.forget_pages(&log.commuted_pages());
+        }
+    }
+}
+
+impl ViewInner {
+    /// Makes `pages` invalid here (and inaccessible at the user address),
+    /// so their next touch installs them afresh.
+    pub(super) fn forget_pages(&self, pages: &BTreeSet<u32>) {
+        for &p in pages {
+            if let Some(x) = self.mem.valid.get(p as usize) {
+                x.store(0, Ordering::Release);
+            }
+            let ok = self
+                .mem
+                .user
+                .protect(p as usize * PAGE, PAGE, Access::None)
+                .is_ok();
+            assert!(ok, "cannot re-protect a view");
+        }
+    }
+}
+
+/// A built-in operation's arguments.
+fn word(off: u64, x: u64) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&off.to_le_bytes());
+    a[8..].copy_from_slice(&x.to_le_bytes());
+    a
+}
+
+/// The view's private memory, untracked: where a commutative operation
+/// shows the transaction its effect.
+struct Alias<'a>(&'a ViewInner);
+
+impl OpMemory for Alias<'_> {
+    fn size(&self) -> u64 {
+        self.0.mem.mapped.load(Ordering::Relaxed) as u64
+    }
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let size = self.size();
+        if off.checked_add(buf.len() as u64).is_none_or(|e| e > size) {
+            return Err(Error::OutOfRange {
+                off,
+                len: buf.len(),
+                size: size as usize,
+            });
+        }
+        // SAFETY: in bounds of the alias (checked), which is always mapped.
+        let src = unsafe {
+            std::slice::from_raw_parts(self.0.mem.alias.base().add(off as usize), buf.len())
+        };
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+    fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
+        let size = self.size();
+        if off.checked_add(bytes.len() as u64).is_none_or(|e| e > size) {
+            return Err(Error::OutOfRange {
+                off,
+                len: bytes.len(),
+                size: size as usize,
+            });
+        }
+        // SAFETY: in bounds of the alias (checked), private to this view, and
+        // no reference into it is alive (the view is borrowed mutably).
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.0.mem.alias.base().add(off as usize), bytes.len())
+        };
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+}

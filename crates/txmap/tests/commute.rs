@@ -1,0 +1,266 @@
+//! Commutative operations: applied again at commit, under the commit lock,
+//! to the newest committed value, so concurrent updates of one counter all
+//! commit; reading the counter still validates it.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::*;
+use txmap::{Error, Options, Region, TxnOptions};
+
+const PAGE: u64 = 4096;
+
+fn region(name: &str) -> (TestDir, Region) {
+    let d = ext4_dir(name);
+    let r = Region::create(&d.join("r.txm"), 4 * PAGE, Options::default()).unwrap();
+    (d, r)
+}
+
+fn committed(r: &Region, off: u64) -> u64 {
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    let x = v.read(off).unwrap();
+    v.commit().unwrap();
+    x
+}
+
+#[test]
+fn interleaved_adds_to_one_counter_both_commit() {
+    let (_d, r) = region("commute-two");
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.begin().unwrap();
+    b.begin().unwrap();
+    a.add_u64(8, 1).unwrap();
+    b.add_u64(8, 2).unwrap();
+    a.commit().unwrap();
+    b.commit().unwrap();
+    assert_eq!(committed(&r, 8), 3);
+    // Each view sees the newest value afterwards, not its own local result.
+    a.begin_read().unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 3);
+    a.commit().unwrap();
+    b.begin_read().unwrap();
+    assert_eq!(b.read::<u64>(8).unwrap(), 3);
+    b.commit().unwrap();
+}
+
+#[test]
+fn the_transaction_sees_its_update_and_a_read_of_the_counter_is_validated() {
+    let (_d, r) = region("commute-read");
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.run(|v| v.write(8, &10u64)).unwrap();
+    a.begin().unwrap();
+    b.begin().unwrap();
+    a.add_u64(8, 5).unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 15, "its own update, at once");
+    b.add_u64(8, 1).unwrap();
+    b.commit().unwrap();
+    // `a` read the counter: it validates like any read.
+    assert!(matches!(a.commit(), Err(Error::Conflict)));
+    assert_eq!(committed(&r, 8), 11);
+    // A plain load reads it too (the page is caught on first touch).
+    a.begin().unwrap();
+    b.begin().unwrap();
+    a.add_u64(8, 5).unwrap();
+    // SAFETY: inside a transaction; in bounds and aligned.
+    let seen = unsafe { std::ptr::read_volatile(a.base().add(8).cast::<u64>()) };
+    assert_eq!(seen, 16);
+    b.add_u64(8, 1).unwrap();
+    b.commit().unwrap();
+    assert!(matches!(a.commit(), Err(Error::Conflict)));
+    assert_eq!(committed(&r, 8), 12);
+}
+
+#[test]
+fn plain_read_modify_write_of_the_same_counter_conflicts() {
+    // The contrast the commutative add removes.
+    let (_d, r) = region("commute-rmw");
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.begin().unwrap();
+    b.begin().unwrap();
+    let x: u64 = a.read(8).unwrap();
+    a.write(8, &(x + 1)).unwrap();
+    let y: u64 = b.read(8).unwrap();
+    b.write(8, &(y + 2)).unwrap();
+    a.commit().unwrap();
+    assert!(matches!(b.commit(), Err(Error::Conflict)));
+}
+
+#[test]
+fn threads_adding_to_one_counter_never_conflict_and_lose_nothing() {
+    let (_d, r) = region("commute-threads");
+    let attempts = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let r = r.clone();
+            let attempts = attempts.clone();
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                for i in 0..150u64 {
+                    v.run(|v| {
+                        attempts.fetch_add(1, Ordering::Relaxed);
+                        v.add_u64(8, 1)?;
+                        v.add_i64(16, -1)?;
+                        v.commute(txmap::ops::MAX_U64, &word(24, t * 1000 + i))?;
+                        v.commute(txmap::ops::MIN_I64, &word(32, (-(i as i64) - 5) as u64))
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(attempts.load(Ordering::Relaxed), 8 * 150, "no retries");
+    assert_eq!(committed(&r, 8), 8 * 150);
+    assert_eq!(committed(&r, 16) as i64, -(8 * 150));
+    assert_eq!(committed(&r, 24), 7 * 1000 + 149);
+    assert_eq!(committed(&r, 32) as i64, -154);
+}
+
+fn word(off: u64, x: u64) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&off.to_le_bytes());
+    a[8..].copy_from_slice(&x.to_le_bytes());
+    a
+}
+
+#[test]
+fn stores_to_the_counters_page_are_validated_and_nothing_is_lost() {
+    let (_d, r) = region("commute-mixed");
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.begin().unwrap();
+    b.begin().unwrap();
+    a.add_u64(8, 1).unwrap();
+    a.write(40, &7u64).unwrap(); // the counter's page is written too
+    b.add_u64(8, 2).unwrap();
+    b.commit().unwrap();
+    assert!(matches!(a.commit(), Err(Error::Conflict)));
+    assert_eq!(committed(&r, 8), 2);
+    a.run(|v| {
+        v.write(40, &7u64)?;
+        v.add_u64(8, 1)?;
+        v.write(48, &9u64)
+    })
+    .unwrap();
+    assert_eq!(
+        (committed(&r, 8), committed(&r, 40), committed(&r, 48)),
+        (3, 7, 9)
+    );
+}
+
+#[test]
+fn abort_discards_the_update_and_bad_calls_fail() {
+    let (_d, r) = region("commute-abort");
+    let mut a = r.view().unwrap();
+    a.begin().unwrap();
+    a.add_u64(8, 4).unwrap();
+    a.abort().unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 0);
+    assert!(matches!(a.commit(), Err(Error::Aborted)));
+    assert_eq!(committed(&r, 8), 0);
+    a.begin_read().unwrap();
+    assert_eq!(a.read::<u64>(8).unwrap(), 0);
+    assert!(matches!(
+        a.add_u64(8, 1),
+        Err(Error::StoreInReadOnlyTransaction)
+    ));
+    a.rollback();
+    a.begin().unwrap();
+    assert!(
+        matches!(a.add_u64(4, 1), Err(Error::Invalid(_))),
+        "unaligned"
+    );
+    assert!(matches!(
+        a.add_u64(4 * PAGE, 1),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        a.commute(200, &word(8, 1)),
+        Err(Error::Invalid(_))
+    ));
+    a.commit().unwrap();
+    assert!(matches!(
+        a.add_u64(8, 1),
+        Err(Error::NotInTransaction { .. })
+    ));
+    // Snapshot isolation may use them too.
+    a.begin_with(TxnOptions::SNAPSHOT).unwrap();
+    a.add_u64(8, 6).unwrap();
+    a.commit().unwrap();
+    assert_eq!(committed(&r, 8), 6);
+}
+
+#[test]
+fn a_paused_transaction_keeps_its_commutative_update() {
+    let (_d, r) = region("commute-pause");
+    let mut a = r.view().unwrap();
+    a.begin().unwrap();
+    a.add_u64(8, 5).unwrap();
+    let p = a.pause().unwrap();
+    a.run(|v| v.add_u64(8, 1)).unwrap();
+    assert_eq!(committed(&r, 8), 1);
+    a.resume(p).unwrap();
+    a.commit().unwrap();
+    assert_eq!(committed(&r, 8), 6);
+}
+
+/// Child: adds 1 per transaction, acknowledging each, until killed.
+fn adder_child() {
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+    let mut acks = Acks::open(&std::env::var("TXMAP_ACKS").unwrap());
+    let opts = Options {
+        checkpoint_bytes: u64::MAX / 2,
+        ..Options::default()
+    };
+    let r = Region::open(&p, opts).unwrap();
+    let mut v = r.view().unwrap();
+    for i in 0.. {
+        v.run(|v| {
+            v.add_u64(8, 1)?;
+            v.write(PAGE + 8 * (i % 100), &i)
+        })
+        .unwrap();
+        acks.line(&i.to_string());
+    }
+}
+
+#[test]
+fn commutative_updates_are_replayed_after_sigkill() {
+    if role().as_deref() == Some("adder") {
+        return adder_child();
+    }
+    let d = ext4_dir("commute-sigkill");
+    let p = d.join("r.txm");
+    drop(Region::create(&p, 4 * PAGE, Options::default()).unwrap());
+    let acks = d.join("acks");
+    let mut c = Proc::spawn(
+        "commutative_updates_are_replayed_after_sigkill",
+        "adder",
+        &[
+            ("TXMAP_REGION", p.display().to_string()),
+            ("TXMAP_ACKS", acks.display().to_string()),
+        ],
+        d.join("err"),
+    );
+    wait_for_acks(&mut c, &acks, 200);
+    c.signal(rustix::process::Signal::KILL);
+    c.kill();
+    let acked = std::fs::read_to_string(&acks).unwrap().lines().count() as u64;
+    let r = Region::open(&p, Options::default()).unwrap();
+    assert!(r.stats().recovered_commits > 0, "recovery replayed the log");
+    let n = committed(&r, 8);
+    assert!(
+        n == acked || n == acked + 1,
+        "counter {n} after {acked} acks"
+    );
+    // The store of the last committed transaction is there too.
+    let last = n - 1;
+    assert_eq!(committed(&r, PAGE + 8 * (last % 100)), last);
+}
