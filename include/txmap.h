@@ -477,6 +477,21 @@ int txmap_restore(const char *backup_path,
                   const char *dst_path,
                   uint64_t *out_commit);
 
+// `txmap_restore` up to a point in time: every archived commit made at or
+// before `to_time_ns` (nanoseconds since the Unix epoch, UTC; replay stops
+// at the first commit made after it). `TXMAP_EINVAL` if the backup's own
+// commit was made after it, or a record to replay carries no time
+// (written by a format-1 build). On success `*out_commit` (if not NULL)
+// is the commit the region holds.
+//
+// # Safety
+// As `txmap_restore`.
+int txmap_restore_to_time(const char *backup_path,
+                          const char *archive_dir,
+                          uint64_t to_time_ns,
+                          const char *dst_path,
+                          uint64_t *out_commit);
+
 // Gives back space of the region at `path`, which no process may have
 // open (`TXMAP_EINVAL` otherwise): replays and cuts its log to the
 // smallest reserve, and cuts a region holding the collections' heap above

@@ -194,6 +194,40 @@ pub unsafe extern "C" fn txmap_restore(
     }))
 }
 
+/// `txmap_restore` up to a point in time: every archived commit made at or
+/// before `to_time_ns` (nanoseconds since the Unix epoch, UTC; replay stops
+/// at the first commit made after it). `TXMAP_EINVAL` if the backup's own
+/// commit was made after it, or a record to replay carries no time
+/// (written by a format-1 build). On success `*out_commit` (if not NULL)
+/// is the commit the region holds.
+///
+/// # Safety
+/// As `txmap_restore`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_restore_to_time(
+    backup_path: *const c_char,
+    archive_dir: *const c_char,
+    to_time_ns: u64,
+    dst_path: *const c_char,
+    out_commit: *mut u64,
+) -> c_int {
+    status(guarded("txmap_restore_to_time", || {
+        // SAFETY: per this function's contract.
+        let (backup, archive, dst) = unsafe {
+            (
+                path_arg(backup_path, "backup_path")?,
+                path_arg(archive_dir, "archive_dir")?,
+                path_arg(dst_path, "dst_path")?,
+            )
+        };
+        let target = txmap::archive::RestoreTarget::Time(to_time_ns);
+        let rep = txmap::archive::restore_to(backup, archive, target, dst)?;
+        // SAFETY: per this function's contract.
+        unsafe { put_u64(out_commit, rep.commit) };
+        Ok(())
+    }))
+}
+
 /// Gives back space of the region at `path`, which no process may have
 /// open (`TXMAP_EINVAL` otherwise): replays and cuts its log to the
 /// smallest reserve, and cuts a region holding the collections' heap above

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod kv;
+mod time;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
@@ -116,8 +117,9 @@ enum Cmd {
         path: PathBuf,
     },
     /// Rebuild a region at DST from a backup plus the log segments archived
-    /// after it (Options::log_archive), up to the last archived commit or
-    /// --to-commit N; a gap or damage in the archive is an error naming it
+    /// after it (Options::log_archive), up to the last archived commit,
+    /// --to-commit N or --to-time T; a gap or damage in the archive is an
+    /// error naming it
     Restore {
         /// The backup (a region made by `txmap backup`, or any closed region)
         backup: PathBuf,
@@ -125,8 +127,13 @@ enum Cmd {
         #[arg(long)]
         archive: PathBuf,
         /// Stop after this commit (default: the last one archived)
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", conflicts_with = "to_time")]
         to_commit: Option<u64>,
+        /// Stop after the last commit made at or before this time:
+        /// RFC 3339 (2026-11-24T05:00:00Z, 2026-11-24 06:00:00.5+01:00) or
+        /// @SECONDS since the Unix epoch
+        #[arg(long, value_name = "T", value_parser = time::parse)]
+        to_time: Option<u64>,
         /// The region to create (must not exist)
         dst: PathBuf,
     },
@@ -757,12 +764,23 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
             backup,
             archive,
             to_commit,
+            to_time,
             dst,
         } => {
-            let r = txmap::archive::restore(&backup, &archive, to_commit, &dst)?;
+            use txmap::archive::RestoreTarget;
+            let target = match (to_commit, to_time) {
+                (Some(c), _) => RestoreTarget::Commit(c),
+                (None, Some(t)) => RestoreTarget::Time(t),
+                (None, None) => RestoreTarget::Last,
+            };
+            let r = txmap::archive::restore_to(&backup, &archive, target, &dst)?;
+            let made = r
+                .time
+                .map(|t| format!(", made at {}", txmap::archive::format_time(t)))
+                .unwrap_or_default();
             Ok((
                 format!(
-                    "{} restored from {} (commit {}) and {} of {}: at commit {}\n",
+                    "{} restored from {} (commit {}) and {} of {}: at commit {}{made}\n",
                     dst.display(),
                     backup.display(),
                     r.from,

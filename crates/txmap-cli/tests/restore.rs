@@ -89,7 +89,7 @@ fn restore_to_the_last_and_to_chosen_commits_matches_the_model() {
     assert!(
         out.contains(&format!("(commit {BACKUP_AT})"))
             && out.contains(&format!("{} archived commits", LAST - BACKUP_AT))
-            && out.ends_with(&format!("at commit {LAST}\n")),
+            && reached(&out) == LAST,
         "{out}"
     );
     check_state(&dst, LAST);
@@ -103,7 +103,7 @@ fn restore_to_the_last_and_to_chosen_commits_matches_the_model() {
     for k in chosen {
         let dst = st.d.join(&format!("at{k}.txm"));
         let out = succeeds(&restore(&st, Some(k), &dst));
-        assert!(out.ends_with(&format!("at commit {k}\n")), "{out}");
+        assert_eq!(reached(&out), k, "{out}");
         check_state(&dst, k);
     }
     // A restored region is a region: it commits, and restores again.
@@ -191,6 +191,79 @@ fn a_damaged_segment_is_named_with_its_file_and_offset() {
     .unwrap();
     let err = fails(&restore(&st, None, &dst), 1);
     assert!(err.contains(s(&q)), "{err}");
+    nothing_at(&dst);
+}
+
+/// The commit a restore reports it reached (`… at commit N[, made at T]`).
+fn reached(out: &str) -> u64 {
+    let tail = out.trim_end().rsplit_once("at commit ").expect(out).1;
+    tail.split(',').next().unwrap().parse().expect(out)
+}
+
+#[test]
+fn restore_to_the_time_a_restore_printed_reaches_the_same_commit() {
+    let st = setup("cli-restore-time");
+    for k in [BACKUP_AT + 1, 150, LAST] {
+        let out = succeeds(&restore(&st, Some(k), &st.d.join(&format!("c{k}.txm"))));
+        let made = out
+            .trim_end()
+            .rsplit_once(", made at ")
+            .map(|(_, t)| t.to_string())
+            .expect(&out);
+        let dst = st.d.join(&format!("t{k}.txm"));
+        let out = succeeds(&txmap(&[
+            "restore",
+            s(&st.backup),
+            "--archive",
+            s(&st.archive),
+            "--to-time",
+            &made,
+            s(&dst),
+        ]));
+        assert!(
+            out.ends_with(&format!("at commit {k}, made at {made}\n")),
+            "{out}"
+        );
+        check_state(&dst, k);
+    }
+    // Times that are not times, and both limits at once.
+    let dst = st.d.join("bad.txm");
+    for bad in ["yesterday", "2026-02-30T00:00:00Z", "@x"] {
+        let o = txmap(&[
+            "restore",
+            s(&st.backup),
+            "--archive",
+            s(&st.archive),
+            "--to-time",
+            bad,
+            s(&dst),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(stderr(&o).contains("is not a time"), "{}", stderr(&o));
+    }
+    let o = txmap(&[
+        "restore",
+        s(&st.backup),
+        "--archive",
+        s(&st.archive),
+        "--to-time",
+        "@0",
+        "--to-commit",
+        "40",
+        s(&dst),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    // Before the backup's commit was made.
+    let o = txmap(&[
+        "restore",
+        s(&st.backup),
+        "--archive",
+        s(&st.archive),
+        "--to-time",
+        "@1",
+        s(&dst),
+    ]);
+    assert!(fails(&o, 2).contains("restore from an older backup"));
     nothing_at(&dst);
 }
 
@@ -478,7 +551,7 @@ fn a_restore_killed_at_random_leaves_its_sources_and_no_half_region() {
         let (status, out) = run_killed(cmd(), &mut x, whole);
         if status.success() {
             finished += 1;
-            assert!(out.ends_with(&format!("at commit {LAST}\n")), "{out}");
+            assert_eq!(reached(&out), LAST, "{out}");
         } else {
             killed += 1;
         }

@@ -1,5 +1,6 @@
 /* Tests of backup, restore, compact and the region options from C. */
 #define _DEFAULT_SOURCE
+#include <time.h>
 #include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -96,9 +97,16 @@ int ctest_media_backup_restore(const char *dir) {
     CHECK_EQ(txmap_backup(r, dst, 2, NULL), TXMAP_EINVAL);
     CHECK_EQ(txmap_backup(NULL, dst, 0, NULL), TXMAP_EINVAL);
     CHECK_EQ(access(dst, F_OK), -1);
-    /* Commits after the backup, in several archived epochs. */
+    /* Commits after the backup, in several archived epochs; the wall
+       clock after commit 57. */
+    uint64_t after57 = 0;
     for (uint64_t c = 21; c <= 120; c++) {
         CHECK_OK(commit_model(v, c));
+        if (c == 57) {
+            struct timespec ts;
+            CHECK_EQ(clock_gettime(CLOCK_REALTIME, &ts), 0);
+            after57 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        }
         if (c % 25 == 0) {
             CHECK_EQ(txmap_region_checkpoint(r), TXMAP_OK);
         }
@@ -116,6 +124,16 @@ int ctest_media_backup_restore(const char *dir) {
     CHECK_EQ(txmap_restore(backup, archive, 57, dst, &at), TXMAP_OK);
     CHECK_EQ(at, 57);
     CHECK_OK(check_model(dst, 57));
+    /* To a point in time: the clock after commit 57, and before the backup's. */
+    join(dst, sizeof dst, dir, "time57.txm");
+    CHECK_EQ(txmap_restore_to_time(backup, archive, after57, dst, &at), TXMAP_OK);
+    CHECK_EQ(at, 57);
+    CHECK_OK(check_model(dst, 57));
+    join(dst, sizeof dst, dir, "time0.txm");
+    CHECK_EQ(txmap_restore_to_time(backup, archive, 1, dst, &at), TXMAP_EINVAL);
+    CHECK(errmsg_has("older backup"));
+    CHECK_EQ(access(dst, F_OK), -1);
+    join(dst, sizeof dst, dir, "at57.txm");
     /* An existing destination, a commit before the backup or past the end. */
     CHECK_EQ(txmap_restore(backup, archive, 0, dst, &at), TXMAP_EEXIST);
     CHECK(errmsg_has("already exists"));

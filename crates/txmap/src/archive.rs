@@ -27,9 +27,26 @@ pub struct RestoreReport {
     pub from: u64,
     /// The commit the restored region holds.
     pub commit: u64,
+    /// When that commit was made (nanoseconds since the Unix epoch), if
+    /// it was replayed from a record that carries its time.
+    pub time: Option<u64>,
     /// Segments read, and commits replayed from them.
     pub segments: usize,
     pub replayed: u64,
+}
+
+/// How far [`restore_to`] replays the archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreTarget {
+    /// Every archived commit.
+    Last,
+    /// Up to this commit, which the archive must reach.
+    Commit(u64),
+    /// The commits made at or before this time (nanoseconds since the
+    /// Unix epoch, the committing machine's wall clock): replay stops at
+    /// the first commit made after it, so a clock that stepped back
+    /// after that commit does not bring later ones in.
+    Time(u64),
 }
 
 /// Rebuilds a region at `dst` from the backup at `backup` (a region made by
@@ -43,6 +60,28 @@ pub fn restore(
     to: Option<u64>,
     dst: &Path,
 ) -> Result<RestoreReport> {
+    let target = to.map_or(RestoreTarget::Last, RestoreTarget::Commit);
+    restore_to(backup, archive, target, dst)
+}
+
+/// [`restore`] up to a commit or a point in time. For a time, the backup
+/// must be older than it (checked when the archive still holds the
+/// backup's commit), and every replayed record must carry its time
+/// (records of format version 1 do not).
+pub fn restore_to(
+    backup: &Path,
+    archive: &Path,
+    target: RestoreTarget,
+    dst: &Path,
+) -> Result<RestoreReport> {
+    let to = match target {
+        RestoreTarget::Commit(c) => Some(c),
+        _ => None,
+    };
+    let until = match target {
+        RestoreTarget::Time(t) => Some(t),
+        _ => None,
+    };
     let src = FileStorage::open(backup, false).map_err(|e| Error::io("open", backup, e))?;
     let mut page = vec![0u8; HEADER_BYTES as usize];
     src.read_at(&mut page, 0)
@@ -76,9 +115,11 @@ pub fn restore(
         let mut size = h.data_size;
         copy_data(&src, backup, data, &parts[0].tmp, size)?;
         let mut cur = h.checkpoint_seq;
-        let (mut used, mut replayed) = (0, 0);
+        let (mut used, mut replayed, mut time) = (0, 0, None);
+        // Set when a commit after the target time is found.
+        let mut past = false;
         for (first, last, path) in &segments {
-            if *last <= cur || to.is_some_and(|t| cur >= t) {
+            if past || *last <= cur || to.is_some_and(|t| cur >= t) {
                 continue;
             }
             if *first > cur + 1 {
@@ -113,9 +154,35 @@ pub fn restore(
             }
             used += 1;
             let base = cur;
+            if let Some(t) = until
+                && let Some(b) = scan.records.iter().find(|r| r.seq == base)
+                && b.time.is_some_and(|bt| bt > t)
+            {
+                return Err(Error::Invalid(format!(
+                    "{} holds commit {base}, made at {}, after the time {} asked for: \
+                     restore from an older backup",
+                    backup.display(),
+                    format_time(b.time.unwrap_or(0)),
+                    format_time(t)
+                )));
+            }
             for r in scan.records.iter().filter(|r| r.seq > base) {
                 if to.is_some_and(|t| r.seq > t) {
                     break;
+                }
+                if let Some(t) = until {
+                    let Some(rt) = r.time else {
+                        return Err(Error::Invalid(format!(
+                            "commit {} in {} carries no time (written by an older \
+                             txmap): restore to a commit number instead",
+                            r.seq,
+                            path.display()
+                        )));
+                    };
+                    if rt > t {
+                        past = true;
+                        break;
+                    }
                 }
                 if r.data_size > size {
                     size = r.data_size;
@@ -125,6 +192,7 @@ pub fn restore(
                 crate::ops::check_registered([r], path)?;
                 crate::ops::redo_into_file(data, r)?;
                 cur = r.seq;
+                time = r.time;
                 replayed += 1;
             }
             crate::debug::hit(crate::debug::CrashPoint::RestoreReplaying);
@@ -147,6 +215,7 @@ pub fn restore(
         Ok(RestoreReport {
             from: h.checkpoint_seq,
             commit: cur,
+            time,
             segments: used,
             replayed,
         })
@@ -157,6 +226,34 @@ pub fn restore(
         }
     }
     done
+}
+
+/// A time in nanoseconds since the Unix epoch, as UTC (RFC 3339).
+pub fn format_time(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ns % 1_000_000_000
+    )
+}
+
+/// Year, month, day of a count of days since 1970-01-01 (the proleptic
+/// Gregorian calendar; Howard Hinnant's "civil_from_days" algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Copies the backup's data pages (after its header page).

@@ -107,6 +107,7 @@ pub fn log_record(data: &[u8]) {
         r.data_size,
         r.ranges.iter().cloned(),
         &r.ops,
+        r.time,
     );
     assert_eq!(
         &out[..RECORD_HEADER + payload],

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use common::{check_model_state as check_state, model_commit as commit};
-use txmap::archive::restore;
+use txmap::archive::{RestoreTarget, restore, restore_to};
 use txmap::{Options, Region};
 
 const PAGE: u64 = 4096;
@@ -30,6 +30,15 @@ struct Setup {
     archive: PathBuf,
     from: u64,
     last: u64,
+    /// `after[s]`: the wall clock (ns since the epoch) right after commit `s`.
+    after: Vec<u64>,
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 fn setup(name: &str) -> Setup {
@@ -40,14 +49,17 @@ fn setup(name: &str) -> Setup {
     let src = dir.join("src.txm");
     let r = Region::create(&src, PAGES * PAGE, opts(&archive)).unwrap();
     let mut v = r.view().unwrap();
+    let mut after = vec![now_ns()];
     for s in 1..=30 {
         commit(&mut v, s);
+        after.push(now_ns());
     }
     let backup = dir.join("backup.txm");
     let from = r.backup(&backup).unwrap().commit;
     assert_eq!(from, 30);
     for s in 31..=300 {
         commit(&mut v, s);
+        after.push(now_ns());
     }
     drop(v);
     r.close().unwrap();
@@ -58,6 +70,7 @@ fn setup(name: &str) -> Setup {
         archive,
         from,
         last: 300,
+        after,
     }
 }
 
@@ -95,6 +108,45 @@ fn restore_to_the_last_and_to_a_chosen_commit_reproduces_the_committed_states() 
     .unwrap_err();
     assert!(e.to_string().contains("ends at commit 300"), "{e}");
     assert!(!s.dir.join("x.txm").exists());
+}
+
+#[test]
+fn restore_to_a_time_stops_at_the_last_commit_made_at_or_before_it() {
+    let s = setup("archive-time");
+    for k in [s.from, s.from + 1, 137, s.last - 1, s.last] {
+        let dst = s.dir.join(format!("t{k}.txm"));
+        let rep = restore_to(
+            &s.backup,
+            &s.archive,
+            RestoreTarget::Time(s.after[k as usize]),
+            &dst,
+        )
+        .unwrap();
+        assert_eq!(rep.commit, k);
+        check_state(&dst, k);
+        if k > s.from {
+            // The record's time lies between the clock read before and after the commit.
+            let t = rep.time.expect("records carry their time");
+            assert!(
+                s.after[k as usize - 1] < t && t <= s.after[k as usize],
+                "{t}"
+            );
+        }
+    }
+    // Before the backup's own commit: the backup is too new.
+    let dst = s.dir.join("early.txm");
+    let e = restore_to(
+        &s.backup,
+        &s.archive,
+        RestoreTarget::Time(s.after[10]),
+        &dst,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("restore from an older backup"),
+        "{e}"
+    );
+    assert!(!dst.exists());
 }
 
 #[test]

@@ -61,7 +61,7 @@ fn a_damaged_durable_record_is_an_error_naming_offset_and_record_and_changes_not
     let d = ext4_dir("midlog");
     let p = region_with_log(&d, "r", 10);
     let mut log = std::fs::read(log_path(&p)).unwrap();
-    let third = 4096 + 2 * 72; // each record: 40-byte header, 12-byte payload head, 12 + 8 bytes of range
+    let third = 4096 + 2 * 80; // each record: 40-byte header, its time, 12-byte payload head, 12 + 8 bytes of range
     log[third + 50] ^= 0x40;
     std::fs::write(log_path(&p), &log).unwrap();
     let before = files(&p);

@@ -27,6 +27,8 @@ pub const RECORD_HEADER: usize = 40;
 pub const KIND_COMMIT: u8 = 1;
 /// A commit that also holds registered operations (docs/FORMAT.md).
 pub const KIND_COMMIT_OPS: u8 = 2;
+/// Record flag (byte 9): the payload starts with the commit's time.
+pub const FLAG_TIME: u8 = 1;
 /// Largest payload a record may claim; larger claims are corruption.
 pub const MAX_PAYLOAD: usize = 1 << 31;
 
@@ -266,10 +268,11 @@ pub fn encode_commit<'a>(
     data_size: u64,
     ranges: impl Iterator<Item = Range<'a>> + Clone,
 ) {
-    encode_commit_ops(out, salt, seq, synced, data_size, ranges, &[]);
+    encode_commit_ops(out, salt, seq, synced, data_size, ranges, &[], None);
 }
 
 /// `encode_commit` with registered operations: kind 2 when there are any.
+#[allow(clippy::too_many_arguments)] // the record's fields, in their order
 pub fn encode_commit_ops<'a>(
     out: &mut Vec<u8>,
     salt: u64,
@@ -278,6 +281,7 @@ pub fn encode_commit_ops<'a>(
     data_size: u64,
     ranges: impl Iterator<Item = Range<'a>> + Clone,
     ops: &[LoggedOp<'_>],
+    time: Option<u64>,
 ) {
     let start = out.len();
     let n = ranges.clone().count();
@@ -289,7 +293,10 @@ pub fn encode_commit_ops<'a>(
             .map(|o| 16 + 4 * o.pages.len() + o.args.len())
             .sum::<usize>()
     };
-    let payload: usize = 12 + ops_bytes + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
+    let payload: usize = 12
+        + if time.is_some() { 8 } else { 0 }
+        + ops_bytes
+        + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // crc, filled below
@@ -298,11 +305,15 @@ pub fn encode_commit_ops<'a>(
     } else {
         KIND_COMMIT_OPS
     });
-    out.extend_from_slice(&[0; 3]);
+    out.push(if time.is_some() { FLAG_TIME } else { 0 });
+    out.extend_from_slice(&[0; 2]);
     out.extend_from_slice(&(payload as u32).to_le_bytes());
     out.extend_from_slice(&salt.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&synced.to_le_bytes());
+    if let Some(t) = time {
+        out.extend_from_slice(&t.to_le_bytes());
+    }
     out.extend_from_slice(&data_size.to_le_bytes());
     out.extend_from_slice(&(n as u32).to_le_bytes());
     if !ops.is_empty() {
@@ -338,6 +349,9 @@ pub struct CommitRecord<'a> {
     /// Every record up to this sequence number was synced before this one was
     /// written: a damaged record at or below it is corruption, not a torn tail.
     pub synced: u64,
+    /// When it was appended: nanoseconds since the Unix epoch (the system's
+    /// wall clock, which may step back). `None` in records of older builds.
+    pub time: Option<u64>,
     pub data_size: u64,
     pub ranges: Vec<Range<'a>>,
     /// Registered operations, in order (kind 2 records only).
@@ -389,7 +403,22 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
             "claims to have been synced before it was written",
         ));
     }
-    let p = &buf[RECORD_HEADER..RECORD_HEADER + payload];
+    let timed = match (buf[9], buf[10], buf[11]) {
+        (0, 0, 0) => false,
+        (FLAG_TIME, 0, 0) => true,
+        _ => return Err(RecordError::Malformed("unknown record flags")),
+    };
+    let mut p = &buf[RECORD_HEADER..RECORD_HEADER + payload];
+    let time = if timed {
+        if p.len() < 8 {
+            return Err(RecordError::Malformed("commit payload too short"));
+        }
+        let t = get(p, 0);
+        p = &p[8..];
+        Some(t)
+    } else {
+        None
+    };
     if p.len() < 12 {
         return Err(RecordError::Malformed("commit payload too short"));
     }
@@ -480,6 +509,7 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
     Ok(CommitRecord {
         seq,
         synced,
+        time,
         data_size,
         ranges,
         ops,
@@ -540,6 +570,47 @@ mod tests {
     }
 
     #[test]
+    fn a_timed_record_carries_its_time_and_unknown_flags_are_damage() {
+        let data = [7u8; 10];
+        let ranges = [Range {
+            offset: 4096,
+            bytes: &data,
+        }];
+        let t = 1_795_000_000_123_456_789;
+        let mut out = Vec::new();
+        encode_commit_ops(
+            &mut out,
+            9,
+            5,
+            3,
+            16384,
+            ranges.iter().cloned(),
+            &[],
+            Some(t),
+        );
+        let r = decode_record(&out, 9).unwrap();
+        assert_eq!((r.time, r.data_size, r.len), (Some(t), 16384, out.len()));
+        assert_eq!(r.ranges, ranges.to_vec());
+        let mut plain = Vec::new();
+        encode_commit(&mut plain, 9, 5, 3, 16384, ranges.iter().cloned());
+        assert_eq!(decode_record(&plain, 9).unwrap().time, None);
+        assert_eq!(plain.len() + 8, out.len());
+        // Flags other than the time's, with a valid checksum, are damage.
+        for (at, v) in [(9, 2u8), (9, 3), (10, 1), (11, 0x80)] {
+            let mut bad = out.clone();
+            bad[at] = v;
+            let end = RECORD_HEADER + get32(&bad, 12) as usize;
+            let crc = crc32c::crc32c(&bad[8..end]);
+            bad[4..8].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(
+                decode_record(&bad, 9).unwrap_err(),
+                RecordError::Malformed("unknown record flags"),
+                "byte {at} = {v}"
+            );
+        }
+    }
+
+    #[test]
     fn version_1_headers_are_read_and_newer_ones_refused() {
         let h = LogHeader {
             region_id: 3,
@@ -586,13 +657,13 @@ mod tests {
             },
         ];
         let mut out = Vec::new();
-        encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), &ops);
+        encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), &ops, None);
         assert_eq!(out[8], KIND_COMMIT_OPS);
         let r = decode_record(&out, 9).unwrap();
         assert_eq!((r.ranges, r.ops), (ranges.to_vec(), ops.to_vec()));
         let malformed = |ranges: &[Range<'_>], ops: &[LoggedOp<'_>]| {
             let mut out = Vec::new();
-            encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), ops);
+            encode_commit_ops(&mut out, 9, 5, 3, 16384, ranges.iter().cloned(), ops, None);
             match decode_record(&out, 9) {
                 Err(RecordError::Malformed(m)) => m,
                 r => panic!("accepted: {r:?}"),

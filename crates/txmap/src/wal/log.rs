@@ -223,7 +223,19 @@ impl Log {
         let mut buf = Vec::new();
         let salt = h.log_salt.load(Ordering::Acquire);
         let synced = h.synced_seq.load(Ordering::Acquire);
-        format::encode_commit_ops(&mut buf, salt, seq, synced, data_size, ranges, ops);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        format::encode_commit_ops(
+            &mut buf,
+            salt,
+            seq,
+            synced,
+            data_size,
+            ranges,
+            ops,
+            Some(now),
+        );
         let off = h.log_end.load(Ordering::Acquire);
         assert!(
             off >= HEADER_BYTES && h.published_end.load(Ordering::Acquire) <= off,
