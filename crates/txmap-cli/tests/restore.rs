@@ -71,11 +71,17 @@ fn nothing_at(dst: &Path) {
 }
 
 fn restore(s_: &Setup, to: Option<u64>, dst: &Path) -> Output {
-    let mut args = vec!["restore", s(&s_.backup), "--archive", s(&s_.archive)];
     let to = to.map(|t| t.to_string());
-    if let Some(t) = &to {
-        args.extend(["--to-commit", t]);
+    match &to {
+        Some(t) => restore_with(s_, &["--to-commit", t], dst),
+        None => restore_with(s_, &[], dst),
     }
+}
+
+/// `txmap restore BACKUP --archive ARCHIVE EXTRA… DST`.
+fn restore_with(s_: &Setup, extra: &[&str], dst: &Path) -> Output {
+    let mut args = vec!["restore", s(&s_.backup), "--archive", s(&s_.archive)];
+    args.extend(extra);
     args.push(s(dst));
     txmap(&args)
 }
@@ -211,15 +217,7 @@ fn restore_to_the_time_a_restore_printed_reaches_the_same_commit() {
             .map(|(_, t)| t.to_string())
             .expect(&out);
         let dst = st.d.join(&format!("t{k}.txm"));
-        let out = succeeds(&txmap(&[
-            "restore",
-            s(&st.backup),
-            "--archive",
-            s(&st.archive),
-            "--to-time",
-            &made,
-            s(&dst),
-        ]));
+        let out = succeeds(&restore_with(&st, &["--to-time", &made], &dst));
         assert!(
             out.ends_with(&format!("at commit {k}, made at {made}\n")),
             "{out}"
@@ -229,40 +227,14 @@ fn restore_to_the_time_a_restore_printed_reaches_the_same_commit() {
     // Times that are not times, and both limits at once.
     let dst = st.d.join("bad.txm");
     for bad in ["yesterday", "2026-02-30T00:00:00Z", "@x"] {
-        let o = txmap(&[
-            "restore",
-            s(&st.backup),
-            "--archive",
-            s(&st.archive),
-            "--to-time",
-            bad,
-            s(&dst),
-        ]);
+        let o = restore_with(&st, &["--to-time", bad], &dst);
         assert_eq!(o.status.code(), Some(2), "{bad}");
         assert!(stderr(&o).contains("is not a time"), "{}", stderr(&o));
     }
-    let o = txmap(&[
-        "restore",
-        s(&st.backup),
-        "--archive",
-        s(&st.archive),
-        "--to-time",
-        "@0",
-        "--to-commit",
-        "40",
-        s(&dst),
-    ]);
+    let o = restore_with(&st, &["--to-time", "@0", "--to-commit", "40"], &dst);
     assert_eq!(o.status.code(), Some(2));
     // Before the backup's commit was made.
-    let o = txmap(&[
-        "restore",
-        s(&st.backup),
-        "--archive",
-        s(&st.archive),
-        "--to-time",
-        "@1",
-        s(&dst),
-    ]);
+    let o = restore_with(&st, &["--to-time", "@1"], &dst);
     assert!(fails(&o, 2).contains("restore from an older backup"));
     nothing_at(&dst);
 }
