@@ -1,6 +1,7 @@
 //! Registered operations: applied at once in the transaction, logged as
 //! operation records, replayed by recovery in commit order mixed with the
-//! byte diffs of the same transaction; a log naming an operation this
+//! byte diffs of the same transaction (and with commutative adds and
+//! pauses in the same transactions); a log naming an operation this
 //! process has not registered does not open and is left as it was.
 mod common;
 
@@ -84,6 +85,10 @@ impl OpMemory for Bytes {
 enum Step {
     Store(u64, Vec<u8>),
     Apply(u32, Vec<u8>),
+    /// A commutative add to the aligned u64 at the offset.
+    Add(u64, u64),
+    /// Pause, run a read-only transaction on the same view, resume.
+    Pause,
 }
 
 /// Transaction `t` of the seeded workload: stores and operations mixed,
@@ -113,7 +118,9 @@ fn txn(seed: u64, t: u64) -> (Vec<Step>, bool) {
         let r = next();
         let len = 1 + next() % 48;
         let at = place(len, next());
-        steps.push(match r % 3 {
+        steps.push(match r % 5 {
+            3 => Step::Add(at / 8 * 8, r >> 7),
+            4 => Step::Pause,
             0 => Step::Store(at, (0..len).map(|i| (r >> 8) as u8 ^ i as u8).collect()),
             1 => {
                 let mut a = at.to_le_bytes().to_vec();
@@ -141,6 +148,14 @@ fn run_txn(v: &mut View, seed: u64, t: u64) -> bool {
         match s {
             Step::Store(at, b) => v.slice_mut(*at, b.len()).unwrap().copy_from_slice(b),
             Step::Apply(id, a) => v.apply(*id, a).unwrap(),
+            Step::Add(at, x) => v.add_u64(*at, *x).unwrap(),
+            Step::Pause => {
+                let p = v.pause().unwrap();
+                v.begin_read().unwrap();
+                let _ = v.slice(0, SIZE).unwrap();
+                v.commit().unwrap();
+                v.resume(p).unwrap();
+            }
         }
     }
     if abort {
@@ -165,6 +180,12 @@ fn model(seed: u64, n: u64) -> Vec<u8> {
                 Step::Store(at, b) => m.write(at, &b).unwrap(),
                 Step::Apply(OP_MIX, a) => mix(&mut m, &a).unwrap(),
                 Step::Apply(_, a) => copy(&mut m, &a).unwrap(),
+                Step::Add(at, x) => {
+                    let o = at as usize;
+                    let old = u64_at(&m.0, o);
+                    m.write(at, &old.wrapping_add(x).to_le_bytes()).unwrap();
+                }
+                Step::Pause => {}
             }
         }
     }

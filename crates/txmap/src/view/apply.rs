@@ -234,7 +234,14 @@ impl View {
         }
         let op = crate::ops::lookup(id).expect("built-in");
         let r = (op.apply)(&mut Alias(v), args);
-        for &p in changed.iter().chain([&(page as u32)]) {
+        // The word's page needs a shadow only if commit diffs it (it is
+        // written, or has a shadow already): otherwise a later store makes
+        // it written and validated, and its diff from the snapshot (word
+        // included) then replays to the same bytes.
+        let diffed =
+            v.touch_bits(page) & super::TOUCH_WRITE != 0 || log.shadow.contains_key(&(page as u32));
+        let word_page = diffed.then_some(page as u32);
+        for &p in changed.iter().chain(word_page.iter()) {
             log.shadow.insert(p, Box::from(v.alias_page(p as usize)));
         }
         let at = log.ranges.len() as u32;
@@ -268,9 +275,15 @@ impl ViewInner {
     /// Makes `pages` invalid here (and inaccessible at the user address),
     /// so their next touch installs them afresh.
     pub(super) fn forget_pages(&self, pages: &BTreeSet<u32>) {
+        // Nothing is accessible at the user address while no fault or
+        // `set_page_access` exposed a page (the accessors never do).
+        let exposed = self.islands.load(Ordering::Relaxed) > 0;
         for &p in pages {
             if let Some(x) = self.mem.valid.get(p as usize) {
                 x.store(0, Ordering::Release);
+            }
+            if !exposed {
+                continue;
             }
             let ok = self
                 .mem
