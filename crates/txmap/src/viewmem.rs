@@ -23,10 +23,27 @@ pub(crate) struct ViewMemory {
     pub(crate) alias: Reservation,
     pub(crate) memfd: OwnedFd,
     pub(crate) mapped: AtomicUsize,
+    /// Per page, its [`page_state`].
     pub(crate) valid: ReservedArray<AtomicU8>,
     pub(crate) touched: ReservedArray<AtomicU32>,
     pub(crate) read_set: ReservedArray<u32>,
     pub(crate) write_set: ReservedArray<u32>,
+}
+
+/// A view's state of one page (its `valid` entry). A page is *valid* in
+/// any state but `NONE`: its content at the user address (once accessible)
+/// is the committed version at the view's last snapshot.
+pub(crate) mod page_state {
+    /// Nothing assumed: the next touch installs the page.
+    pub const NONE: u8 = 0;
+    /// A private copy of the version, in the view's memory file.
+    pub const PRIVATE: u8 = 1;
+    /// The region file's own page, shared with every view that reads it
+    /// (issue 20, docs/design/shared-pages.md: allowed while
+    /// `Mvcc::file_holds` says the file holds the snapshot's version; not
+    /// installed yet).
+    #[expect(dead_code, reason = "installed by the next step of issue 20")]
+    pub const SHARED: u8 = 2;
 }
 
 /// Most closed views' memory a region keeps for reuse.

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
+use crate::viewmem::page_state;
 
 /// A turn on the MVCC read side: versions found during it stay in memory
 /// (a version is freed only after every reader that could see it left).
@@ -70,7 +71,7 @@ impl ViewInner {
     pub(super) fn install(&self, page: usize, snapshot: u64) {
         self.copy_snapshot(page, snapshot);
         if let Some(v) = self.mem.valid.get(page) {
-            v.store(1, Ordering::Release);
+            v.store(page_state::PRIVATE, Ordering::Release);
         }
     }
 
@@ -93,7 +94,7 @@ impl ViewInner {
             .mem
             .valid
             .get(page)
-            .is_some_and(|v| v.load(Ordering::Acquire) == 0)
+            .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
         {
             self.install(page, self.snapshot.load(Ordering::Relaxed));
         }

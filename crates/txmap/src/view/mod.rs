@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE};
 use crate::os::signal::{self, Registration};
 pub use crate::viewmem::{MAX_READ_PAGES, MAX_WRITE_PAGES};
-use crate::viewmem::{POOLED_VIEWS, ViewMemory};
+use crate::viewmem::{POOLED_VIEWS, ViewMemory, page_state};
 use crate::wal::format::Range;
 
 const TOUCH_READ: u32 = 1;
@@ -391,8 +391,9 @@ impl View {
         let mut err = Ok(());
         let complete = mvcc.changed_pages(v.valid_seq.load(Ordering::Relaxed), s, |p| {
             let valid = v.mem.valid.get(p as usize).expect("page below max size");
-            if valid.load(Ordering::Relaxed) == 1 && mvcc.page_seq(p as usize) != own {
-                valid.store(0, Ordering::Relaxed);
+            if valid.load(Ordering::Relaxed) != page_state::NONE && mvcc.page_seq(p as usize) != own
+            {
+                valid.store(page_state::NONE, Ordering::Relaxed);
                 if exposed && !protect_all && err.is_ok() {
                     err = v.mem.user.protect(p as usize * PAGE, PAGE, Access::None);
                 }
@@ -521,7 +522,7 @@ impl View {
                     && v.mem
                         .valid
                         .get(p as usize)
-                        .is_none_or(|x| x.load(Ordering::Relaxed) == 1))
+                        .is_none_or(|x| x.load(Ordering::Relaxed) != page_state::NONE))
         };
         let seq = v.region.commit(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
