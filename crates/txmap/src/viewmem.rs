@@ -22,6 +22,14 @@ pub(crate) struct ViewMemory {
     pub(crate) user: Reservation,
     pub(crate) alias: Reservation,
     pub(crate) memfd: OwnedFd,
+    /// A private read-only mapping of the region file (issue 20): accessor
+    /// reads of a read-only transaction return pages here, shared with the
+    /// page cache, when the file holds their version at the snapshot. The
+    /// fence makes a page private in place (its content never changes
+    /// under a reader) before a checkpoint overwrites it.
+    pub(crate) file: Reservation,
+    /// Pages of `file` handed out in the current transaction (`file_n` of them).
+    pub(crate) file_set: ReservedArray<u32>,
     pub(crate) mapped: AtomicUsize,
     /// Per page, its [`page_state`].
     pub(crate) valid: ReservedArray<AtomicU8>,
@@ -68,6 +76,8 @@ impl ViewMemory {
             })?,
             alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
             memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
+            file: Reservation::new(max, None).map_err(os("reserve file mapping"))?,
+            file_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve file read set"))?,
             mapped: AtomicUsize::new(0),
             valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,

@@ -434,6 +434,7 @@ impl Mvcc {
     }
 
     pub fn release_slot(&self, i: usize) {
+        self.set_file_reads(i, None);
         self.end(i);
         self.slots()[i].owner.store(0, Ordering::SeqCst);
         self.mine[i].store(false, Ordering::Relaxed);
@@ -456,6 +457,7 @@ impl Mvcc {
                     s.snapshot.store(0, Ordering::SeqCst);
                     s.epoch.store(0, Ordering::SeqCst);
                     s.expired.store(0, Ordering::SeqCst);
+                    s.file_reads.store(0, Ordering::SeqCst);
                     s.owner.store(0, Ordering::SeqCst);
                     n += 1;
                 }
@@ -579,6 +581,71 @@ impl Mvcc {
         // raises the bound, and a commit after the first load is after `s`.
         let seq = self.page_seq(page);
         seq <= s && seq <= self.hdr().file.checkpoint_seq()
+    }
+
+    /// Slot `i`'s transaction at snapshot `s` reads pages straight from the
+    /// region file (`Some`), or no longer does (`None`).
+    pub fn set_file_reads(&self, i: usize, s: Option<u64>) {
+        self.slots()[i]
+            .file_reads
+            .store(s.map_or(0, |s| s + 1), Ordering::SeqCst);
+    }
+
+    /// The snapshot at which slot `i` reads pages from the region file.
+    pub fn file_reads(&self, i: usize) -> Option<u64> {
+        self.slots()[i]
+            .file_reads
+            .load(Ordering::SeqCst)
+            .checked_sub(1)
+    }
+
+    /// The fence generation (`fence_gen`), which a fence thread sleeps on.
+    pub fn fence_word(&self) -> &std::sync::atomic::AtomicU32 {
+        &self.hdr().fence_gen
+    }
+
+    /// Slot `i`'s process applied fence generation `g` to its view.
+    pub fn fence_ack(&self, i: usize, g: u32) {
+        // The maximum: the owner's own acknowledgement (when it starts
+        // reading from the file) may come after the fence thread's newer one.
+        self.slots()[i]
+            .fence_ack
+            .fetch_max(u64::from(g), Ordering::SeqCst);
+    }
+
+    /// The checkpoint's fence (issue 20): asks every process to make
+    /// private, in views whose snapshot is below `t`, the pages read from
+    /// the region file that a commit after the snapshot wrote, and waits
+    /// until every such view's process has done so (dead ones are reaped).
+    /// False if one did not answer within `limit` (a stopped process): the
+    /// caller must not write versions newer than that view's snapshot.
+    /// (Generations are compared as numbers: 2^32 checkpoints wrap them.)
+    pub fn fence(&self, t: u64, limit: std::time::Duration) -> bool {
+        let word = self.fence_word();
+        let g = word.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        crate::os::lock::futex_wake_all(word);
+        let start = std::time::Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            let waiting = self.view_slots().iter().any(|s| {
+                let r = s.file_reads.load(Ordering::SeqCst);
+                r != 0
+                    && r - 1 < t
+                    && s.snapshot.load(Ordering::SeqCst) != 0
+                    && s.fence_ack.load(Ordering::SeqCst) < u64::from(g)
+            });
+            if !waiting {
+                return true;
+            }
+            rounds += 1;
+            if start.elapsed() > limit {
+                return false;
+            }
+            if rounds.is_multiple_of(64) {
+                self.reap_dead_slots();
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
     }
 
     /// The sequence number of the newest version of `page` in memory.
