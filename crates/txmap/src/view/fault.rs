@@ -181,6 +181,7 @@ impl ViewInner {
         if len == 0
             || !self.read_only.load(Ordering::Relaxed)
             || !self.file_ok.load(Ordering::Relaxed)
+            || !self.region.fence.running()
         {
             return None;
         }

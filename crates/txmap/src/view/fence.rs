@@ -26,7 +26,6 @@ use std::num::NonZeroU32;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::ViewInner;
@@ -38,8 +37,19 @@ use crate::os::mem::PAGE;
 pub(crate) struct Fence {
     /// Addresses of the live `ViewInner`s (boxed, so they do not move).
     views: Mutex<Vec<usize>>,
-    thread: Mutex<Option<(JoinHandle<()>, Arc<AtomicBool>)>>,
+    thread: Mutex<Option<Arc<Control>>>,
+    /// The thread runs and can write `/proc/self/mem`: views may hand out
+    /// file pages.
     running: AtomicBool,
+}
+
+/// Between the region and its fence thread (detached: a forked child,
+/// which has no such thread, must not join it).
+#[derive(Default)]
+struct Control {
+    stop: AtomicBool,
+    /// Set by the thread as its last access to the region.
+    done: AtomicBool,
 }
 
 impl Fence {
@@ -50,16 +60,28 @@ impl Fence {
         if t.is_some() {
             return;
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let (r, s) = (region as *const RegionInner as usize, stop.clone());
-        if let Ok(h) = std::thread::Builder::new()
+        // Opened first: where forced writes are refused, no view reads the
+        // file (a fence it could not answer would hold every checkpoint).
+        let Ok(mem) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+        else {
+            return;
+        };
+        let ctl = Arc::new(Control::default());
+        let (r, c) = (region as *const RegionInner as usize, ctl.clone());
+        if std::thread::Builder::new()
             .name("txmap-fence".into())
-            .spawn(move || run(r, &s))
+            .spawn(move || {
+                run(r, &c.stop, &mem);
+                c.done.store(true, Ordering::Release);
+            })
+            .is_ok()
         {
-            *t = Some((h, stop));
+            *t = Some(ctl);
             self.running.store(true, Ordering::Release);
         }
-        // Without the thread, views never read from the file.
     }
 
     /// Removes a view; after this the thread never touches it.
@@ -67,38 +89,36 @@ impl Fence {
         lock(&self.views).retain(|&v| v != view as usize);
     }
 
-    /// True once the thread runs: views may hand out file pages.
+    /// True while views may hand out file pages (see `running`).
     pub(super) fn running(&self) -> bool {
         self.running.load(Ordering::Acquire)
     }
 
-    /// Stops and joins the thread (`owner`: this is the process that
-    /// started it; a forked child has no such thread and leaves it).
+    /// Stops the thread and waits until it no longer touches the region
+    /// (`owner`: this is the process that started it; a forked child has
+    /// no such thread and touches nothing).
     pub(crate) fn stop(&self, owner: bool, word: &AtomicU32) {
-        let Some((h, stop)) = lock(&self.thread).take() else {
-            return;
-        };
         if !owner {
-            std::mem::forget(h);
             return;
         }
-        stop.store(true, Ordering::SeqCst);
+        let Some(ctl) = lock(&self.thread).take() else {
+            return;
+        };
+        self.running.store(false, Ordering::Release);
+        ctl.stop.store(true, Ordering::SeqCst);
         crate::os::lock::futex_wake_all(word);
-        let _ = h.join();
+        while !ctl.done.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 }
 
 /// The fence thread: applies each new generation to every registered view.
-fn run(region: usize, stop: &AtomicBool) {
-    // SAFETY: the region outlives this thread: its `Drop` joins the thread
-    // before anything else.
+fn run(region: usize, stop: &AtomicBool, mem: &std::fs::File) {
+    // SAFETY: the region outlives this thread's use of it: its `Drop` waits
+    // for `done`, which is set after this returns.
     let region = unsafe { &*(region as *const RegionInner) };
     let word = region.mvcc.fence_word();
-    let mem = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/proc/self/mem")
-        .ok();
     let mut seen = word.load(Ordering::SeqCst);
     while !stop.load(Ordering::SeqCst) {
         crate::os::lock::futex_wait_bits(word, seen, Duration::from_millis(100), NonZeroU32::MAX);
@@ -112,7 +132,11 @@ fn run(region: usize, stop: &AtomicBool) {
             // SAFETY: a registered view is alive: it unregisters under this
             // lock before its memory is freed.
             let v = unsafe { &*(v as *const ViewInner) };
-            v.apply_fence(g, mem.as_ref());
+            if !v.apply_fence(g, mem) {
+                // Views stop reading from the file; this one's checkpoint
+                // falls back to its snapshot.
+                region.fence.running.store(false, Ordering::Release);
+            }
         }
     }
 }
@@ -120,13 +144,13 @@ fn run(region: usize, stop: &AtomicBool) {
 impl ViewInner {
     /// Makes private the pages this view's transaction read from the file
     /// that a commit after its snapshot wrote, then acknowledges `g`. Not
-    /// acknowledged if one could not be made private (the checkpointer then
-    /// falls back to the oldest snapshot).
-    fn apply_fence(&self, g: u32, mem: Option<&std::fs::File>) {
+    /// acknowledged, and false, if one could not be made private (the
+    /// checkpointer then falls back to the oldest snapshot).
+    fn apply_fence(&self, g: u32, mem: &std::fs::File) -> bool {
         let mut private = lock(&self.file_private);
         let mvcc = &self.region.mvcc;
         let Some(s) = mvcc.file_reads(self.slot) else {
-            return;
+            return true;
         };
         let mut ok = true;
         for i in 0..self.file_n.load(Ordering::SeqCst) {
@@ -135,7 +159,7 @@ impl ViewInner {
             if mvcc.page_seq(p as usize) <= s || private.contains(&p) {
                 continue;
             }
-            if mem.is_some_and(|m| privatize(&self.mem.file, p as usize, m)) {
+            if privatize(&self.mem.file, p as usize, mem) {
                 private.insert(p);
             } else {
                 ok = false;
@@ -144,6 +168,7 @@ impl ViewInner {
         if ok {
             mvcc.fence_ack(self.slot, g);
         }
+        ok
     }
 
     /// At the end of a transaction that read from the file: no fence

@@ -116,7 +116,8 @@ pub(crate) struct ViewInner {
     file_n: AtomicUsize,
     /// Pages of `mem.file` the fence made private in this transaction.
     file_private: fence::PrivatePages,
-    /// The view may hand out pages of its file mapping.
+    /// The view may hand out pages of its file mapping (false once pages
+    /// the fence made private could not be given back).
     file_ok: AtomicBool,
 }
 
@@ -256,9 +257,7 @@ impl View {
         view.registration = Some(reg);
         let r = &view.inner.region;
         r.fence.register(r, &*view.inner);
-        view.inner
-            .file_ok
-            .store(r.fence.running(), Ordering::Relaxed);
+        view.inner.file_ok.store(true, Ordering::Relaxed);
         Ok(view)
     }
 
