@@ -51,7 +51,7 @@ struct Args {
     /// Repetitions per measurement (default 7; 3 with --quick and for compare).
     #[arg(long)]
     reps: Option<usize>,
-    /// `compare` only these workloads (comma-separated: inserts, hash, redb, abc, touch, python).
+    /// `compare` only these workloads (comma-separated: inserts, hash, redb, abc, touch, shared, python).
     #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
     /// `compare` only these stores (comma-separated ids, e.g. txmap-btree,lmdb).

@@ -239,6 +239,11 @@ impl Worker {
         Ok(Worker { child, stdin, out })
     }
 
+    /// The worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The worker's next line (an `error ...` line or none is an error).
     pub fn line(&mut self) -> Res<String> {
         let mut s = String::new();

@@ -148,19 +148,36 @@ fn vmas(m: &Mapping) -> Res<usize> {
 
 /// Fields of /proc/self/smaps_rollup and /proc/self/status, in KiB.
 #[derive(Clone, Copy, Default)]
-struct Mem {
-    pss_anon: i64,
-    pss_file: i64,
-    pss_shmem: i64,
-    pte: i64,
+pub struct Mem {
+    pub pss_anon: i64,
+    pub pss_file: i64,
+    pub pss_shmem: i64,
+    pub pte: i64,
 }
 
-fn mem() -> Res<Mem> {
+impl Mem {
+    /// Every kind together, KiB (each physical page once, by Pss).
+    pub fn total(&self) -> i64 {
+        self.pss_anon + self.pss_file + self.pss_shmem + self.pte
+    }
+
+    /// Field by field, `self + k * o`.
+    pub fn plus(self, o: Mem, k: i64) -> Mem {
+        Mem {
+            pss_anon: self.pss_anon + k * o.pss_anon,
+            pss_file: self.pss_file + k * o.pss_file,
+            pss_shmem: self.pss_shmem + k * o.pss_shmem,
+            pte: self.pte + k * o.pte,
+        }
+    }
+}
+
+pub fn mem() -> Res<Mem> {
     mem_of("self")
 }
 
 /// [`mem`] of process `pid` ("self" for this one).
-fn mem_of(pid: &str) -> Res<Mem> {
+pub fn mem_of(pid: &str) -> Res<Mem> {
     let field = |text: &str, name: &str| -> i64 {
         text.lines()
             .find(|l| l.starts_with(name))
@@ -219,7 +236,7 @@ impl Row {
 }
 
 /// First loads of the n pages of `m`, timed per page.
-fn timed_reads(m: &Mapping) -> f64 {
+pub fn timed_reads(m: &Mapping) -> f64 {
     let t = Instant::now();
     black_box(read_all(m));
     per_page(t, m.len() / PAGE)
@@ -771,13 +788,8 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
         "per reader MiB",
     ]);
     let mut put = |what: &str, a: Mem, b: Mem, readers: usize| {
-        let d = Mem {
-            pss_anon: b.pss_anon - a.pss_anon,
-            pss_file: b.pss_file - a.pss_file,
-            pss_shmem: b.pss_shmem - a.pss_shmem,
-            pte: b.pte - a.pte,
-        };
-        let total = d.pss_anon + d.pss_file + d.pss_shmem + d.pte;
+        let d = b.plus(a, -1);
+        let total = d.total();
         t.row(vec![
             what.into(),
             mib(d.pss_anon),
@@ -841,11 +853,7 @@ fn memory(ctx: &mut Ctx) -> Res<()> {
         .collect::<Result<_, _>>()?;
     let mut sum = Mem::default();
     for p in &procs {
-        let m = mem_of(&p.pid().to_string())?;
-        sum.pss_anon += m.pss_anon;
-        sum.pss_file += m.pss_file;
-        sum.pss_shmem += m.pss_shmem;
-        sum.pte += m.pte;
+        sum = sum.plus(mem_of(&p.pid().to_string())?, 1);
     }
     drop(procs);
     drop(file);

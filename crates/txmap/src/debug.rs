@@ -49,11 +49,15 @@ pub enum CrashPoint {
     /// Compacting: the region header records the smaller size, before the
     /// region file and the checksum table are cut.
     CompactShrinking = 14,
+    /// Holding the checkpoint lock, after the fence (views in every process
+    /// made the pages they read from the file private), before the
+    /// checkpoint overwrites them.
+    CheckpointFenced = 15,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 14] = [
+    pub const ALL: [CrashPoint; 15] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -68,6 +72,7 @@ impl CrashPoint {
         CrashPoint::RestoreReplaying,
         CrashPoint::RestorePlacing,
         CrashPoint::CompactShrinking,
+        CrashPoint::CheckpointFenced,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -104,7 +109,8 @@ mod tests {
             | CrashPoint::BackupPlacing
             | CrashPoint::RestoreReplaying
             | CrashPoint::RestorePlacing
-            | CrashPoint::CompactShrinking => p as u32,
+            | CrashPoint::CompactShrinking
+            | CrashPoint::CheckpointFenced => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();
@@ -160,6 +166,19 @@ pub fn set_copy_on_checkpoint(on: bool) {
 
 pub(crate) fn copy_on_checkpoint() -> bool {
     !NO_COPY_ON_CHECKPOINT.load(Ordering::Relaxed)
+}
+
+static NO_FENCE: AtomicBool = AtomicBool::new(false);
+
+/// Turns this process's checkpoint fence off (issue 20): views that read
+/// pages straight from the region file then see a checkpoint overwrite
+/// them. Only for tests that show the fence is needed.
+pub fn set_fence(on: bool) {
+    NO_FENCE.store(!on, Ordering::Relaxed);
+}
+
+pub(crate) fn fence_enabled() -> bool {
+    !NO_FENCE.load(Ordering::Relaxed)
 }
 
 static INSTALL_SPINS: AtomicU64 = AtomicU64::new(0);

@@ -99,6 +99,8 @@ pub(crate) struct RegionInner {
     pub address: usize,
     /// The page checksum table, when the region keeps one.
     pub sums: Option<crate::sums::PageSums>,
+    /// This process's views and its fence thread (issue 20, `view/fence.rs`).
+    pub(crate) fence: crate::view::Fence,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -466,10 +468,15 @@ impl RegionInner {
             (t, pages, preserve, oldest)
         };
         if t > ckpt {
-            if let Some(o) = oldest
-                && !preserve.is_empty()
-                && !(crate::debug::copy_on_checkpoint() && self.copy_on_checkpoint(&preserve, o)?)
-            {
+            // Pages older snapshots read from the file are preserved first;
+            // then views reading them straight from the file are fenced.
+            let preserved = match oldest {
+                Some(o) if !preserve.is_empty() => {
+                    crate::debug::copy_on_checkpoint() && self.copy_on_checkpoint(&preserve, o)?
+                }
+                _ => true,
+            };
+            if oldest.is_some() && !(preserved && self.fence(t)) {
                 // No room for the copies (or a reader is stuck): write only
                 // what every live snapshot is past; the log keeps the rest.
                 // The oldest snapshot is read again under the lock: one
@@ -538,6 +545,19 @@ impl RegionInner {
 }
 
 impl RegionInner {
+    /// The fence (issue 20, `view/fence.rs`): views in every process that
+    /// read pages straight from the region file at snapshots below `t` make
+    /// private those a commit after their snapshot wrote, before the
+    /// checkpoint overwrites them. Every such page is written by this
+    /// checkpoint, but not every one is preserved (a chain may keep an
+    /// older version for an older snapshot), so this runs whenever
+    /// snapshots live. False if a view's process did not answer in time.
+    fn fence(&self, t: u64) -> bool {
+        let fenced = !crate::debug::fence_enabled() || self.mvcc.fence(t, Duration::from_secs(2));
+        crate::debug::hit(crate::debug::CrashPoint::CheckpointFenced);
+        fenced
+    }
+
     /// Copy-on-checkpoint: keeps the region-file content of `pages` as their
     /// oldest version in shared memory, labelled with the oldest live
     /// snapshot `oldest` (every snapshot that reads these pages from the file
@@ -577,6 +597,9 @@ impl RegionInner {
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
+        // Before anything the fence thread reads goes away.
+        self.fence
+            .stop(self.check_owner().is_ok(), self.mvcc.fence_word());
         if let Some(t) = lock(&self.flusher).take() {
             t.unpark();
         }

@@ -22,11 +22,36 @@ pub(crate) struct ViewMemory {
     pub(crate) user: Reservation,
     pub(crate) alias: Reservation,
     pub(crate) memfd: OwnedFd,
+    /// A private read-only mapping of the region file (issue 20): accessor
+    /// reads of a read-only transaction return pages here, shared with the
+    /// page cache, when the file holds their version at the snapshot. The
+    /// fence makes a page private in place (its content never changes
+    /// under a reader) before a checkpoint overwrites it.
+    pub(crate) file: Reservation,
+    /// Pages of `file` handed out in the current transaction (`file_n` of them).
+    pub(crate) file_set: ReservedArray<u32>,
     pub(crate) mapped: AtomicUsize,
+    /// Per page, its [`page_state`].
     pub(crate) valid: ReservedArray<AtomicU8>,
     pub(crate) touched: ReservedArray<AtomicU32>,
     pub(crate) read_set: ReservedArray<u32>,
     pub(crate) write_set: ReservedArray<u32>,
+}
+
+/// A view's state of one page (its `valid` entry). A page is *valid* in
+/// any state but `NONE`: its content at the user address (once accessible)
+/// is the committed version at the view's last snapshot.
+pub(crate) mod page_state {
+    /// Nothing assumed: the next touch installs the page.
+    pub const NONE: u8 = 0;
+    /// A private copy of the version, in the view's memory file.
+    pub const PRIVATE: u8 = 1;
+    /// The region file's own page, shared with every view that reads it
+    /// (issue 20, docs/design/shared-pages.md: allowed while
+    /// `Mvcc::file_holds` says the file holds the snapshot's version; not
+    /// installed yet).
+    #[expect(dead_code, reason = "installed by the next step of issue 20")]
+    pub const SHARED: u8 = 2;
 }
 
 /// Most closed views' memory a region keeps for reuse.
@@ -51,6 +76,8 @@ impl ViewMemory {
             })?,
             alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
             memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
+            file: Reservation::new(max, None).map_err(os("reserve file mapping"))?,
+            file_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve file read set"))?,
             mapped: AtomicUsize::new(0),
             valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,

@@ -5,6 +5,7 @@
 //! Writes a Markdown report and SVG plots (default `target/bench-report/`).
 
 mod python;
+mod shared;
 mod svg;
 mod work;
 
@@ -287,10 +288,13 @@ pub fn steps(reps: usize, quick: bool, only: &[String], workloads: &[String]) ->
             + plan.abc_durabilities.len() * 9 * want("abc"))
         + want("touch"))
         + want("python")
+        + want("shared") * (reps + 2)
 }
 
 /// The workloads, in report order.
-pub const WORKLOADS: [&str; 6] = ["inserts", "hash", "redb", "abc", "touch", "python"];
+pub const WORKLOADS: [&str; 7] = [
+    "inserts", "hash", "redb", "abc", "touch", "shared", "python",
+];
 
 /// Runs the comparison; `out` receives `README.md` and the plots. `only`
 /// selects stores and `workloads` workloads (empty: all).
@@ -342,6 +346,9 @@ pub fn run(
     }
     if want("touch") {
         page_touch(ctx, &mut r, &base)?;
+    }
+    if want("shared") {
+        shared::section(ctx, &mut r, &base)?;
     }
     if want("python") {
         ctx.progress("python: txmap beside py-lmdb and sqlite3");

@@ -326,6 +326,9 @@ fn worker_inner(spec: &str) -> Res<()> {
     if f.first() == Some(&"abc") {
         return abc_worker(&f).map_err(|e| format!("{e} (spec {spec:?})").into());
     }
+    if f.first() == Some(&"memread") {
+        return super::shared::reader_worker(&f).map_err(|e| format!("{e} (spec {spec:?})").into());
+    }
     if f.first() == Some(&"redb") {
         return redb_worker(&f).map_err(|e| format!("{e} (spec {spec:?})").into());
     }

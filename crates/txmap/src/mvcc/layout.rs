@@ -13,7 +13,7 @@ use crate::wal::shared::LogShared;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// Views (one slot each) open on one region at once, across all processes.
 pub const MAX_SLOTS: usize = 1024;
 /// The slot the checkpointer (one at a time, any process) reads versions under.
@@ -78,6 +78,12 @@ pub struct Header {
     /// (every commit plans pruning with one) stop there.
     pub slots_high: AtomicU64,
 
+    /// Raised by a checkpoint before it overwrites pages that views may
+    /// read straight from the region file (issue 20's fence); each
+    /// process's fence thread sleeps on it (a futex word).
+    pub fence_gen: AtomicU32,
+    pub fence_pad: AtomicU32,
+
     /// Validation and publication of commits, the log end, version chains,
     /// the arena, the journal, log resets.
     pub commit_lock: SharedMutex,
@@ -97,6 +103,12 @@ pub struct Slot {
     /// Snapshot + 1 if the snapshot limit expired that snapshot: the
     /// transaction's next checked access or commit fails.
     pub expired: AtomicU64,
+    /// Snapshot + 1 while the view's transaction may hold pointers into
+    /// its private mapping of the region file (pages the file held at the
+    /// snapshot), 0 otherwise: a checkpoint fences such views.
+    pub file_reads: AtomicU64,
+    /// The last `fence_gen` the slot's process applied to this view.
+    pub fence_ack: AtomicU64,
 }
 
 /// Per page of the region.

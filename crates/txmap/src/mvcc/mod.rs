@@ -434,6 +434,7 @@ impl Mvcc {
     }
 
     pub fn release_slot(&self, i: usize) {
+        self.set_file_reads(i, None);
         self.end(i);
         self.slots()[i].owner.store(0, Ordering::SeqCst);
         self.mine[i].store(false, Ordering::Relaxed);
@@ -456,6 +457,7 @@ impl Mvcc {
                     s.snapshot.store(0, Ordering::SeqCst);
                     s.epoch.store(0, Ordering::SeqCst);
                     s.expired.store(0, Ordering::SeqCst);
+                    s.file_reads.store(0, Ordering::SeqCst);
                     s.owner.store(0, Ordering::SeqCst);
                     n += 1;
                 }
@@ -562,6 +564,95 @@ impl Mvcc {
     pub fn page_seq(&self, page: usize) -> u64 {
         self.entry(page)
             .map_or(0, |e| e.seq.load(Ordering::Acquire))
+    }
+
+    /// True if the region file holds the version of `page` that snapshot
+    /// `s` reads, and keeps holding it until a commit after `s` writes the
+    /// page: the last commit that wrote the page is at or below both `s`
+    /// and the last checkpoint (whose header is written before its bound is
+    /// published, so the file has every page's newest version up to it).
+    /// Sufficient, not necessary: a page rewritten with equal bytes, or
+    /// checkpointed by a checkpoint not yet published, reads false. The page
+    /// may map the file's page (issue 20, docs/design/shared-pages.md) only
+    /// while this holds; a commit after `s` that writes the page makes the
+    /// next checkpoint overwrite it, which the checkpoint's fence handles.
+    pub fn file_holds(&self, page: usize, s: u64) -> bool {
+        // The page's sequence first: a checkpoint between the loads only
+        // raises the bound, and a commit after the first load is after `s`.
+        let seq = self.page_seq(page);
+        seq <= s && seq <= self.hdr().file.checkpoint_seq()
+    }
+
+    /// Slot `i`'s transaction at snapshot `s` reads pages straight from the
+    /// region file (`Some`), or no longer does (`None`).
+    pub fn set_file_reads(&self, i: usize, s: Option<u64>) {
+        self.slots()[i]
+            .file_reads
+            .store(s.map_or(0, |s| s + 1), Ordering::SeqCst);
+    }
+
+    /// The snapshot at which slot `i` reads pages from the region file.
+    pub fn file_reads(&self, i: usize) -> Option<u64> {
+        self.slots()[i]
+            .file_reads
+            .load(Ordering::SeqCst)
+            .checked_sub(1)
+    }
+
+    /// The fence generation (`fence_gen`), which a fence thread sleeps on.
+    pub fn fence_word(&self) -> &std::sync::atomic::AtomicU32 {
+        &self.hdr().fence_gen
+    }
+
+    /// Slot `i`'s process applied fence generation `g` to its view.
+    pub fn fence_ack(&self, i: usize, g: u32) {
+        // The maximum: the owner's own acknowledgement (when it starts
+        // reading from the file) may come after the fence thread's newer one.
+        self.slots()[i]
+            .fence_ack
+            .fetch_max(u64::from(g), Ordering::SeqCst);
+    }
+
+    /// The checkpoint's fence (issue 20): asks every process to make
+    /// private, in views whose snapshot is below `t`, the pages read from
+    /// the region file that a commit after the snapshot wrote, and waits
+    /// until every such view's process has done so (dead ones are reaped).
+    /// False if one did not answer within `limit` (a stopped process): the
+    /// caller must not write versions newer than that view's snapshot.
+    /// (Generations are compared as numbers: 2^32 checkpoints wrap them.)
+    pub fn fence(&self, t: u64, limit: std::time::Duration) -> bool {
+        let reading = |s: &Slot| {
+            let r = s.file_reads.load(Ordering::SeqCst);
+            r != 0 && r - 1 < t && s.snapshot.load(Ordering::SeqCst) != 0
+        };
+        // Nobody reads from the file below `t`: a view that starts to
+        // later checks pages after the commits up to `t` were published,
+        // so it never maps one this checkpoint overwrites. No wake-up then.
+        if !self.view_slots().iter().any(reading) {
+            return true;
+        }
+        let word = self.fence_word();
+        let g = word.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        crate::os::lock::futex_wake_all(word);
+        let start = std::time::Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            let waiting = self
+                .view_slots()
+                .iter()
+                .any(|s| reading(s) && s.fence_ack.load(Ordering::SeqCst) < u64::from(g));
+            if !waiting {
+                return true;
+            }
+            rounds += 1;
+            if start.elapsed() > limit {
+                return false;
+            }
+            if rounds.is_multiple_of(64) {
+                self.reap_dead_slots();
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
     }
 
     /// The sequence number of the newest version of `page` in memory.
@@ -1235,15 +1326,19 @@ mod tests {
     }
 
     fn mvcc(name: &str) -> Mvcc {
+        mvcc_pages(name, 4)
+    }
+
+    fn mvcc_pages(name: &str, pages: u64) -> Mvcc {
         let p =
             std::path::PathBuf::from(format!("/dev/shm/txmap-unit-{name}-{}", std::process::id()));
         let m = Mvcc::create(
             &p,
             &Init {
                 region_id: 1,
-                max_pages: 4,
+                max_pages: pages,
                 commit_seq: 0,
-                data_size: 4 * PAGE as u64,
+                data_size: pages * PAGE as u64,
                 region_generation: 1,
                 log: crate::wal::shared::LogInit {
                     durable: true,
@@ -1265,6 +1360,117 @@ mod tests {
         .unwrap();
         let _ = std::fs::remove_file(&p);
         m
+    }
+
+    /// Issue 20's check "the region file holds my version", against a model:
+    /// random commits, checkpoints (with copy-on-checkpoint and trim, as the
+    /// engine runs them) and snapshots of many ages. For every live snapshot
+    /// and page, what the chain or the file gives must be the model's
+    /// version at the snapshot, and wherever `file_holds` says yes, the
+    /// model's file must hold exactly that version.
+    #[test]
+    fn file_holds_agrees_with_a_model_of_chains_checkpoints_and_snapshots() {
+        const PAGES: usize = 6;
+        let mut said = [0u64; 2];
+        for seed in 0..40u64 {
+            let m = mvcc_pages(&format!("holds-{seed}"), PAGES as u64);
+            let mut rng = crate::rand::SplitMix(seed);
+            // Model: every version of every page (seq, tag), the file's tag
+            // per page (0 at creation), the last checkpoint's bound.
+            let mut versions: Vec<Vec<(u64, u8)>> = vec![Vec::new(); PAGES];
+            let mut file = [0u8; PAGES];
+            let mut ckpt = 0u64;
+            let mut generation = 1u64;
+            let mut live: Vec<(usize, u64)> = Vec::new();
+            let at = |v: &Vec<(u64, u8)>, s: u64| {
+                v.iter()
+                    .rev()
+                    .find(|&&(q, _)| q <= s)
+                    .map_or(0, |&(_, t)| t)
+            };
+            for _step in 0..120 {
+                match rng.next() % 8 {
+                    0..=3 => {
+                        let seq = m.commit_seq() + 1;
+                        let tag = (seq % 250 + 1) as u8;
+                        let data = page(tag);
+                        let mut ps: Vec<u32> = (0..PAGES as u32)
+                            .filter(|_| rng.next().is_multiple_of(3))
+                            .collect();
+                        if ps.is_empty() {
+                            ps.push((rng.next() % PAGES as u64) as u32);
+                        }
+                        let l = m.lock().unwrap();
+                        m.reserve(&l, ps.len()).unwrap();
+                        let pages: Vec<(u32, &[u8])> = ps.iter().map(|&p| (p, &data[..])).collect();
+                        m.publish(&l, seq, &pages, seq - 1).unwrap();
+                        for &p in &ps {
+                            versions[p as usize].push((seq, tag));
+                        }
+                    }
+                    4 => {
+                        // A checkpoint of everything committed, as the engine's.
+                        let g = m.hdr().file.lock_checkpoint().unwrap();
+                        let pin = m.pin_for_checkpoint();
+                        let l = m.lock().unwrap();
+                        let (t, oldest) = m.horizon(m.commit_seq());
+                        if t > ckpt {
+                            let (write, preserve) = pin.pages(&l, t, ckpt, oldest, true);
+                            m.reserve(&l, preserve.len()).unwrap();
+                            for &p in &preserve {
+                                let o = oldest.expect("preserving for a live snapshot");
+                                m.preserve(&l, p, o, &page(file[p as usize])).unwrap();
+                            }
+                            for (p, v) in write {
+                                let want = at(&versions[p as usize], t);
+                                assert_eq!(v.data[0], want, "checkpoint writes the version at {t}");
+                                file[p as usize] = v.data[0];
+                            }
+                            generation += 1;
+                            m.hdr().file.checkpointed(&g, generation, t);
+                            ckpt = t;
+                        }
+                        drop(pin);
+                        m.trim(&l, ckpt);
+                    }
+                    5 | 6 if live.len() < 12 => {
+                        let slot = m.claim_slot().unwrap();
+                        live.push((slot, m.begin(slot)));
+                    }
+                    _ if !live.is_empty() => {
+                        let (slot, _) = live.swap_remove((rng.next() % live.len() as u64) as usize);
+                        m.end(slot);
+                        m.release_slot(slot);
+                    }
+                    _ => {}
+                }
+                let now = m.commit_seq();
+                let mut snaps: Vec<u64> = live.iter().map(|&(_, s)| s).collect();
+                snaps.push(now);
+                for &s in &snaps {
+                    for p in 0..PAGES {
+                        let want = at(&versions[p], s);
+                        let got = m.lookup(p, s).map_or(file[p], |v| v.data[0]);
+                        assert_eq!(got, want, "seed {seed}: page {p} at snapshot {s}");
+                        let holds = m.file_holds(p, s);
+                        said[holds as usize] += 1;
+                        if holds {
+                            assert_eq!(
+                                file[p], want,
+                                "seed {seed}: file_holds({p}, {s}) but the file has another version"
+                            );
+                        }
+                    }
+                }
+            }
+            for (slot, _) in live {
+                m.release_slot(slot);
+            }
+        }
+        assert!(
+            said[0] > 1000 && said[1] > 1000,
+            "both answers are exercised: {said:?}"
+        );
     }
 
     /// A checkpoint wrote version 2; a later commit's pruning unlinked it

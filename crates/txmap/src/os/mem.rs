@@ -106,6 +106,21 @@ impl Reservation {
         file_offset: u64,
         access: Access,
     ) -> rustix::io::Result<()> {
+        self.map_file(offset, len, (fd, file_offset), access, MapFlags::SHARED)
+    }
+
+    /// Maps `len` bytes of `fd` from `file_offset` at `offset` inside the
+    /// reservation, shared (`MapFlags::SHARED`) or private (`PRIVATE`:
+    /// copy-on-write, stores and `/proc/self/mem` writes never reach the
+    /// file, whose changes show through pages not yet copied).
+    pub fn map_file(
+        &self,
+        offset: usize,
+        len: usize,
+        (fd, file_offset): (BorrowedFd<'_>, u64),
+        access: Access,
+        kind: MapFlags,
+    ) -> rustix::io::Result<()> {
         self.check(offset, len);
         if len == 0 {
             return Ok(());
@@ -117,7 +132,7 @@ impl Reservation {
                 self.base().add(offset).cast(),
                 len,
                 access.prot(),
-                MapFlags::SHARED | MapFlags::FIXED,
+                kind | MapFlags::FIXED,
                 fd,
                 file_offset,
             )?;

@@ -9,11 +9,12 @@
 use std::sync::atomic::Ordering;
 
 use super::{
-    DOOM_READ_ONLY_WRITE, DOOM_TOO_LARGE, TOUCH_BITS, TOUCH_EXPOSED_RW, TOUCH_READ, TOUCH_WRITE,
-    ViewInner,
+    DOOM_READ_ONLY_WRITE, DOOM_TOO_LARGE, TOUCH_BITS, TOUCH_EXPOSED_RW, TOUCH_FILE, TOUCH_READ,
+    TOUCH_WRITE, ViewInner,
 };
 use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
+use crate::viewmem::page_state;
 
 /// A turn on the MVCC read side: versions found during it stay in memory
 /// (a version is freed only after every reader that could see it left).
@@ -70,7 +71,7 @@ impl ViewInner {
     pub(super) fn install(&self, page: usize, snapshot: u64) {
         self.copy_snapshot(page, snapshot);
         if let Some(v) = self.mem.valid.get(page) {
-            v.store(1, Ordering::Release);
+            v.store(page_state::PRIVATE, Ordering::Release);
         }
     }
 
@@ -93,7 +94,7 @@ impl ViewInner {
             .mem
             .valid
             .get(page)
-            .is_some_and(|v| v.load(Ordering::Acquire) == 0)
+            .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
         {
             self.install(page, self.snapshot.load(Ordering::Relaxed));
         }
@@ -168,6 +169,56 @@ impl ViewInner {
         }
         // SAFETY: off + len is within the mapped size, which the alias maps.
         unsafe { self.mem.alias.base().add(off) }
+    }
+
+    /// Read-only transactions: the address of `[off, off+len)` in the
+    /// view's mapping of the region file, shared with the page cache (no
+    /// copy), if the file holds each page's version at the snapshot; `None`
+    /// sends the caller to `access` (a copy in the alias). A page read
+    /// either way in a transaction is read the same way again, until a
+    /// store (which dooms a read-only transaction) puts it in the alias.
+    pub(super) fn file_access(&self, off: usize, len: usize) -> Option<*mut u8> {
+        if len == 0
+            || !self.read_only.load(Ordering::Relaxed)
+            || !self.file_ok.load(Ordering::Relaxed)
+            || !self.region.fence.running()
+        {
+            return None;
+        }
+        let mvcc = &self.region.mvcc;
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let serial = self.serial.load(Ordering::Relaxed);
+        for page in off / PAGE..=(off + len - 1) / PAGE {
+            let t = self.mem.touched.get(page)?;
+            let bits = bits_of(t.load(Ordering::Relaxed), serial);
+            if bits & TOUCH_FILE != 0 && bits & TOUCH_WRITE == 0 {
+                continue;
+            }
+            if bits != 0 {
+                return None;
+            }
+            let n = self.file_n.load(Ordering::Relaxed);
+            if n >= self.mem.file_set.capacity() {
+                return None;
+            }
+            if n == 0 {
+                // Fences from now on cover this view; those before it were
+                // for commits this transaction's checks see.
+                mvcc.set_file_reads(self.slot(), Some(s));
+                mvcc.fence_ack(self.slot(), mvcc.fence_word().load(Ordering::SeqCst));
+            }
+            // Listed before the check (see fence.rs).
+            // SAFETY: n < capacity of the reserved array.
+            unsafe { *self.mem.file_set.as_ptr().add(n) = page as u32 };
+            self.file_n.store(n + 1, Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !mvcc.file_holds(page, s) {
+                return None;
+            }
+            t.store(serial << TOUCH_BITS | TOUCH_FILE, Ordering::Relaxed);
+        }
+        // SAFETY: off + len is within the mapped size, which the file mapping maps.
+        Some(unsafe { self.mem.file.base().add(off) })
     }
 
     /// Adds `page` to the read set of a serializable transaction.

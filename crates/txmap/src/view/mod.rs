@@ -14,6 +14,7 @@
 
 mod apply;
 mod fault;
+mod fence;
 mod pause;
 
 pub use pause::Paused;
@@ -27,15 +28,19 @@ use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE};
 use crate::os::signal::{self, Registration};
 pub use crate::viewmem::{MAX_READ_PAGES, MAX_WRITE_PAGES};
-use crate::viewmem::{POOLED_VIEWS, ViewMemory};
+use crate::viewmem::{POOLED_VIEWS, ViewMemory, page_state};
 use crate::wal::format::Range;
+pub(crate) use fence::Fence;
 
 const TOUCH_READ: u32 = 1;
 const TOUCH_WRITE: u32 = 2;
 /// The page is writable at the user address (a store faulted or was declared).
 const TOUCH_EXPOSED_RW: u32 = 4;
+/// Read through the view's mapping of the region file in this transaction
+/// (read-only transactions, `ViewInner::file_access`).
+const TOUCH_FILE: u32 = 8;
 /// Low bits of a `touched` entry; the transaction serial is above them.
-const TOUCH_BITS: u32 = 3;
+const TOUCH_BITS: u32 = 4;
 const DOOM_USER: u8 = 1;
 const DOOM_READ_ONLY_WRITE: u8 = 2;
 const DOOM_TOO_LARGE: u8 = 3;
@@ -114,6 +119,13 @@ pub(crate) struct ViewInner {
     islands: AtomicU64,
     valid_seq: AtomicU64,
     last_commit: AtomicU64,
+    /// Entries of `mem.file_set` in this transaction.
+    file_n: AtomicUsize,
+    /// Pages of `mem.file` the fence made private in this transaction.
+    file_private: fence::PrivatePages,
+    /// The view may hand out pages of its file mapping (false once pages
+    /// the fence made private could not be given back).
+    file_ok: AtomicBool,
 }
 
 impl ViewInner {
@@ -228,6 +240,9 @@ impl View {
                 islands: AtomicU64::new(0),
                 valid_seq: AtomicU64::new(region.mvcc.commit_seq()),
                 last_commit: AtomicU64::new(0),
+                file_n: AtomicUsize::new(0),
+                file_private: Default::default(),
+                file_ok: AtomicBool::new(false),
                 slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
@@ -260,6 +275,9 @@ impl View {
             source: e,
         })?;
         view.registration = Some(reg);
+        let r = &view.inner.region;
+        r.fence.register(r, &*view.inner);
+        view.inner.file_ok.store(true, Ordering::Relaxed);
         Ok(view)
     }
 
@@ -286,6 +304,19 @@ impl View {
             .user
             .map_shared(old, size - old, fd, old as u64, Access::None)
             .map_err(|e| Error::os("map view", e))?;
+        v.mem
+            .file
+            .map_file(
+                old,
+                size - old,
+                (
+                    v.region.data.fd(),
+                    crate::wal::format::HEADER_BYTES + old as u64,
+                ),
+                Access::Read,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+            .map_err(|e| Error::os("map the region file in a view", e))?;
         v.mem.mapped.store(size, Ordering::Release);
         Ok(())
     }
@@ -422,8 +453,9 @@ impl View {
         let mut err = Ok(());
         let complete = mvcc.changed_pages(v.valid_seq.load(Ordering::Relaxed), s, |p| {
             let valid = v.mem.valid.get(p as usize).expect("page below max size");
-            if valid.load(Ordering::Relaxed) == 1 && mvcc.page_seq(p as usize) != own {
-                valid.store(0, Ordering::Relaxed);
+            if valid.load(Ordering::Relaxed) != page_state::NONE && mvcc.page_seq(p as usize) != own
+            {
+                valid.store(page_state::NONE, Ordering::Relaxed);
                 if exposed && !protect_all && err.is_ok() {
                     err = v.mem.user.protect(p as usize * PAGE, PAGE, Access::None);
                 }
@@ -561,7 +593,7 @@ impl View {
                     && v.mem
                         .valid
                         .get(p as usize)
-                        .is_none_or(|x| x.load(Ordering::Relaxed) == 1))
+                        .is_none_or(|x| x.load(Ordering::Relaxed) != page_state::NONE))
         };
         let seq = v.region.commit(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
@@ -607,6 +639,9 @@ impl View {
             let _ = self.inner.mem.valid.clear();
         }
         let v = &*self.inner;
+        if !v.end_file_reads() {
+            v.file_ok.store(false, Ordering::Relaxed);
+        }
         v.region.mvcc.end(v.slot());
         self.depth = 0;
         self.paused_reads.clear();
@@ -721,9 +756,13 @@ impl View {
             // SAFETY: in bounds of the mapping; first touches fault into our handler.
             return Ok(unsafe { std::slice::from_raw_parts(self.base().add(o), len) });
         }
-        let p = self.inner.access(o, len, false);
-        // SAFETY: in bounds of the alias, whose pages now hold this
-        // transaction's snapshot; stores need &mut self, so none alias this.
+        let p = match self.inner.file_access(o, len) {
+            Some(p) => p,
+            None => self.inner.access(o, len, false),
+        };
+        // SAFETY: in bounds of the file mapping or the alias, whose pages
+        // hold this transaction's snapshot (the fence keeps the file's so);
+        // stores need &mut self, so none alias this.
         Ok(unsafe { std::slice::from_raw_parts(p, len) })
     }
 
@@ -840,6 +879,9 @@ impl Drop for View {
         self.rollback();
         // Unregister before the memory the handler uses goes away.
         self.registration.take();
+        if self.inner.region.check_owner().is_ok() {
+            self.inner.region.fence.unregister(&*self.inner);
+        }
         // The slot, its snapshot and its liveness lock (an open file
         // description the child shares) are the parent's: releasing them
         // here unregistered a live snapshot in the parent, or in whichever

@@ -171,6 +171,11 @@ impl View {
             commuted,
             holds_slot: true,
         };
+        // Pages of the file mapping handed out end here (their slices
+        // borrowed the view), so the paused slot owes the fence nothing.
+        if !v.end_file_reads() {
+            v.file_ok.store(false, Ordering::Relaxed);
+        }
         // The snapshot stays registered in the paused slot; the view's
         // pages go back to it (valid at the snapshot, as after an abort).
         v.slot.store(fresh, Ordering::Relaxed);

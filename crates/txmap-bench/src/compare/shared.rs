@@ -1,0 +1,243 @@
+//! Issue 20's rows in `compare` (txmap only: the peers have no views): the
+//! first read of a current page in a fresh view beside the bare kernel fault
+//! on the region file, measured in the same run, and the resident memory of
+//! 8 reader threads and of 4 reader processes that each read a whole region.
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::io::{BufRead, Write as _};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+
+use txmap::{Durability, Options, Region};
+
+use super::{Report, work};
+use crate::procs::{Worker, reap};
+use crate::report::{Ctx, Res, Summary, num};
+use crate::sharedpages::{Mem, mem, mem_of, timed_reads};
+use crate::sys::{Mapping, PAGE, Prot};
+use crate::touch::{CELLS, touch_once};
+
+/// Pages of the first-read rows (each repetition on a fresh view).
+const TOUCH_PAGES: usize = 1024;
+const THREADS: usize = 8;
+const PROCESSES: usize = 4;
+
+fn opts() -> Options {
+    Options {
+        durability: Durability::Async,
+        ..Options::default()
+    }
+}
+
+/// Runs the section and adds its rows and targets to the report.
+pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
+    let dir = work::fresh(base, "shared")?;
+    let path = dir.join("touch.txm");
+    let region = Region::create(&path, (TOUCH_PAGES * PAGE) as u64, opts())?;
+    let file = std::fs::File::open(&path)?;
+    let (mut plain, mut advised, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    let cell = |name: &str| CELLS.iter().find(|c| c.name == name).expect("a touch cell");
+    for rep in 1..=ctx.reps {
+        ctx.progress(format!("shared: first read in a fresh view, run {rep}"));
+        let mut v = region.view()?;
+        plain.push(touch_once(&mut v, cell("read, begin_read"), TOUCH_PAGES, 0)?.us_per_page);
+        let mut v = region.view()?;
+        advised.push(
+            touch_once(&mut v, cell("read, begin_read + advisory"), TOUCH_PAGES, 0)?.us_per_page,
+        );
+        // The same file, pages in the cache, a fresh mapping each time.
+        let m = Mapping::file(file.as_fd(), TOUCH_PAGES * PAGE, Prot::Read, true)?;
+        bare.push(timed_reads(&m));
+    }
+    drop(region);
+    let (p, a, b) = (
+        Summary::of(&plain),
+        Summary::of(&advised),
+        Summary::of(&bare),
+    );
+    let _ = writeln!(
+        r.md,
+        "## Shared pages (issue 20, txmap only)\n\n### First read of a current page in a fresh view\n\n\
+         {TOUCH_PAGES} pages read once each by plain loads after `begin_read`, µs per page, beside the bare \
+         kernel fault: plain loads of a fresh `MAP_PRIVATE` `PROT_READ` mapping of the same region file \
+         (page cache hot), measured in the same runs.\n"
+    );
+    let mut t = crate::report::Table::new(&["first read", "µs per page", "× bare fault"]);
+    for (what, s) in [
+        ("txmap view, plain load after begin_read", &p),
+        ("txmap view, advisory call (set_page_access) then loads", &a),
+        ("bare fault on the region file", &b),
+    ] {
+        t.row(vec![
+            what.into(),
+            s.cell(),
+            num(s.median / b.median.max(1e-9)),
+        ]);
+    }
+    r.md.push_str(&t.render());
+    r.target(
+        "first read of a current page in a fresh view ≤ 1.2× the bare fault (issue 20)",
+        Some(1.2 * b.median / p.median.max(1e-9)),
+        1.0,
+        format!("{} vs {} µs", num(p.median), num(b.median)),
+    );
+    r.target(
+        "first read with the advisory call ≤ 0.5 µs (issue 20)",
+        Some(0.5 / a.median.max(1e-9)),
+        1.0,
+        format!("{} µs", num(a.median)),
+    );
+    memory(ctx, r, &dir)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Resident memory of readers that each read every page of one region.
+fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
+    let mib: usize = if ctx.quick { 64 } else { 1024 };
+    let pages = (mib << 20) / PAGE;
+    let path = dir.join("memory.txm");
+    let region = Region::create(&path, (mib << 20) as u64, opts())?;
+    // Write every page once, so none reads as a hole.
+    {
+        let mut v = region.view()?;
+        for chunk in (0..pages).collect::<Vec<_>>().chunks(4096) {
+            v.run(|v| {
+                for &p in chunk {
+                    v.write((p * PAGE) as u64, &(p as u64 + 1))?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+    region.checkpoint()?;
+
+    ctx.progress(format!("shared: memory of {THREADS} reader threads"));
+    let before = mem()?;
+    let read = Arc::new(Barrier::new(THREADS + 1));
+    let done = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (region, read, done) = (region.clone(), read.clone(), done.clone());
+            std::thread::spawn(move || -> txmap::Result<()> {
+                let r = (|| {
+                    let mut v = region.view()?;
+                    read_all(&mut v, pages)?;
+                    Ok(v)
+                })();
+                read.wait();
+                done.wait();
+                r.map(drop)
+            })
+        })
+        .collect();
+    read.wait();
+    let threads_mem = mem()?.plus(before, -1);
+    done.wait();
+    for t in threads {
+        t.join().map_err(|_| "a reader thread panicked")??;
+    }
+
+    ctx.progress(format!("shared: memory of {PROCESSES} reader processes"));
+    let exe = std::env::current_exe()?;
+    let spec = format!("memread|{}|{pages}", path.display());
+    let mut workers = Vec::new();
+    let procs_mem = (|| -> Res<Mem> {
+        for _ in 0..PROCESSES {
+            workers.push(Worker::spawn(&exe, "--peer-worker", &spec)?);
+        }
+        let mut sum = Mem::default();
+        for w in &mut workers {
+            let line = w.line()?;
+            if line != "ready" {
+                return Err(format!("reader process said {line:?}").into());
+            }
+        }
+        for w in &workers {
+            sum = sum.plus(mem_of(&w.pid().to_string())?, 1);
+        }
+        Ok(sum)
+    })();
+    let procs_mem = reap(workers, procs_mem)?;
+    drop(region);
+
+    let _ = writeln!(
+        r.md,
+        "### Memory of readers over a {mib} MiB region\n\n\
+         Each reader opens a view, reads every page once (`View::read` in one read-only transaction) \
+         and keeps the view open while the memory is sampled. Threads: the change of this process's \
+         `/proc/self/smaps_rollup` Pss and `VmPTE` across the readers; processes: the sum of the \
+         {PROCESSES} reader processes' whole counts (their program and libraries included). MiB.\n"
+    );
+    let mut t = crate::report::Table::new(&[
+        "readers",
+        "Pss anon",
+        "Pss file",
+        "Pss shmem",
+        "page tables",
+        "total",
+        "× region size",
+    ]);
+    let m = |kib: i64| num(kib as f64 / 1024.0);
+    for (what, d) in [
+        (format!("{THREADS} threads, a view each"), threads_mem),
+        (format!("{PROCESSES} processes, a view each"), procs_mem),
+    ] {
+        t.row(vec![
+            what,
+            m(d.pss_anon),
+            m(d.pss_file),
+            m(d.pss_shmem),
+            m(d.pte),
+            m(d.total()),
+            num(d.total() as f64 / (mib as f64 * 1024.0)),
+        ]);
+    }
+    r.md.push_str(&t.render());
+    for (what, d) in [("threads", threads_mem), ("processes", procs_mem)] {
+        let n = if what == "threads" {
+            THREADS
+        } else {
+            PROCESSES
+        };
+        r.target(
+            &format!(
+                "memory of {n} reader {what} that each read all of a region ≤ 1.25× its size (issue 20)"
+            ),
+            Some(1.25 * (mib as f64 * 1024.0) / d.total().max(1) as f64),
+            1.0,
+            format!("{} MiB for {mib} MiB", m(d.total())),
+        );
+    }
+    Ok(())
+}
+
+/// Reads one byte of every page in one read-only transaction.
+fn read_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
+    v.begin_read()?;
+    for p in 0..pages {
+        black_box(v.read::<u8>((p * PAGE) as u64)?);
+    }
+    v.commit()
+}
+
+/// `--peer-worker memread|PATH|PAGES`: opens the region, reads every page
+/// through a view, says `ready`, and keeps the view until stdin closes.
+pub fn reader_worker(f: &[&str]) -> Res<()> {
+    let [_, path, pages] = f[..] else {
+        return Err("bad memread spec".into());
+    };
+    let pages: usize = pages.parse().map_err(|_| "bad page count")?;
+    let region = Region::open(Path::new(path), opts())?;
+    let mut v = region.view()?;
+    read_all(&mut v, pages)?;
+    let mut out = std::io::stdout();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    drop(v);
+    Ok(())
+}

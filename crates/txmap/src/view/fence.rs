@@ -1,0 +1,206 @@
+//! Issue 20's fence, the side of each process (docs/design/shared-pages.md).
+//!
+//! Accessor reads of a read-only transaction may return pages of the view's
+//! private mapping of the region file, shared with the page cache, when the
+//! file holds their version at the snapshot (`Mvcc::file_holds`). A
+//! checkpoint later overwrites such a page once a newer commit wrote it, and
+//! the mapping would show the new bytes. So before it writes, the
+//! checkpointer raises the fence generation in shared memory; this thread
+//! (one per region per process) then makes private, in place, every page a
+//! view of this process handed out at a snapshot older than the page's last
+//! commit: it writes the page's own bytes to it through `/proc/self/mem`,
+//! which copies it on write without changing its protection, atomically for
+//! a thread reading it. It then acknowledges the generation in the view's
+//! slot, and the checkpointer, which waits for every such slot (a stopped
+//! process's too, up to a bound, then it writes nothing newer than the
+//! oldest snapshot), goes on. The page stays private until the transaction
+//! ends, when `finish` gives it back (`MADV_DONTNEED`).
+//!
+//! Order: the owner lists a page before it checks `file_holds` (a full
+//! fence between), and a checkpoint raises the generation after the commits
+//! it writes were published; so either the owner's check sees the newer
+//! commit (and does not hand the page out) or this thread sees the page.
+
+use std::collections::HashSet;
+use std::num::NonZeroU32;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::ViewInner;
+use crate::engine::{RegionInner, lock};
+use crate::os::mem::PAGE;
+
+/// This process's views of one region and the thread that fences them.
+#[derive(Default)]
+pub(crate) struct Fence {
+    /// Addresses of the live `ViewInner`s (boxed, so they do not move).
+    views: Mutex<Vec<usize>>,
+    thread: Mutex<Option<Arc<Control>>>,
+    /// The thread runs and can write `/proc/self/mem`: views may hand out
+    /// file pages.
+    running: AtomicBool,
+}
+
+/// Between the region and its fence thread (detached: a forked child,
+/// which has no such thread, must not join it).
+#[derive(Default)]
+struct Control {
+    stop: AtomicBool,
+    /// Set by the thread as its last access to the region.
+    done: AtomicBool,
+}
+
+impl Fence {
+    /// Registers a view, starting the thread with the first.
+    pub(super) fn register(&self, region: &RegionInner, view: *const ViewInner) {
+        lock(&self.views).push(view as usize);
+        let mut t = lock(&self.thread);
+        if t.is_some() {
+            return;
+        }
+        // Opened first: where forced writes are refused, no view reads the
+        // file (a fence it could not answer would hold every checkpoint).
+        let Ok(mem) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+        else {
+            return;
+        };
+        let ctl = Arc::new(Control::default());
+        let (r, c) = (region as *const RegionInner as usize, ctl.clone());
+        if std::thread::Builder::new()
+            .name("txmap-fence".into())
+            .spawn(move || {
+                run(r, &c.stop, &mem);
+                c.done.store(true, Ordering::Release);
+            })
+            .is_ok()
+        {
+            *t = Some(ctl);
+            self.running.store(true, Ordering::Release);
+        }
+    }
+
+    /// Removes a view; after this the thread never touches it.
+    pub(super) fn unregister(&self, view: *const ViewInner) {
+        lock(&self.views).retain(|&v| v != view as usize);
+    }
+
+    /// True while views may hand out file pages (see `running`).
+    pub(super) fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Stops the thread and waits until it no longer touches the region
+    /// (`owner`: this is the process that started it; a forked child has
+    /// no such thread and touches nothing).
+    pub(crate) fn stop(&self, owner: bool, word: &AtomicU32) {
+        if !owner {
+            return;
+        }
+        let Some(ctl) = lock(&self.thread).take() else {
+            return;
+        };
+        self.running.store(false, Ordering::Release);
+        ctl.stop.store(true, Ordering::SeqCst);
+        crate::os::lock::futex_wake_all(word);
+        while !ctl.done.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+/// The fence thread: applies each new generation to every registered view.
+fn run(region: usize, stop: &AtomicBool, mem: &std::fs::File) {
+    // SAFETY: the region outlives this thread's use of it: its `Drop` waits
+    // for `done`, which is set after this returns.
+    let region = unsafe { &*(region as *const RegionInner) };
+    let word = region.mvcc.fence_word();
+    let mut seen = word.load(Ordering::SeqCst);
+    while !stop.load(Ordering::SeqCst) {
+        crate::os::lock::futex_wait_bits(word, seen, Duration::from_millis(100), NonZeroU32::MAX);
+        let g = word.load(Ordering::SeqCst);
+        if g == seen {
+            continue;
+        }
+        seen = g;
+        let views = lock(&region.fence.views);
+        for &v in views.iter() {
+            // SAFETY: a registered view is alive: it unregisters under this
+            // lock before its memory is freed.
+            let v = unsafe { &*(v as *const ViewInner) };
+            if !v.apply_fence(g, mem) {
+                // Views stop reading from the file; this one's checkpoint
+                // falls back to its snapshot.
+                region.fence.running.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
+impl ViewInner {
+    /// Makes private the pages this view's transaction read from the file
+    /// that a commit after its snapshot wrote, then acknowledges `g`. Not
+    /// acknowledged, and false, if one could not be made private (the
+    /// checkpointer then falls back to the oldest snapshot).
+    fn apply_fence(&self, g: u32, mem: &std::fs::File) -> bool {
+        let mut private = lock(&self.file_private);
+        let mvcc = &self.region.mvcc;
+        let Some(s) = mvcc.file_reads(self.slot()) else {
+            return true;
+        };
+        let mut ok = true;
+        for i in 0..self.file_n.load(Ordering::SeqCst) {
+            // SAFETY: entries below file_n were written before it was raised.
+            let p = unsafe { *self.mem.file_set.as_ptr().add(i) };
+            if mvcc.page_seq(p as usize) <= s || private.contains(&p) {
+                continue;
+            }
+            if privatize(&self.mem.file, p as usize, mem) {
+                private.insert(p);
+            } else {
+                ok = false;
+            }
+        }
+        if ok {
+            mvcc.fence_ack(self.slot(), g);
+        }
+        ok
+    }
+
+    /// At the end of a transaction that read from the file: no fence
+    /// applies to it any more, and the pages made private read the file
+    /// again. False if one could not be given back (then the view must not
+    /// read from the file again).
+    pub(super) fn end_file_reads(&self) -> bool {
+        if self.file_n.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        self.region.mvcc.set_file_reads(self.slot(), None);
+        // Waits for a fence pass over this view under way.
+        let mut private = lock(&self.file_private);
+        let mut ok = true;
+        for p in private.drain() {
+            ok &= self.mem.file.discard(p as usize * PAGE, PAGE).is_ok();
+        }
+        self.file_n.store(0, Ordering::Relaxed);
+        ok
+    }
+}
+
+/// Copies `page` of `file` on write, with its current content, through
+/// `/proc/self/mem` (a forced write: the mapping stays read-only).
+fn privatize(file: &crate::os::mem::Reservation, page: usize, mem: &std::fs::File) -> bool {
+    let addr = file.base() as usize + page * PAGE;
+    let mut buf = vec![0u8; PAGE];
+    // SAFETY: the page lies inside the view's file mapping (it was handed
+    // out, so it is below the mapped size), which is readable.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
+    matches!(mem.write_at(&buf, addr as u64), Ok(n) if n == PAGE)
+}
+
+/// Keeps `HashSet` in the signature of `ViewInner::file_private` readable.
+pub(super) type PrivatePages = Mutex<HashSet<u32>>;

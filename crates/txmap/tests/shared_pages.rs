@@ -1,0 +1,543 @@
+//! Shared committed pages (issue 20, docs/design/shared-pages.md): accessor
+//! reads of read-only transactions return the region file's pages, shared
+//! with the page cache, and the checkpoint's fence keeps every byte a reader
+//! holds at its snapshot while checkpoints overwrite those pages, in threads
+//! and in other processes, stopped or killed.
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use txmap::debug::CrashPoint;
+use txmap::{Durability, Options, Region, View};
+
+const PAGE: usize = 4096;
+const PAGES: usize = 32;
+const WORDS: usize = PAGE / 8;
+/// Liveness bound for children (not a speed assertion).
+const LIVENESS: Duration = Duration::from_secs(120);
+
+fn opts() -> Options {
+    Options {
+        durability: Durability::Async,
+        ..Options::default()
+    }
+}
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"))
+}
+
+/// Fills every word of each page in `pages` with `x`, in one transaction.
+fn fill(v: &mut View, pages: impl Iterator<Item = usize> + Clone, x: u64) {
+    v.run(|v| {
+        for p in pages.clone() {
+            let b = v.slice_mut((p * PAGE) as u64, PAGE)?;
+            for w in b.chunks_exact_mut(8) {
+                w.copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The value every word of the page at `ptr` holds; panics (naming `what`)
+/// if the page is not whole.
+fn whole(ptr: *const u8, what: &str) -> u64 {
+    let w = |i: usize| {
+        // SAFETY: the caller's pointer is a page handed out by `View::slice`
+        // in a transaction that is still open.
+        unsafe { std::ptr::read_volatile((ptr as *const u64).add(i)) }
+    };
+    let first = w(0);
+    for i in 1..WORDS {
+        assert_eq!(w(i), first, "{what}: a torn page (word {i})");
+    }
+    first
+}
+
+/// Pointers to every page, taken by `View::slice` in the open transaction.
+fn pointers(v: &View) -> Vec<*const u8> {
+    (0..PAGES)
+        .map(|p| v.slice((p * PAGE) as u64, PAGE).unwrap().as_ptr())
+        .collect()
+}
+
+/// Read-only transactions on `v` that hold raw pointers to every page while
+/// `stop` is unset, checking again and again that every page still holds
+/// the value it held at the start. Returns the transactions run.
+fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
+    let mut txns = 0;
+    let mut rounds = 0u64;
+    while !stop() {
+        v.begin_read().unwrap();
+        let ptrs = pointers(v);
+        let x = whole(ptrs[0], who);
+        for _ in 0..(txns % 5 + 1) * 20 {
+            for (p, &ptr) in ptrs.iter().enumerate() {
+                assert_eq!(
+                    whole(ptr, who),
+                    x,
+                    "{who}: page {p} changed under its snapshot"
+                );
+            }
+            rounds += 1;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        v.commit().unwrap();
+        txns += 1;
+    }
+    assert!(rounds > 0);
+    txns
+}
+
+/// Commits `n` times, each writing every page whole, each followed by a
+/// checkpoint (which overwrites the pages readers map).
+fn write_and_checkpoint(r: &Region, from: u64, n: u64) {
+    let mut w = r.view().unwrap();
+    for i in from..from + n {
+        fill(&mut w, 0..PAGES, i);
+        r.checkpoint().unwrap();
+    }
+}
+
+/// A region of `PAGES` pages in a fresh directory, every page holding 1
+/// and checkpointed (readers then map the file's pages).
+fn region_with_pages(name: &str) -> (TestDir, std::path::PathBuf, Region) {
+    let d = ext4_dir(name);
+    let p = d.join("r.txm");
+    let r = Region::create(&p, (PAGES * PAGE) as u64, opts()).unwrap();
+    write_and_checkpoint(&r, 1, 1);
+    (d, p, r)
+}
+
+/// A read-only view of the whole region by 8 views holds the pages once:
+/// the views' accessor reads map the region file's pages (page cache), no
+/// view copies them (today's path copied each page into each view).
+#[test]
+fn a_page_read_by_eight_views_is_one_physical_page() {
+    const BIG: usize = 1024; // 4 MiB
+    let d = ext4_dir("sp-eight");
+    let r = Region::create(&d.join("r.txm"), (BIG * PAGE) as u64, opts()).unwrap();
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..BIG, 3);
+    drop(w);
+    r.checkpoint().unwrap();
+    let private = || {
+        let s = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+        ["Pss_Anon:", "Pss_Shmem:"]
+            .iter()
+            .map(|k| {
+                s.lines()
+                    .find(|l| l.starts_with(k))
+                    .and_then(|l| l[k.len()..].split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap()
+            })
+            .sum::<u64>()
+    };
+    let before = private();
+    let mut views: Vec<View> = (0..8).map(|_| r.view().unwrap()).collect();
+    for v in &mut views {
+        v.begin_read().unwrap();
+        for p in 0..BIG {
+            assert_eq!(v.read::<u64>((p * PAGE) as u64).unwrap(), 3);
+        }
+    }
+    let added = private().saturating_sub(before);
+    // One copy per view would be 8 × 4 MiB = 32 MiB; page tables and the
+    // views' own tables are a few hundred KiB.
+    assert!(
+        added < 4 << 10,
+        "8 views that read 4 MiB added {added} KiB of private memory"
+    );
+    for v in &mut views {
+        v.commit().unwrap();
+    }
+}
+
+/// Reader threads hold raw pointers into pages at their snapshot while a
+/// writer commits and checkpoints after every commit: every byte they see is
+/// their snapshot's (fails with `debug::set_fence(false)`).
+#[test]
+fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
+    let d = ext4_dir("sp-threads");
+    let r = Region::create(&d.join("r.txm"), (PAGES * PAGE) as u64, opts()).unwrap();
+    write_and_checkpoint(&r, 1, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|k| {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                hold_and_check(
+                    &mut v,
+                    &|| stop.load(Ordering::Relaxed),
+                    &format!("reader {k}"),
+                )
+            })
+        })
+        .collect();
+    write_and_checkpoint(&r, 2, 300);
+    stop.store(true, Ordering::Relaxed);
+    for h in readers {
+        assert!(h.join().unwrap() > 0);
+    }
+}
+
+fn reader_child() {
+    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let stop = env("TXMAP_STOP");
+    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process");
+    std::fs::write(env("TXMAP_RESULT"), format!("OK {n}")).unwrap();
+}
+
+/// The same with readers in other processes: their fence threads make the
+/// pages private before this process's checkpoints overwrite them.
+#[test]
+fn readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_shared_pages() {
+    let test =
+        "readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_shared_pages";
+    if role().is_some() {
+        return reader_child();
+    }
+    let (d, p, r) = region_with_pages("sp-procs");
+    let stop = d.join("stop");
+    let mut readers: Vec<(Proc, std::path::PathBuf)> = (0..2)
+        .map(|k| {
+            let result = d.join(&format!("result-{k}"));
+            let envs = [
+                ("TXMAP_PATH", p.display().to_string()),
+                ("TXMAP_STOP", stop.display().to_string()),
+                ("TXMAP_RESULT", result.display().to_string()),
+            ];
+            let proc = Proc::spawn(test, "reader", &envs, d.join(&format!("err-{k}")));
+            (proc, result)
+        })
+        .collect();
+    // Until both readers hold snapshots, then on for 300 more commits.
+    let start = Instant::now();
+    while r.stats().live_snapshots < 2 {
+        for (proc, _) in &mut readers {
+            proc.check_running("a reader");
+        }
+        assert!(start.elapsed() < LIVENESS, "readers never began");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    write_and_checkpoint(&r, 2, 300);
+    std::fs::write(&stop, "").unwrap();
+    for (proc, result) in &mut readers {
+        proc.wait_ok("a reader process");
+        let out = std::fs::read_to_string(result).unwrap();
+        assert!(out.starts_with("OK "), "{out}");
+    }
+}
+
+fn stopped_child() {
+    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    let ptrs = pointers(&v);
+    let x = whole(ptrs[0], "stopped reader");
+    std::fs::write(env("TXMAP_READY"), x.to_string()).unwrap();
+    let go = env("TXMAP_GO");
+    while !Path::new(&go).exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (p, &ptr) in ptrs.iter().enumerate() {
+        assert_eq!(
+            whole(ptr, "stopped reader"),
+            x,
+            "page {p} changed under its snapshot"
+        );
+    }
+    v.commit().unwrap();
+    std::fs::write(env("TXMAP_RESULT"), format!("OK {x}")).unwrap();
+}
+
+/// A reader process stopped (SIGSTOP) while it holds file pages cannot
+/// answer the fence: checkpoints then write nothing past its snapshot (the
+/// log keeps the rest), and when it continues it still reads its snapshot.
+/// A reader killed while holding them is reaped, and checkpoints go on to
+/// the newest commit.
+#[test]
+fn a_stopped_reader_process_makes_checkpoints_stop_at_its_snapshot() {
+    let test = "a_stopped_reader_process_makes_checkpoints_stop_at_its_snapshot";
+    if role().is_some() {
+        return stopped_child();
+    }
+    let (d, p, r) = region_with_pages("sp-stopped");
+    let spawn = |k: u32| {
+        let (ready, go, result) = (
+            d.join(&format!("ready-{k}")),
+            d.join(&format!("go-{k}")),
+            d.join(&format!("result-{k}")),
+        );
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_READY", ready.display().to_string()),
+            ("TXMAP_GO", go.display().to_string()),
+            ("TXMAP_RESULT", result.display().to_string()),
+        ];
+        let mut proc = Proc::spawn(test, "reader", &envs, d.join(&format!("err-{k}")));
+        let start = Instant::now();
+        while !ready.exists() {
+            proc.check_running("the reader");
+            assert!(start.elapsed() < LIVENESS);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (proc, go, result)
+    };
+    let (mut stopped, go, result) = spawn(0);
+    let snap = r.stats().oldest_snapshot.expect("the reader's snapshot");
+    stopped.signal(rustix::process::Signal::STOP);
+    let start = Instant::now();
+    while stopped.state() != 'T' {
+        assert!(start.elapsed() < LIVENESS);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    write_and_checkpoint(&r, 2, 3);
+    let s = r.stats();
+    assert!(
+        s.checkpoint_seq <= snap && s.commit_seq > snap,
+        "a checkpoint passed the stopped reader's snapshot {snap}: {s:?}"
+    );
+    stopped.signal(rustix::process::Signal::CONT);
+    std::fs::write(&go, "").unwrap();
+    stopped.wait_ok("the stopped reader");
+    assert_eq!(std::fs::read_to_string(&result).unwrap(), "OK 1");
+
+    // Killed while holding them: reaped by the next checkpoint.
+    let (mut killed, _, _) = spawn(1);
+    fill(&mut r.view().unwrap(), 0..PAGES, 9);
+    killed.signal(rustix::process::Signal::KILL);
+    let _ = killed.try_wait();
+    killed.kill();
+    r.checkpoint().unwrap();
+    let s = r.stats();
+    assert_eq!(s.checkpoint_seq, s.commit_seq, "{s:?}");
+}
+
+fn checkpointer_child() {
+    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
+    txmap::debug::crash_at(
+        CrashPoint::CheckpointFenced,
+        env("TXMAP_NTH").parse().unwrap(),
+    );
+    let mut w = r.view().unwrap();
+    let mut acks = Acks::open(&env("TXMAP_ACKS"));
+    for i in 100.. {
+        fill(&mut w, 0..PAGES, i);
+        acks.line(&i.to_string());
+        r.checkpoint().unwrap();
+    }
+}
+
+/// SIGKILL of a checkpointer after the fence, before it overwrites the
+/// pages: this process's reader keeps its snapshot through it and through
+/// the checkpoints after it; every commit the dead process acknowledged is
+/// there, and after all close, the region reopens with it.
+#[test]
+fn sigkill_of_a_checkpointer_after_the_fence_keeps_readers_and_commits() {
+    let test = "sigkill_of_a_checkpointer_after_the_fence_keeps_readers_and_commits";
+    if role().is_some() {
+        return checkpointer_child();
+    }
+    let (d, p, r) = region_with_pages("sp-kill");
+    for nth in [1u64, 3] {
+        let mut v = r.view().unwrap();
+        v.begin_read().unwrap();
+        let ptrs = pointers(&v);
+        let x = whole(ptrs[0], "reader");
+        let acks = d.join(&format!("acks-{nth}"));
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_NTH", nth.to_string()),
+            ("TXMAP_ACKS", acks.display().to_string()),
+        ];
+        let mut child = Proc::spawn(test, "checkpointer", &envs, d.join(&format!("err-{nth}")));
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait() {
+                break s;
+            }
+            assert!(start.elapsed() < LIVENESS, "the checkpointer never died");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "{}", child.stderr());
+        for (k, &ptr) in ptrs.iter().enumerate() {
+            assert_eq!(
+                whole(ptr, "reader"),
+                x,
+                "page {k} changed under its snapshot"
+            );
+        }
+        let last: u64 = std::fs::read_to_string(&acks)
+            .unwrap()
+            .lines()
+            .last()
+            .expect("the checkpointer committed")
+            .parse()
+            .unwrap();
+        // More checkpoints over the same pages, here, while the reader holds them.
+        write_and_checkpoint(&r, last + 1000, 3);
+        for (k, &ptr) in ptrs.iter().enumerate() {
+            assert_eq!(
+                whole(ptr, "reader"),
+                x,
+                "page {k} changed under its snapshot"
+            );
+        }
+        v.commit().unwrap();
+        v.begin_read().unwrap();
+        assert_eq!(whole(pointers(&v)[PAGES - 1], "after"), last + 1002);
+        v.commit().unwrap();
+    }
+    let want = {
+        let mut v = r.view().unwrap();
+        v.begin_read().unwrap();
+        let x = whole(pointers(&v)[0], "before close");
+        v.commit().unwrap();
+        x
+    };
+    drop(r);
+    let r = Region::open(&p, opts()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    for (k, &ptr) in pointers(&v).iter().enumerate() {
+        assert_eq!(whole(ptr, "reopened"), want, "page {k}");
+    }
+    v.commit().unwrap();
+}
+
+/// A model with many snapshots alive: 32 views in read-only transactions of
+/// different ages hold pointers to pages they read at random times (early,
+/// or late after many checkpoints), while commits write random pages and
+/// checkpoints run; every page a view holds is, whole, the model's version
+/// at the view's snapshot (fails with the fence off).
+#[test]
+fn many_snapshots_shared_pages() {
+    let test = "many_snapshots_shared_pages";
+    let mut rng = txmap::io::sim::SplitMix(seed(test));
+    let d = ext4_dir("sp-model");
+    let r = Region::create(&d.join("r.txm"), (PAGES * PAGE) as u64, opts()).unwrap();
+    let mut w = r.view().unwrap();
+    // history[p]: (commit, value) of every version of page p.
+    let mut history: Vec<Vec<(u64, u64)>> = vec![vec![(0, 0)]; PAGES];
+    let mut commits = 0u64;
+    let value_at = |h: &Vec<(u64, u64)>, s: u64| h.iter().rev().find(|&&(c, _)| c <= s).unwrap().1;
+    struct Reader {
+        view: View,
+        snapshot: Option<u64>,
+        held: Vec<(usize, *const u8)>,
+    }
+    let mut readers: Vec<Reader> = (0..32)
+        .map(|_| Reader {
+            view: r.view().unwrap(),
+            snapshot: None,
+            held: Vec::new(),
+        })
+        .collect();
+    let checked = AtomicU64::new(0);
+    for step in 0..3000 {
+        match rng.next() % 10 {
+            0..=3 => {
+                commits += 1;
+                let pages: Vec<usize> = (0..PAGES)
+                    .filter(|_| rng.next().is_multiple_of(4))
+                    .collect();
+                let x = commits * 1000 + rng.next() % 1000;
+                fill(&mut w, pages.iter().copied(), x);
+                if !pages.is_empty() {
+                    for &p in &pages {
+                        history[p].push((commits, x));
+                    }
+                } else {
+                    commits -= 1; // nothing written: no commit
+                }
+            }
+            4 => r.checkpoint().unwrap(),
+            _ => {
+                let k = (rng.next() % readers.len() as u64) as usize;
+                let rd = &mut readers[k];
+                match rd.snapshot {
+                    None => {
+                        rd.view.begin_read().unwrap();
+                        rd.snapshot = Some(commits);
+                    }
+                    Some(_) if rng.next().is_multiple_of(8) => {
+                        rd.held.clear();
+                        rd.view.commit().unwrap();
+                        rd.snapshot = None;
+                    }
+                    Some(_) => {
+                        let p = (rng.next() % PAGES as u64) as usize;
+                        let ptr = rd.view.slice((p * PAGE) as u64, PAGE).unwrap().as_ptr();
+                        rd.held.push((p, ptr));
+                    }
+                }
+            }
+        }
+        for (k, rd) in readers.iter().enumerate() {
+            let Some(s) = rd.snapshot else { continue };
+            for &(p, ptr) in &rd.held {
+                let want = value_at(&history[p], s);
+                let got = whole(ptr, "model");
+                assert_eq!(
+                    got, want,
+                    "step {step}: view {k} at snapshot {s}, page {p} (commits {commits})"
+                );
+                checked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    assert!(checked.load(Ordering::Relaxed) > 10_000);
+    assert!(
+        r.stats().log_bytes < 1 << 20,
+        "checkpoints kept the log short"
+    );
+    for rd in &mut readers {
+        if rd.snapshot.is_some() {
+            rd.held.clear();
+            rd.view.commit().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_paused_reader_of_file_pages_resumes_at_its_snapshot_and_owes_no_fence() {
+    let d = ext4_dir("shared-pause");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, (PAGES * PAGE) as u64, opts()).unwrap();
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..PAGES, 1);
+    r.checkpoint().unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    for (i, ptr) in pointers(&v).into_iter().enumerate() {
+        assert_eq!(whole(ptr, &format!("page {i} before the pause")), 1);
+    }
+    let paused = v.pause().unwrap();
+    // Newer commits reach the file while the reader is paused.
+    for x in 2..5 {
+        fill(&mut w, 0..PAGES, x);
+        r.checkpoint().unwrap();
+    }
+    // The paused slot holds no file pages any more, so the fence did not
+    // wait for it and fall back to its snapshot: the checkpoints reached
+    // the newest commit.
+    let st = r.stats();
+    assert_eq!(st.checkpoint_seq, st.commit_seq, "{st:?}");
+    // The view serves other transactions at the newest commit meanwhile.
+    assert_eq!(v.run(|v| v.read::<u64>(0)).unwrap(), 4);
+    v.resume(paused).unwrap();
+    for (i, ptr) in pointers(&v).into_iter().enumerate() {
+        assert_eq!(whole(ptr, &format!("page {i} after resume")), 1, "page {i}");
+    }
+    v.commit().unwrap();
+}
