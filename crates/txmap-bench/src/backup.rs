@@ -159,7 +159,7 @@ fn checksum_cost(ctx: &mut Ctx) -> Res<()> {
     for (i, what) in [(0, "checksums"), (1, "log archiving")] {
         let cost = 1.0 - rs[i].median / rs[2].median;
         ctx.target(
-            &format!("durable commit rate with {what} within 5 % of without"),
+            format!("durable commit rate with {what} within 5 % of without"),
             if cost >= 0.0 {
                 format!("{:.1} % slower", cost * 100.0)
             } else {
