@@ -49,11 +49,14 @@ pub enum CrashPoint {
     /// Compacting: the region header records the smaller size, before the
     /// region file and the checksum table are cut.
     CompactShrinking = 14,
+    /// An ordered commit's number is next in its group (every lower one
+    /// committed or was skipped), before the commit lock is taken.
+    OrderTurn = 15,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 14] = [
+    pub const ALL: [CrashPoint; 15] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -68,6 +71,7 @@ impl CrashPoint {
         CrashPoint::RestoreReplaying,
         CrashPoint::RestorePlacing,
         CrashPoint::CompactShrinking,
+        CrashPoint::OrderTurn,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -104,7 +108,8 @@ mod tests {
             | CrashPoint::BackupPlacing
             | CrashPoint::RestoreReplaying
             | CrashPoint::RestorePlacing
-            | CrashPoint::CompactShrinking => p as u32,
+            | CrashPoint::CompactShrinking
+            | CrashPoint::OrderTurn => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

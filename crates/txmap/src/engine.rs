@@ -249,6 +249,7 @@ impl RegionInner {
         }
         h.log.raise_written(self.mvcc.commit_seq());
         self.mvcc.dedupe_dirty(l);
+        self.mvcc.order_repair(l);
         Ok(())
     }
 
@@ -304,8 +305,12 @@ impl RegionInner {
         self.check_writable("commit")?;
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(&h.log)?;
+        let order = self.order_turn(req.slot)?;
         let seq = {
             let l = self.lock_commit()?;
+            if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
+                return Err(self.order_skipped(req.slot));
+            }
             let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
             if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
                 return Err(Error::Conflict);
@@ -326,14 +331,21 @@ impl RegionInner {
                 .reserve(&l, req.pages.len())
                 .map_err(|e| self.version_store_full(e))?;
             let seq = self.mvcc.commit_seq() + 1;
+            if order.is_some() {
+                self.mvcc.order_committing(&l, req.slot, seq);
+            }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
-            self.log.append(
+            let logged = self.log.append(
                 &h.log,
                 l.guard(),
                 seq,
                 self.size(),
                 req.ranges.iter().cloned(),
-            )?;
+            );
+            if let Err(e) = logged {
+                self.mvcc.order_committing(&l, req.slot, 0);
+                return Err(e);
+            }
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
             let published = self
                 .mvcc
@@ -343,6 +355,9 @@ impl RegionInner {
                 "publishing a logged commit failed after space was reserved: {published:?}"
             );
             h.log.mark_published();
+            if order.is_some() {
+                self.mvcc.order_done(&l, req.slot, true);
+            }
             seq
         };
         if self.opts.durability == Durability::Durable {

@@ -45,6 +45,7 @@ mod filestate;
 pub mod inspect;
 pub mod io;
 mod options;
+mod ordered;
 mod rand;
 mod recovery;
 mod region;
@@ -80,6 +81,7 @@ mod wal;
 pub use backup::{BackupOptions, BackupReport};
 pub use error::{Error, Lost, Result};
 pub use options::{Durability, Options, SnapshotLimit};
+pub use ordered::OrderStatus;
 pub use region::{
     Region, SharedStateSweep, Stats, log_path, remove_stale_shared_state, shared_path,
 };

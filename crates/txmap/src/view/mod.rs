@@ -13,6 +13,7 @@
 //! record.
 
 mod fault;
+mod ordered;
 
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
@@ -470,7 +471,8 @@ impl View {
         }
         let n = v.write_n.load(Ordering::Relaxed);
         if n == 0 {
-            return Ok(());
+            // An ordered transaction still waits for its turn and moves its group on.
+            return v.region.order_pass(v.slot, true);
         }
         // SAFETY: the first n entries were written by `touch`.
         let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
@@ -509,7 +511,8 @@ impl View {
             &[]
         };
         if versions.is_empty() {
-            return Ok(()); // stores that changed nothing
+            // Stores that changed nothing.
+            return v.region.order_pass(v.slot, true);
         }
         // Untracked reads: a page touched in this transaction may have been
         // read, and so may any valid page while anything is accessible at
