@@ -216,6 +216,11 @@ fn worker() {
     let r = Region::open(&p, opts()).unwrap();
     let mut v = r.view().unwrap();
     // Start together, so each worker gets a share of the numbers.
+    std::fs::write(
+        p.with_file_name(format!("ready{}", std::process::id())),
+        b"",
+    )
+    .unwrap();
     let go = p.with_file_name("go");
     while !go.exists() {
         std::thread::sleep(Duration::from_millis(1));
@@ -228,6 +233,21 @@ fn worker() {
         }
         commit_held(&mut v, n).unwrap();
         println!("ACK {n}");
+        // Work outside the transactions, so that the run lasts long
+        // enough for every worker to take part.
+        std::thread::sleep(Duration::from_micros(300));
+    }
+}
+
+/// Child processes killed if the test fails (a blocked worker would stay).
+struct Workers(Vec<std::process::Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -243,7 +263,7 @@ fn kill_one_worker(test: &str, crash: Option<(txmap::debug::CrashPoint, u64)>, s
     let p = d.join("r");
     let r = Region::create(&p, 64 * PAGE, opts()).unwrap();
     let mut rng = txmap::io::sim::SplitMix(seed);
-    let mut procs = Vec::new();
+    let mut procs = Workers(Vec::new());
     let mut acks = Vec::new();
     for w in 0..3 {
         let out = d.join(&format!("acks{w}"));
@@ -261,24 +281,33 @@ fn kill_one_worker(test: &str, crash: Option<(txmap::debug::CrashPoint, u64)>, s
             .stderr(std::fs::File::create(d.join(&format!("err{w}"))).unwrap())
             .spawn()
             .unwrap();
-        procs.push(child);
+        procs.0.push(child);
         acks.push(out);
     }
-    std::thread::sleep(Duration::from_millis(50));
+    for c in &procs.0 {
+        let ready = d.join(&format!("ready{}", c.id()));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() {
+            assert!(Instant::now() < deadline, "worker {} did not start", c.id());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     std::fs::write(d.join("go"), b"").unwrap();
     if crash.is_none() {
-        std::thread::sleep(Duration::from_millis(rng.next() % 150));
-        procs[0].kill().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.next() % 40));
+        procs.0[0].kill().unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    for (w, c) in procs.iter_mut().enumerate() {
+    for (w, c) in procs.0.iter_mut().enumerate() {
         loop {
             if let Some(s) = c.try_wait().unwrap() {
                 let err = std::fs::read_to_string(d.join(&format!("err{w}"))).unwrap();
                 if w == 0 && crash.is_some() {
+                    let acks = std::fs::read_to_string(&acks[0]).unwrap();
                     assert!(
                         !s.success(),
-                        "worker 0 did not reach its crash point: {err}"
+                        "worker 0 did not reach its crash point ({} commits): {err}",
+                        acks.lines().filter(|l| l.starts_with("ACK")).count()
                     );
                 } else if w == 0 {
                     // Killed, or done before the kill.
@@ -341,7 +370,7 @@ fn sigkill_holding_the_next_number_skips_it() {
     let seed = seed("sigkill_holding_the_next_number_skips_it");
     let mut rng = txmap::io::sim::SplitMix(seed);
     for _ in 0..3 {
-        let nth = 1 + rng.next() % 20;
+        let nth = 1 + rng.next() % 10;
         kill_one_worker(
             "sigkill_holding_the_next_number_skips_it",
             Some((txmap::debug::CrashPoint::OrderTurn, nth)),
@@ -362,7 +391,7 @@ fn sigkill_inside_an_ordered_commit_settles_its_number() {
         txmap::debug::CrashPoint::CommitLogged,
         txmap::debug::CrashPoint::CommitPublishing,
     ] {
-        let nth = 1 + rng.next() % 20;
+        let nth = 1 + rng.next() % 10;
         kill_one_worker(
             "sigkill_inside_an_ordered_commit_settles_its_number",
             Some((pt, nth)),
