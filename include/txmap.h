@@ -129,6 +129,10 @@
 // A byte range outside the region.
 #define TXMAP_ERANGE -22
 
+// An ordered commit's number was skipped before it could commit (its
+// group's next number is past it); nothing of the transaction is visible.
+#define TXMAP_ESKIPPED -23
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -241,6 +245,22 @@ typedef struct {
   // NULL for none. Every process opening the region should name the same.
   const char *log_archive;
 } txmap_options;
+
+// The state of one order group (`txmap_order_status`).
+typedef struct {
+  // The number whose commit comes next: every lower one committed or
+  // was skipped.
+  uint64_t next;
+  // The next number `txmap_order_next` hands out.
+  uint64_t ticket;
+  // Numbers committed.
+  uint64_t committed;
+  // Numbers skipped (holder died, closed its view or gave up, or
+  // `txmap_order_skip_to`).
+  uint64_t skipped;
+  // The last number skipped + 1; 0 if none was.
+  uint64_t last_skipped_plus_1;
+} txmap_order_state;
 
 #ifdef __cplusplus
 extern "C" {
@@ -650,6 +670,54 @@ int txmap_in_transaction(txmap_view *view);
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_set_page_access(txmap_view *view, const void *addr, size_t length, int access);
 
+// Claims `number` in order group `group` (0..64) for the view's next
+// commit: that commit waits until every lower number of the group
+// committed or was skipped, then validates as usual (`TXMAP_CONFLICT`
+// keeps the number: run the transaction again). A transaction that
+// stored nothing still waits for its turn and moves the group on. A
+// number whose holder's process dies, or whose view is closed, is skipped
+// when its turn comes. `TXMAP_ESKIPPED` if the number's turn has passed,
+// `TXMAP_EINVAL` if the view holds a number or the group does not exist.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_order(txmap_view *view, uint32_t group, uint64_t number);
+
+// Takes the next number nobody has taken in `group`, claims it as
+// `txmap_order` does and stores it in `*number`. Taking and claiming are
+// one step, so every number handed out is held until it commits or is
+// skipped, even if its process dies; do not mix with `txmap_order` in
+// one group.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `number` is NULL or writable.
+int txmap_order_next(txmap_view *view, uint32_t group, uint64_t *number);
+
+// Gives up the number the view holds: waits for its turn, then skips it.
+// Not inside a transaction (`TXMAP_EINVAL`).
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_order_give_up(txmap_view *view);
+
+// Stores the state of order group `group` in `*out`. The order state
+// lives while any process has the region open; it starts at 0 after
+// the last close.
+//
+// # Safety
+// `region` is NULL or a live region handle; `out` is NULL or writable.
+int txmap_order_status(const txmap_region *region, uint32_t group, txmap_order_state *out);
+
+// Moves order group `group` on to `number` if it is behind: every lower
+// number not yet committed is skipped (its holder's commit fails with
+// `TXMAP_ESKIPPED`). The way on after a number nobody holds, and to start
+// a group at a later number after a restart.
+//
+// # Safety
+// `region` is NULL or a live region handle.
+int txmap_order_skip_to(const txmap_region *region, uint32_t group, uint64_t number);
+
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
 // carry over; fork only while no other thread is inside one of these calls
@@ -807,6 +875,32 @@ int xFree(void *ptr);
 // `size` larger than the first), `EPERM` (another thread's transaction)
 // or `ENOMEM` (as `xMalloc`).
 void *xRoot(size_t size);
+
+// Ordered commits (TxOS+): the process's next commit is number `number`
+// of order group `group` (0..64). Its `xend` waits until every lower
+// number of the group committed (in any process) or was skipped; on a
+// conflict `xend` returns `XAC_ABORTED` and the number stays held: run
+// the transaction again. A number whose process dies, or that
+// `xMunmap`/`xShutdown` leave held, is skipped when its turn comes. Since
+// a process runs one transaction at a time, its numbers must be taken in
+// increasing order (a thread waiting in `xend` for its turn keeps the
+// process's other threads waiting in `xbegin`): run the parallel workers
+// as processes. Returns 0, or -1 with errno `ECANCELED` if the number's
+// turn has passed, `EINVAL` if the process holds a number, the group does
+// not exist or no region is mapped, `EPERM` if another thread's
+// transaction is open. `xend` fails with `ECANCELED` when the number was
+// skipped (`txmap_order_skip_to`) before it could commit.
+int xorder(uint32_t group, uint64_t number);
+
+// `xorder` with the next number nobody has taken in `group`, which it
+// stores in `*number`: taking and claiming are one step, so a number
+// handed out is held until it commits or is skipped, even if the process
+// dies. Returns 0, or -1 with errno as `xorder` (`EINVAL` also for a NULL
+// `number`).
+//
+// # Safety
+// `number` is NULL or writable.
+int xorderNext(uint32_t group, uint64_t *number);
 
 #ifdef __cplusplus
 }  // extern "C"

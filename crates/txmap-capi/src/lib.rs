@@ -31,11 +31,13 @@ use txmap::Error;
 pub mod collections;
 pub mod media;
 pub mod native;
+pub mod ordered;
 pub mod xac;
 
 pub use collections::*;
 pub use media::*;
 pub use native::*;
+pub use ordered::*;
 pub use xac::*;
 
 /// Success.
@@ -107,6 +109,9 @@ pub const TXMAP_EFORK: c_int = -20;
 pub const TXMAP_EINCOMPAT: c_int = -21;
 /// A byte range outside the region.
 pub const TXMAP_ERANGE: c_int = -22;
+/// An ordered commit's number was skipped before it could commit (its
+/// group's next number is past it); nothing of the transaction is visible.
+pub const TXMAP_ESKIPPED: c_int = -23;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -157,6 +162,7 @@ impl From<Error> for Failure {
             Error::ForkedChild { .. } => (TXMAP_EFORK, libc::EPERM),
             Error::Incompatible { .. } => (TXMAP_EINCOMPAT, libc::EBUSY),
             Error::OutOfRange { .. } => (TXMAP_ERANGE, libc::EINVAL),
+            Error::OrderSkipped { .. } => (TXMAP_ESKIPPED, libc::ECANCELED),
         };
         Failure::new(code, errno, e.to_string())
     }
