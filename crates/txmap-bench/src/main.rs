@@ -8,6 +8,7 @@ mod backup;
 mod commit;
 mod compare;
 mod longreader;
+mod ordered;
 mod procs;
 mod report;
 mod sharedpages;
@@ -99,6 +100,8 @@ enum Section {
     Backup,
     /// Issue 20's designs for shared pages: first touch, invalidation, VMAs, memory per view (not part of core).
     SharedPages,
+    /// Ordered commits: a parallel loop of dependent iterations, 1 and 4 workers (not part of core).
+    Ordered,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -112,7 +115,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 11] = [
+const PARTS: [Part; 12] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -178,6 +181,12 @@ const PARTS: [Part; 11] = [
         in_core: false,
         steps: sharedpages::steps,
         run: sharedpages::run,
+    },
+    Part {
+        section: Section::Ordered,
+        in_core: false,
+        steps: ordered::steps,
+        run: ordered::run,
     },
 ];
 
