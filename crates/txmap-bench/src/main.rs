@@ -7,6 +7,7 @@ mod aborts;
 mod backup;
 mod commit;
 mod compare;
+mod fairness;
 mod longreader;
 mod ordered;
 mod procs;
@@ -102,6 +103,8 @@ enum Section {
     SharedPages,
     /// Ordered commits: a parallel loop of dependent iterations, 1 and 4 workers (not part of core).
     Ordered,
+    /// Fairness: attempts of a long transaction among short committers, per priority policy (not part of core).
+    Fairness,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -115,7 +118,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 12] = [
+const PARTS: [Part; 13] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -187,6 +190,12 @@ const PARTS: [Part; 12] = [
         in_core: false,
         steps: ordered::steps,
         run: ordered::run,
+    },
+    Part {
+        section: Section::Fairness,
+        in_core: false,
+        steps: fairness::steps,
+        run: fairness::run,
     },
 ];
 

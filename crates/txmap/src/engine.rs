@@ -306,6 +306,7 @@ impl RegionInner {
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(&h.log)?;
         let order = self.order_turn(req.slot)?;
+        let pass = self.mvcc.priority_enter(req.slot);
         let seq = {
             let l = self.lock_commit()?;
             if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
@@ -360,6 +361,7 @@ impl RegionInner {
             }
             seq
         };
+        drop(pass);
         if self.opts.durability == Durability::Durable {
             self.log.flush(&h.log, seq)?;
         }

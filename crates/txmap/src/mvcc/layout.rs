@@ -128,6 +128,24 @@ pub struct OrderGroup {
     pub wake: AtomicU32,
 }
 
+/// The priority of a transaction that conflicted repeatedly
+/// (`mvcc/fair.rs`), after the order groups.
+#[repr(C, align(64))]
+pub struct Priority {
+    /// Slot + 1 of the view holding priority, 0 if none.
+    pub holder: AtomicU64,
+    /// When it took priority (`CLOCK_MONOTONIC` nanoseconds).
+    pub since: AtomicU64,
+    /// Times priority was taken.
+    pub taken: AtomicU64,
+    /// Commits that waited for a priority holder.
+    pub waits: AtomicU64,
+    /// Commits past the priority check and not yet published.
+    pub inflight: AtomicU64,
+    /// Futex word bumped whenever priority is released.
+    pub wake: AtomicU32,
+}
+
 /// Per page of the region.
 #[repr(C)]
 pub struct PageEntry {
@@ -164,6 +182,8 @@ unsafe impl SharedPod for Slot {}
 // SAFETY: as above.
 unsafe impl SharedPod for OrderGroup {}
 // SAFETY: as above.
+unsafe impl SharedPod for Priority {}
+// SAFETY: as above.
 unsafe impl SharedPod for PageEntry {}
 // SAFETY: as above.
 unsafe impl SharedPod for BlockMeta {}
@@ -192,7 +212,8 @@ impl Layout {
         let arena_blocks = 2 * max_pages + 65_536;
         let slots = round_up(size_of::<Header>());
         let orders = slots + round_up((MAX_SLOTS + 1) * size_of::<Slot>());
-        let pages = orders + round_up(ORDER_GROUPS * size_of::<OrderGroup>());
+        let pages =
+            orders + round_up(ORDER_GROUPS * size_of::<OrderGroup>() + size_of::<Priority>());
         let dirty = pages + round_up(max_pages as usize * size_of::<PageEntry>());
         let journal = dirty + round_up(max_pages as usize * 8);
         let meta = journal + round_up(JOURNAL_LEN as usize * size_of::<JournalEntry>());

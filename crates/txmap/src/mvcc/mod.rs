@@ -22,6 +22,7 @@
 //!   single-word stores that leaves the structures walkable if the holder
 //!   dies between any two of them (at worst a block leaks until the last close).
 
+pub mod fair;
 pub mod layout;
 pub mod order;
 
@@ -436,6 +437,7 @@ impl Mvcc {
 
     pub fn release_slot(&self, i: usize) {
         self.end(i);
+        self.priority_release(i);
         // A number still held stays claimed by the slot until a waiter
         // skips it (mvcc/order.rs).
         let owner = if self.order_claim_of(i).is_some() {
@@ -461,6 +463,7 @@ impl Mvcc {
             if matches!(self.file.lock_byte(i as u64), Ok(true)) {
                 // We hold its lock, so nobody can claim it meanwhile.
                 if s.owner.load(Ordering::SeqCst) != 0 {
+                    self.priority_release(i);
                     s.snapshot.store(0, Ordering::SeqCst);
                     s.epoch.store(0, Ordering::SeqCst);
                     s.expired.store(0, Ordering::SeqCst);

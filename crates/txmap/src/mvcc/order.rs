@@ -198,7 +198,7 @@ impl Mvcc {
 
     /// Whether the view of slot `i` is gone: closed while holding a number,
     /// or its process died.
-    fn holder_gone(&self, i: usize) -> bool {
+    pub(super) fn holder_gone(&self, i: usize) -> bool {
         let s = &self.slots()[i];
         let owner = s.owner.load(Ordering::SeqCst);
         if owner == ABANDONED || owner == 0 {

@@ -12,6 +12,7 @@
 //! region file, since validation requires them unchanged) to form the log
 //! record.
 
+mod fair;
 mod fault;
 mod ordered;
 
@@ -155,6 +156,8 @@ pub struct View {
     inner: Box<ViewInner>,
     registration: Option<Registration>,
     depth: u32,
+    /// Conflicts in a row (`view/fair.rs`).
+    conflicts: u32,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -227,6 +230,7 @@ impl View {
             inner,
             registration: None,
             depth: 0,
+            conflicts: 0,
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -326,6 +330,9 @@ impl View {
             ..opts
         };
         self.sync_size()?;
+        if !opts.read_only {
+            self.take_priority_if_due();
+        }
         let s = self.inner.region.mvcc.begin(self.inner.slot);
         let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
         // A serializable transaction skips read tracking (no re-protection
@@ -447,6 +454,7 @@ impl View {
             }
         }
         self.finish(r.is_ok());
+        self.note_outcome(&r);
         r
     }
 
@@ -605,6 +613,7 @@ impl View {
         if self.depth > 0 && self.inner.region.check_owner().is_ok() {
             self.depth = 1;
             self.finish(false);
+            self.end_priority();
         }
     }
 
