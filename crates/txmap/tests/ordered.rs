@@ -13,6 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use txmap::debug::CrashPoint;
 use txmap::{Durability, Error, Options, Region, View};
 
 const PAGE: u64 = 4096;
@@ -210,7 +211,7 @@ fn worker() {
     let n_max: u64 = std::env::var("TXMAP_N").unwrap().parse().unwrap();
     if let Ok(c) = std::env::var("TXMAP_CRASH") {
         let (pt, nth) = c.split_once(':').unwrap();
-        let pt = txmap::debug::CrashPoint::from_u32(pt.parse().unwrap()).unwrap();
+        let pt = CrashPoint::from_u32(pt.parse().unwrap()).unwrap();
         txmap::debug::crash_at(pt, nth.parse().unwrap());
     }
     let r = Region::open(&p, opts()).unwrap();
@@ -257,7 +258,7 @@ impl Drop for Workers {
 /// order with the sequential fold, every acknowledged number is there,
 /// and at most one number (the one the killed worker held) is missing;
 /// all of it again after the last close and recovery.
-fn kill_one_worker(test: &str, crash: Option<(txmap::debug::CrashPoint, u64)>, seed: u64) {
+fn kill_one_worker(test: &str, crash: Option<(CrashPoint, u64)>, seed: u64) {
     const N: u64 = 300;
     let d = tmpfs_dir(test);
     let p = d.join("r");
@@ -362,21 +363,25 @@ fn kill_one_worker(test: &str, crash: Option<(txmap::debug::CrashPoint, u64)>, s
     assert_eq!(check(&mut r.view().unwrap()), got, "after recovery");
 }
 
+/// Runs `kill_one_worker` once per entry of `points` (a crash point, hit
+/// at a random nth time, or `None`: SIGKILL after a random delay).
+fn kill_rounds(test: &str, points: &[Option<CrashPoint>]) {
+    let mut rng = txmap::io::sim::SplitMix(seed(test));
+    for &pt in points {
+        let nth = 1 + rng.next() % 10;
+        kill_one_worker(test, pt.map(|p| (p, nth)), rng.next());
+    }
+}
+
 #[test]
 fn sigkill_holding_the_next_number_skips_it() {
     if role().is_some() {
         return worker();
     }
-    let seed = seed("sigkill_holding_the_next_number_skips_it");
-    let mut rng = txmap::io::sim::SplitMix(seed);
-    for _ in 0..3 {
-        let nth = 1 + rng.next() % 10;
-        kill_one_worker(
-            "sigkill_holding_the_next_number_skips_it",
-            Some((txmap::debug::CrashPoint::OrderTurn, nth)),
-            rng.next(),
-        );
-    }
+    kill_rounds(
+        "sigkill_holding_the_next_number_skips_it",
+        &[Some(CrashPoint::OrderTurn); 3],
+    );
 }
 
 #[test]
@@ -384,20 +389,14 @@ fn sigkill_inside_an_ordered_commit_settles_its_number() {
     if role().is_some() {
         return worker();
     }
-    let seed = seed("sigkill_inside_an_ordered_commit_settles_its_number");
-    let mut rng = txmap::io::sim::SplitMix(seed);
-    for pt in [
-        txmap::debug::CrashPoint::CommitLocked,
-        txmap::debug::CrashPoint::CommitLogged,
-        txmap::debug::CrashPoint::CommitPublishing,
-    ] {
-        let nth = 1 + rng.next() % 10;
-        kill_one_worker(
-            "sigkill_inside_an_ordered_commit_settles_its_number",
-            Some((pt, nth)),
-            rng.next(),
-        );
-    }
+    kill_rounds(
+        "sigkill_inside_an_ordered_commit_settles_its_number",
+        &[
+            Some(CrashPoint::CommitLocked),
+            Some(CrashPoint::CommitLogged),
+            Some(CrashPoint::CommitPublishing),
+        ],
+    );
 }
 
 #[test]
@@ -405,13 +404,5 @@ fn sigkill_at_random_points_of_ordered_workers() {
     if role().is_some() {
         return worker();
     }
-    let seed = seed("sigkill_at_random_points_of_ordered_workers");
-    let mut rng = txmap::io::sim::SplitMix(seed);
-    for _ in 0..6 {
-        kill_one_worker(
-            "sigkill_at_random_points_of_ordered_workers",
-            None,
-            rng.next(),
-        );
-    }
+    kill_rounds("sigkill_at_random_points_of_ordered_workers", &[None; 6]);
 }
