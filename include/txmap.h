@@ -156,6 +156,12 @@
 // the first open and by `txmap check`).
 #define TXMAP_NO_PAGE_CHECKSUMS 8
 
+// Flag in `txmap_options`: no priority for repeatedly conflicting
+// transactions (by default a transaction whose view conflicted 3 times in
+// a row takes priority: other commits wait until it commits; README,
+// "Fairness for long transactions").
+#define TXMAP_NO_PRIORITY 16
+
 // Region flag: commits return once their log record is written to the OS
 // (they survive a crash of the process, and after power loss the region
 // recovers to a prefix of the commits). Without it commits are durable.
@@ -235,7 +241,8 @@ typedef struct {
 // `txmap_region_create_options`. All zero (and NULL) means the defaults of
 // `txmap_region_open`.
 typedef struct {
-  // `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`.
+  // `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`,
+  // `TXMAP_NO_PRIORITY`.
   int flags;
   // Log bytes kept when a checkpoint empties the log; the file is cut to
   // this (rounded up to 4 MiB). 0: the default (4 MiB); `UINT64_MAX`:
@@ -717,6 +724,17 @@ int txmap_order_status(const txmap_region *region, uint32_t group, txmap_order_s
 // # Safety
 // `region` is NULL or a live region handle.
 int txmap_order_skip_to(const txmap_region *region, uint32_t group, uint64_t number);
+
+// Stores in `*taken` how many times a transaction took priority after
+// conflicting repeatedly, and in `*waits` how many commits waited for
+// such a holder, across every process since the region was first opened
+// (README, "Fairness for long transactions"; `TXMAP_NO_PRIORITY` turns
+// priority off). Either pointer may be NULL.
+//
+// # Safety
+// `region` is NULL or a live region handle; `taken` and `waits` are NULL
+// or writable.
+int txmap_priority_counts(const txmap_region *region, uint64_t *taken, uint64_t *waits);
 
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not

@@ -1,5 +1,6 @@
-//! Ordered commits (TxOS+) in the native C API; the LIBXAC-style calls
-//! `xorder`/`xorderNext` are in `xac.rs`.
+//! Ordered commits (TxOS+) in the native C API (the LIBXAC-style calls
+//! `xorder`/`xorderNext` are in `xac.rs`), and the counts of priority for
+//! repeatedly conflicting transactions.
 
 use std::ffi::c_int;
 
@@ -133,5 +134,33 @@ pub unsafe extern "C" fn txmap_order_skip_to(
         Ok(unsafe { region_ref(region) }?
             .region
             .order_skip_to(group, number)?)
+    }))
+}
+
+/// Stores in `*taken` how many times a transaction took priority after
+/// conflicting repeatedly, and in `*waits` how many commits waited for
+/// such a holder, across every process since the region was first opened
+/// (README, "Fairness for long transactions"; `TXMAP_NO_PRIORITY` turns
+/// priority off). Either pointer may be NULL.
+///
+/// # Safety
+/// `region` is NULL or a live region handle; `taken` and `waits` are NULL
+/// or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_priority_counts(
+    region: *const txmap_region,
+    taken: *mut u64,
+    waits: *mut u64,
+) -> c_int {
+    status(guarded("txmap_priority_counts", || {
+        // SAFETY: per this function's contract.
+        let (t, w) = unsafe { region_ref(region) }?.region.priority_counts();
+        for (out, v) in [(taken, t), (waits, w)] {
+            if !out.is_null() {
+                // SAFETY: non-NULL and writable per the contract.
+                unsafe { out.write(v) };
+            }
+        }
+        Ok(())
     }))
 }

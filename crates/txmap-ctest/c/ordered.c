@@ -1,7 +1,9 @@
 #define _DEFAULT_SOURCE /* usleep */
 /* Ordered commits from C: the native calls (txmap_order, txmap_order_next,
  * txmap_order_give_up, txmap_order_status, txmap_order_skip_to) and the
- * LIBXAC-style xorder/xorderNext across processes. Run by tests/ordered.rs. */
+ * LIBXAC-style xorder/xorderNext across processes; priority for repeatedly
+ * conflicting transactions (TXMAP_NO_PRIORITY, txmap_priority_counts). Run
+ * by tests/ordered.rs. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,6 +75,49 @@ int ctest_native_ordered(const char *dir) {
 
     CHECK_EQ(txmap_view_close(v), TXMAP_OK);
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    return 0;
+}
+
+/* View a conflicts `k` times in a row: view b commits page 0 during each
+ * of a's transactions. */
+static int conflict_times(txmap_view *a, txmap_view *b, int k) {
+    volatile uint64_t *pa = txmap_view_base(a);
+    volatile uint64_t *pb = txmap_view_base(b);
+    for (int i = 0; i < k; i++) {
+        CHECK_EQ(txmap_begin(a, 0), TXMAP_OK);
+        pa[0] = pa[0] + 1;
+        CHECK_EQ(txmap_begin(b, 0), TXMAP_OK);
+        pb[0] = pb[0] + 10;
+        CHECK_EQ(txmap_commit(b), TXMAP_OK);
+        CHECK_EQ(txmap_commit(a), TXMAP_CONFLICT);
+    }
+    return 0;
+}
+
+/* After 3 conflicts in a row a transaction takes priority by default, and
+ * never with TXMAP_NO_PRIORITY. */
+int ctest_native_priority(const char *dir) {
+    for (int off = 0; off < 2; off++) {
+        char path[4096];
+        join(path, sizeof path, dir, off ? "nopriority.txm" : "priority.txm");
+        txmap_options opts = {off ? TXMAP_NO_PRIORITY : 0, 0, NULL};
+        txmap_region *r = NULL;
+        txmap_view *a = NULL, *b = NULL;
+        CHECK_EQ(txmap_region_create_options(path, 4 * PAGE_SIZE, &opts, &r), TXMAP_OK);
+        CHECK_EQ(txmap_view_open(r, &a), TXMAP_OK);
+        CHECK_EQ(txmap_view_open(r, &b), TXMAP_OK);
+        CHECK_OK(conflict_times(a, b, 3));
+        CHECK_EQ(txmap_begin(a, 0), TXMAP_OK);
+        uint64_t taken = 99, waits = 99;
+        CHECK_EQ(txmap_priority_counts(r, &taken, &waits), TXMAP_OK);
+        CHECK_EQ(taken, off ? 0 : 1);
+        CHECK_EQ(waits, 0);
+        CHECK_EQ(txmap_commit(a), TXMAP_OK);
+        CHECK_EQ(txmap_priority_counts(r, NULL, NULL), TXMAP_OK);
+        CHECK_EQ(txmap_view_close(b), TXMAP_OK);
+        CHECK_EQ(txmap_view_close(a), TXMAP_OK);
+        CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    }
     return 0;
 }
 

@@ -6,10 +6,12 @@ use crate::error::{Error, Result};
 
 impl View {
     /// At an outermost read-write `begin`: takes priority after
-    /// `priority_after` conflicts in a row.
+    /// `priority_after` conflicts in a row. Not for an ordered transaction:
+    /// its turn already bounds its attempts, and holding priority while it
+    /// waits for its turn would stall the holders of the numbers before it.
     pub(super) fn take_priority_if_due(&mut self) {
         let after = self.inner.region.opts.priority_after;
-        if after > 0 && self.conflicts >= after {
+        if after > 0 && self.conflicts >= after && self.order_held().is_none() {
             self.inner.region.mvcc.priority_take(self.inner.slot);
         }
     }
