@@ -736,6 +736,31 @@ int txmap_order_skip_to(const txmap_region *region, uint32_t group, uint64_t num
 // or writable.
 int txmap_priority_counts(const txmap_region *region, uint64_t *taken, uint64_t *waits);
 
+// Enters round mode on the view: a transaction stays open, so loads and
+// stores through the view need no `txmap_begin`; `txmap_round` ends each
+// round. `TXMAP_EINVAL` inside a transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_round_start(txmap_view *view);
+
+// Ends the current round: every store since the last round becomes
+// durable atomically (a crash leaves the region at the last completed
+// round), and the next round opens, also when this one failed
+// (`TXMAP_CONFLICT`: another commit wrote a page this round wrote, or
+// `TXMAP_ETOOLARGE`: the round is over the transaction limit; its stores
+// are discarded). `TXMAP_ENOTXN` outside round mode.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_round(txmap_view *view);
+
+// Leaves round mode; the stores since the last round are discarded.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_round_stop(txmap_view *view);
+
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
 // carry over; fork only while no other thread is inside one of these calls

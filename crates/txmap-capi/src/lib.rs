@@ -32,12 +32,14 @@ pub mod collections;
 pub mod media;
 pub mod native;
 pub mod ordered;
+pub mod rounds;
 pub mod xac;
 
 pub use collections::*;
 pub use media::*;
 pub use native::*;
 pub use ordered::*;
+pub use rounds::*;
 pub use xac::*;
 
 /// Success.

@@ -15,6 +15,7 @@
 mod fair;
 mod fault;
 mod ordered;
+mod rounds;
 
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
