@@ -12,6 +12,7 @@ mod longreader;
 mod ordered;
 mod procs;
 mod report;
+mod rounds;
 mod sharedpages;
 mod stamp;
 mod sys;
@@ -105,6 +106,8 @@ enum Section {
     Ordered,
     /// Fairness: attempts of a long transaction among short committers, per priority policy (not part of core).
     Fairness,
+    /// Rounds: one 256 MiB round made durable, beside dd (not part of core).
+    Rounds,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -118,7 +121,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 13] = [
+const PARTS: [Part; 14] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -196,6 +199,12 @@ const PARTS: [Part; 13] = [
         in_core: false,
         steps: fairness::steps,
         run: fairness::run,
+    },
+    Part {
+        section: Section::Rounds,
+        in_core: false,
+        steps: rounds::steps,
+        run: rounds::run,
     },
 ];
 
