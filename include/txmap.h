@@ -134,6 +134,10 @@
 // was changed.
 #define TXMAP_EUNKNOWNOP -23
 
+// An ordered commit's number was skipped before it could commit (its
+// group's next number is past it); nothing of the transaction is visible.
+#define TXMAP_ESKIPPED -24
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -156,6 +160,12 @@
 // data page a checkpoint writes has a CRC-32C in `path-sums`, verified on
 // the first open and by `txmap check`).
 #define TXMAP_NO_PAGE_CHECKSUMS 8
+
+// Flag in `txmap_options`: no priority for repeatedly conflicting
+// transactions (by default a transaction whose view conflicted 3 times in
+// a row takes priority: other commits wait until it commits; README,
+// "Fairness for long transactions").
+#define TXMAP_NO_PRIORITY 16
 
 // Region flag: commits return once their log record is written to the OS
 // (they survive a crash of the process, and after power loss the region
@@ -262,7 +272,8 @@ typedef struct {
 // `txmap_region_create_options`. All zero (and NULL) means the defaults of
 // `txmap_region_open`.
 typedef struct {
-  // `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`.
+  // `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`,
+  // `TXMAP_NO_PRIORITY`.
   int flags;
   // Log bytes kept when a checkpoint empties the log; the file is cut to
   // this (rounded up to 4 MiB). 0: the default (4 MiB); `UINT64_MAX`:
@@ -279,6 +290,22 @@ typedef struct {
 // (the transaction that applied it is aborted). `ctx` is the pointer given
 // to `txmap_op_register`.
 typedef int (*txmap_op_fn)(txmap_op_mem *mem, const void *args, size_t args_len, void *ctx);
+
+// The state of one order group (`txmap_order_status`).
+typedef struct {
+  // The number whose commit comes next: every lower one committed or
+  // was skipped.
+  uint64_t next;
+  // The next number `txmap_order_next` hands out.
+  uint64_t ticket;
+  // Numbers committed.
+  uint64_t committed;
+  // Numbers skipped (holder died, closed its view or gave up, or
+  // `txmap_order_skip_to`).
+  uint64_t skipped;
+  // The last number skipped + 1; 0 if none was.
+  uint64_t last_skipped_plus_1;
+} txmap_order_state;
 
 #ifdef __cplusplus
 extern "C" {
@@ -793,6 +820,90 @@ int txmap_apply(txmap_view *view, uint32_t id, const void *args, size_t args_len
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_commute(txmap_view *view, uint32_t id, uint64_t off, uint64_t operand);
 
+// Claims `number` in order group `group` (0..64) for the view's next
+// commit: that commit waits until every lower number of the group
+// committed or was skipped, then validates as usual (`TXMAP_CONFLICT`
+// keeps the number: run the transaction again). A transaction that
+// stored nothing still waits for its turn and moves the group on. A
+// number whose holder's process dies, or whose view is closed, is skipped
+// when its turn comes. `TXMAP_ESKIPPED` if the number's turn has passed,
+// `TXMAP_EINVAL` if the view holds a number or the group does not exist.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_order(txmap_view *view, uint32_t group, uint64_t number);
+
+// Takes the next number nobody has taken in `group`, claims it as
+// `txmap_order` does and stores it in `*number`. Taking and claiming are
+// one step, so every number handed out is held until it commits or is
+// skipped, even if its process dies; do not mix with `txmap_order` in
+// one group.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `number` is NULL or writable.
+int txmap_order_next(txmap_view *view, uint32_t group, uint64_t *number);
+
+// Gives up the number the view holds: waits for its turn, then skips it.
+// Not inside a transaction (`TXMAP_EINVAL`).
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_order_give_up(txmap_view *view);
+
+// Stores the state of order group `group` in `*out`. The order state
+// lives while any process has the region open; it starts at 0 after
+// the last close.
+//
+// # Safety
+// `region` is NULL or a live region handle; `out` is NULL or writable.
+int txmap_order_status(const txmap_region *region, uint32_t group, txmap_order_state *out);
+
+// Moves order group `group` on to `number` if it is behind: every lower
+// number not yet committed is skipped (its holder's commit fails with
+// `TXMAP_ESKIPPED`). The way on after a number nobody holds, and to start
+// a group at a later number after a restart.
+//
+// # Safety
+// `region` is NULL or a live region handle.
+int txmap_order_skip_to(const txmap_region *region, uint32_t group, uint64_t number);
+
+// Stores in `*taken` how many times a transaction took priority after
+// conflicting repeatedly, and in `*waits` how many commits waited for
+// such a holder, across every process since the region was first opened
+// (README, "Fairness for long transactions"; `TXMAP_NO_PRIORITY` turns
+// priority off). Either pointer may be NULL.
+//
+// # Safety
+// `region` is NULL or a live region handle; `taken` and `waits` are NULL
+// or writable.
+int txmap_priority_counts(const txmap_region *region, uint64_t *taken, uint64_t *waits);
+
+// Enters round mode on the view: a transaction stays open, so loads and
+// stores through the view need no `txmap_begin`; `txmap_round` ends each
+// round. `TXMAP_EINVAL` inside a transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_round_start(txmap_view *view);
+
+// Ends the current round: every store since the last round becomes
+// durable atomically (a crash leaves the region at the last completed
+// round), and the next round opens, also when this one failed
+// (`TXMAP_CONFLICT`: another commit wrote a page this round wrote, or
+// `TXMAP_ETOOLARGE`: the round is over the transaction limit; its stores
+// are discarded). `TXMAP_ENOTXN` outside round mode.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_round(txmap_view *view);
+
+// Leaves round mode; the stores since the last round are discarded.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_round_stop(txmap_view *view);
+
 // Initializes the LIBXAC calls; once per process (again only after
 // `xShutdown`, or in a child after `fork`, where the parent's state does not
 // carry over; fork only while no other thread is inside one of these calls
@@ -970,6 +1081,32 @@ int xFree(void *ptr);
 // `size` larger than the first), `EPERM` (another thread's transaction)
 // or `ENOMEM` (as `xMalloc`).
 void *xRoot(size_t size);
+
+// Ordered commits (TxOS+): the process's next commit is number `number`
+// of order group `group` (0..64). Its `xend` waits until every lower
+// number of the group committed (in any process) or was skipped; on a
+// conflict `xend` returns `XAC_ABORTED` and the number stays held: run
+// the transaction again. A number whose process dies, or that
+// `xMunmap`/`xShutdown` leave held, is skipped when its turn comes. Since
+// a process runs one transaction at a time, its numbers must be taken in
+// increasing order (a thread waiting in `xend` for its turn keeps the
+// process's other threads waiting in `xbegin`): run the parallel workers
+// as processes. Returns 0, or -1 with errno `ECANCELED` if the number's
+// turn has passed, `EINVAL` if the process holds a number, the group does
+// not exist or no region is mapped, `EPERM` if another thread's
+// transaction is open. `xend` fails with `ECANCELED` when the number was
+// skipped (`txmap_order_skip_to`) before it could commit.
+int xorder(uint32_t group, uint64_t number);
+
+// `xorder` with the next number nobody has taken in `group`, which it
+// stores in `*number`: taking and claiming are one step, so a number
+// handed out is held until it commits or is skipped, even if the process
+// dies. Returns 0, or -1 with errno as `xorder` (`EINVAL` also for a NULL
+// `number`).
+//
+// # Safety
+// `number` is NULL or writable.
+int xorderNext(uint32_t group, uint64_t *number);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -8,9 +8,12 @@ mod backup;
 mod commit;
 mod compare;
 mod counter;
+mod fairness;
 mod longreader;
+mod ordered;
 mod procs;
 mod report;
+mod rounds;
 mod sharedpages;
 mod stamp;
 mod sys;
@@ -102,6 +105,12 @@ enum Section {
     Counter,
     /// Issue 20's designs for shared pages: first touch, invalidation, VMAs, memory per view (not part of core).
     SharedPages,
+    /// Ordered commits: a parallel loop of dependent iterations, 1 and 4 workers (not part of core).
+    Ordered,
+    /// Fairness: attempts of a long transaction among short committers, per priority policy (not part of core).
+    Fairness,
+    /// Rounds: one 256 MiB round made durable, beside dd (not part of core).
+    Rounds,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -115,7 +124,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 12] = [
+const PARTS: [Part; 15] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -187,6 +196,24 @@ const PARTS: [Part; 12] = [
         in_core: false,
         steps: sharedpages::steps,
         run: sharedpages::run,
+    },
+    Part {
+        section: Section::Ordered,
+        in_core: false,
+        steps: ordered::steps,
+        run: ordered::run,
+    },
+    Part {
+        section: Section::Fairness,
+        in_core: false,
+        steps: fairness::steps,
+        run: fairness::run,
+    },
+    Part {
+        section: Section::Rounds,
+        in_core: false,
+        steps: rounds::steps,
+        run: rounds::run,
     },
 ];
 

@@ -32,12 +32,16 @@ pub mod collections;
 pub mod media;
 pub mod native;
 pub mod ops;
+pub mod ordered;
+pub mod rounds;
 pub mod xac;
 
 pub use collections::*;
 pub use media::*;
 pub use native::*;
 pub use ops::*;
+pub use ordered::*;
+pub use rounds::*;
 pub use xac::*;
 
 /// Success.
@@ -113,6 +117,9 @@ pub const TXMAP_ERANGE: c_int = -22;
 /// (`txmap_op_register`); `txmap_errmsg` names its id and commit. Nothing
 /// was changed.
 pub const TXMAP_EUNKNOWNOP: c_int = -23;
+/// An ordered commit's number was skipped before it could commit (its
+/// group's next number is past it); nothing of the transaction is visible.
+pub const TXMAP_ESKIPPED: c_int = -24;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -164,6 +171,7 @@ impl From<Error> for Failure {
             Error::Incompatible { .. } => (TXMAP_EINCOMPAT, libc::EBUSY),
             Error::OutOfRange { .. } => (TXMAP_ERANGE, libc::EINVAL),
             Error::UnknownOperation { .. } => (TXMAP_EUNKNOWNOP, libc::ENOSYS),
+            Error::OrderSkipped { .. } => (TXMAP_ESKIPPED, libc::ECANCELED),
         };
         Failure::new(code, errno, e.to_string())
     }
@@ -314,6 +322,11 @@ const CODES: [(c_int, &CStr); 23] = [
         c"other processes have the region open with other settings",
     ),
     (TXMAP_ERANGE, c"byte range outside the region"),
+    (
+        TXMAP_EUNKNOWNOP,
+        c"the log holds an operation this process has not registered",
+    ),
+    (TXMAP_ESKIPPED, c"the ordered commit's number was skipped"),
 ];
 
 /// A static description of a `TXMAP_*` return code ("unknown code" for

@@ -14,6 +14,11 @@ pub const TXMAP_BACKUP_COMPACT: c_int = 1;
 /// data page a checkpoint writes has a CRC-32C in `path-sums`, verified on
 /// the first open and by `txmap check`).
 pub const TXMAP_NO_PAGE_CHECKSUMS: c_int = 8;
+/// Flag in `txmap_options`: no priority for repeatedly conflicting
+/// transactions (by default a transaction whose view conflicted 3 times in
+/// a row takes priority: other commits wait until it commits; README,
+/// "Fairness for long transactions").
+pub const TXMAP_NO_PRIORITY: c_int = 16;
 
 /// Options for `txmap_region_open_options` and
 /// `txmap_region_create_options`. All zero (and NULL) means the defaults of
@@ -22,7 +27,8 @@ pub const TXMAP_NO_PAGE_CHECKSUMS: c_int = 8;
 #[derive(Clone, Copy)]
 #[allow(non_camel_case_types)]
 pub struct txmap_options {
-    /// `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`.
+    /// `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`,
+    /// `TXMAP_NO_PRIORITY`.
     pub flags: c_int,
     /// Log bytes kept when a checkpoint empties the log; the file is cut to
     /// this (rounded up to 4 MiB). 0: the default (4 MiB); `UINT64_MAX`:
@@ -43,14 +49,18 @@ unsafe fn options(o: *const txmap_options) -> Result<txmap::Options, Failure> {
     let Some(o) = (unsafe { o.as_ref() }) else {
         return Ok(txmap::Options::default());
     };
-    if o.flags & !(TXMAP_ASYNC | TXMAP_OPEN_READ_ONLY | TXMAP_NO_PAGE_CHECKSUMS) != 0 {
+    let known = TXMAP_ASYNC | TXMAP_OPEN_READ_ONLY | TXMAP_NO_PAGE_CHECKSUMS | TXMAP_NO_PRIORITY;
+    if o.flags & !known != 0 {
         return Err(Failure::invalid(format!(
             "unknown region flags {:#x}",
             o.flags
         )));
     }
-    let mut opts = region_options(o.flags & !TXMAP_NO_PAGE_CHECKSUMS)?;
+    let mut opts = region_options(o.flags & !(TXMAP_NO_PAGE_CHECKSUMS | TXMAP_NO_PRIORITY))?;
     opts.page_checksums = o.flags & TXMAP_NO_PAGE_CHECKSUMS == 0;
+    if o.flags & TXMAP_NO_PRIORITY != 0 {
+        opts.priority_after = 0;
+    }
     if o.log_reserve != 0 {
         opts.log_reserve = o.log_reserve;
     }

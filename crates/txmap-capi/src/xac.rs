@@ -816,3 +816,61 @@ pub extern "C" fn xFree(ptr: *mut c_void) -> c_int {
 pub extern "C" fn xRoot(size: usize) -> *mut c_void {
     heap_call("xRoot", size, alloc::root_in)
 }
+
+/// Fails if a transaction is open and belongs to another thread.
+fn not_another_threads(m: &Mapped, call: &str) -> Result<(), Failure> {
+    match m.owner {
+        Some(_) => own_transaction(m, call),
+        None => Ok(()),
+    }
+}
+
+/// Ordered commits (TxOS+): the process's next commit is number `number`
+/// of order group `group` (0..64). Its `xend` waits until every lower
+/// number of the group committed (in any process) or was skipped; on a
+/// conflict `xend` returns `XAC_ABORTED` and the number stays held: run
+/// the transaction again. A number whose process dies, or that
+/// `xMunmap`/`xShutdown` leave held, is skipped when its turn comes. Since
+/// a process runs one transaction at a time, its numbers must be taken in
+/// increasing order (a thread waiting in `xend` for its turn keeps the
+/// process's other threads waiting in `xbegin`): run the parallel workers
+/// as processes. Returns 0, or -1 with errno `ECANCELED` if the number's
+/// turn has passed, `EINVAL` if the process holds a number, the group does
+/// not exist or no region is mapped, `EPERM` if another thread's
+/// transaction is open. `xend` fails with `ECANCELED` when the number was
+/// skipped (`txmap_order_skip_to`) before it could commit.
+#[unsafe(no_mangle)]
+pub extern "C" fn xorder(group: u32, number: u64) -> c_int {
+    int_call("xorder", || {
+        let mut g = state();
+        let m = mapped(&mut g)?;
+        not_another_threads(m, "xorder")?;
+        m.view.order(group, number)?;
+        Ok(0)
+    })
+}
+
+/// `xorder` with the next number nobody has taken in `group`, which it
+/// stores in `*number`: taking and claiming are one step, so a number
+/// handed out is held until it commits or is skipped, even if the process
+/// dies. Returns 0, or -1 with errno as `xorder` (`EINVAL` also for a NULL
+/// `number`).
+///
+/// # Safety
+/// `number` is NULL or writable.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn xorderNext(group: u32, number: *mut u64) -> c_int {
+    int_call("xorderNext", || {
+        if number.is_null() {
+            return Err(Failure::null("number"));
+        }
+        let mut g = state();
+        let m = mapped(&mut g)?;
+        not_another_threads(m, "xorderNext")?;
+        let n = m.view.order_next(group)?;
+        // SAFETY: checked non-NULL; writable per the contract.
+        unsafe { number.write(n) };
+        Ok(0)
+    })
+}

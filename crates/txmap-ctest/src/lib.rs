@@ -45,6 +45,11 @@ unsafe extern "C" {
     pub fn ctest_xac_processes_counter(dir: *const c_char) -> c_int;
     pub fn ctest_xac_processes_conflict(dir: *const c_char) -> c_int;
 
+    pub fn ctest_native_ordered(dir: *const c_char) -> c_int;
+    pub fn ctest_native_priority(dir: *const c_char) -> c_int;
+    pub fn ctest_native_rounds(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_processes_ordered(dir: *const c_char) -> c_int;
+
     pub fn ctest_xac_addr_forks(
         dir: *const c_char,
         durability: c_int,

@@ -53,11 +53,14 @@ pub enum CrashPoint {
     /// made the pages they read from the file private), before the
     /// checkpoint overwrites them.
     CheckpointFenced = 15,
+    /// An ordered commit's number is next in its group (every lower one
+    /// committed or was skipped), before the commit lock is taken.
+    OrderTurn = 16,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 15] = [
+    pub const ALL: [CrashPoint; 16] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -73,6 +76,7 @@ impl CrashPoint {
         CrashPoint::RestorePlacing,
         CrashPoint::CompactShrinking,
         CrashPoint::CheckpointFenced,
+        CrashPoint::OrderTurn,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -110,7 +114,8 @@ mod tests {
             | CrashPoint::RestoreReplaying
             | CrashPoint::RestorePlacing
             | CrashPoint::CompactShrinking
-            | CrashPoint::CheckpointFenced => p as u32,
+            | CrashPoint::CheckpointFenced
+            | CrashPoint::OrderTurn => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

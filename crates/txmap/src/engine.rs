@@ -257,6 +257,7 @@ impl RegionInner {
         }
         h.log.raise_written(self.mvcc.commit_seq());
         self.mvcc.dedupe_dirty(l);
+        self.mvcc.order_repair(l);
         Ok(())
     }
 
@@ -312,8 +313,13 @@ impl RegionInner {
         self.check_writable("commit")?;
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(&h.log)?;
+        let order = self.order_turn(req.slot)?;
+        let pass = self.mvcc.priority_enter(req.slot);
         let seq = {
             let l = self.lock_commit()?;
+            if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
+                return Err(self.order_skipped(req.slot));
+            }
             let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
             if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
                 return Err(Error::Conflict);
@@ -344,15 +350,22 @@ impl RegionInner {
                 .reserve(&l, pages.len())
                 .map_err(|e| self.version_store_full(e))?;
             let seq = self.mvcc.commit_seq() + 1;
+            if order.is_some() {
+                self.mvcc.order_committing(&l, req.slot, seq);
+            }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
-            self.log.append(
+            let logged = self.log.append(
                 &h.log,
                 l.guard(),
                 seq,
                 self.size(),
                 req.ranges.iter().cloned(),
                 req.ops,
-            )?;
+            );
+            if let Err(e) = logged {
+                self.mvcc.order_committing(&l, req.slot, 0);
+                return Err(e);
+            }
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
             let published = self.mvcc.publish(&l, seq, pages, Log::synced_seq(&h.log));
             assert!(
@@ -360,8 +373,12 @@ impl RegionInner {
                 "publishing a logged commit failed after space was reserved: {published:?}"
             );
             h.log.mark_published();
+            if order.is_some() {
+                self.mvcc.order_done(&l, req.slot, true);
+            }
             seq
         };
+        drop(pass);
         if self.opts.durability == Durability::Durable {
             self.log.flush(&h.log, seq)?;
         }

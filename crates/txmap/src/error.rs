@@ -126,6 +126,14 @@ pub enum Error {
         path.display()
     )]
     ReadOnly { op: &'static str, path: PathBuf },
+    /// An ordered commit's number was skipped before it could commit (its
+    /// group's next number is past it: `Region::order_skip_to`, or the
+    /// view gave it up); nothing of the transaction is visible.
+    #[error(
+        "ordered commit number {number} of order group {group} was skipped (the group's \
+         next number is {next}); nothing of the transaction is visible"
+    )]
+    OrderSkipped { group: u32, number: u64, next: u64 },
     /// An earlier write or sync failed; the data on disk may be behind memory.
     /// Close and reopen the region to recover from the log.
     #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]

@@ -47,6 +47,7 @@ pub mod inspect;
 pub mod io;
 pub mod ops;
 mod options;
+mod ordered;
 mod rand;
 mod readside;
 mod recovery;
@@ -83,6 +84,7 @@ mod wal;
 pub use backup::{BackupOptions, BackupReport};
 pub use error::{Error, Lost, Result};
 pub use options::{Durability, Options, SnapshotLimit};
+pub use ordered::OrderStatus;
 pub use region::{
     Region, SharedStateSweep, Stats, log_path, remove_stale_shared_state, shared_path,
 };

@@ -81,6 +81,14 @@ pub struct Options {
     /// and by the first opener after a crash. Every process that opens
     /// the region should name the same directory. `None` (default): none.
     pub log_archive: Option<PathBuf>,
+    /// Fairness for long transactions (LIBXAC's contention manager): a
+    /// view whose transactions conflicted this many times in a row takes
+    /// priority at its next `begin`, and other views' read-write commits
+    /// (every process) wait until its transaction ends other than by a
+    /// conflict, so it commits in a bounded number of attempts (one view
+    /// at a time; at most 1 s; a holder whose process died makes nobody
+    /// wait). 0: never. Default 3 (docs/benchmarks.md, "Fairness").
+    pub priority_after: u32,
 }
 
 /// How far behind long-running transactions may fall.
@@ -151,6 +159,7 @@ impl Default for Options {
             page_checksums: true,
             log_reserve: 4 << 20,
             log_archive: None,
+            priority_after: 3,
         }
     }
 }

@@ -208,7 +208,10 @@ impl Proc {
     fn wait_for(&mut self, p: &Path) {
         let start = Instant::now();
         while !p.exists() {
-            if let Some(s) = self.0.try_wait().unwrap() {
+            // The child may have published and exited since the check.
+            if let Some(s) = self.0.try_wait().unwrap()
+                && !p.exists()
+            {
                 panic!(
                     "child exited ({s}) before {}: {}",
                     p.display(),

@@ -13,13 +13,15 @@ use crate::wal::shared::LogShared;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TXMAPSHM");
 /// Changes whenever any structure below changes shape.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// Views (one slot each) open on one region at once, across all processes.
 pub const MAX_SLOTS: usize = 1024;
 /// The slot the checkpointer (one at a time, any process) reads versions under.
 pub const CHECKPOINT_SLOT: usize = MAX_SLOTS;
 /// Entries in the change journal ring; a view further behind resets itself.
 pub const JOURNAL_LEN: u64 = 1 << 18;
+/// Order groups of ordered commits (`mvcc/order.rs`), numbered from 0.
+pub const ORDER_GROUPS: usize = 64;
 /// Version blocks backed with memory at a time.
 pub const ARENA_CHUNK: u64 = 1024;
 
@@ -109,6 +111,51 @@ pub struct Slot {
     pub file_reads: AtomicU64,
     /// The last `fence_gen` the slot's process applied to this view.
     pub fence_ack: AtomicU64,
+    /// Ordered commits (`mvcc/order.rs`): the group + 1 of the number this
+    /// view holds, 0 if none (stored after `order_num`).
+    pub order_group: AtomicU64,
+    /// The number held in that group.
+    pub order_num: AtomicU64,
+    /// The commit sequence number its commit is being logged under (set
+    /// under the commit lock just before the record is written, cleared
+    /// with the claim), 0 otherwise.
+    pub order_commit: AtomicU64,
+}
+
+/// One order group of ordered commits (`mvcc/order.rs`).
+#[repr(C, align(64))]
+pub struct OrderGroup {
+    /// The number whose commit comes next: every lower one committed or
+    /// was skipped.
+    pub next: AtomicU64,
+    /// The next number `View::order_next` hands out.
+    pub ticket: AtomicU64,
+    /// Numbers committed.
+    pub committed: AtomicU64,
+    /// Numbers skipped (their holder died, gave up, or `order_skip_to`).
+    pub skipped: AtomicU64,
+    /// The last number skipped + 1, 0 if none.
+    pub last_skipped: AtomicU64,
+    /// Futex word bumped whenever `next` moves.
+    pub wake: AtomicU32,
+}
+
+/// The priority of a transaction that conflicted repeatedly
+/// (`mvcc/fair.rs`), after the order groups.
+#[repr(C, align(64))]
+pub struct Priority {
+    /// Slot + 1 of the view holding priority, 0 if none.
+    pub holder: AtomicU64,
+    /// When it took priority (`CLOCK_MONOTONIC` nanoseconds).
+    pub since: AtomicU64,
+    /// Times priority was taken.
+    pub taken: AtomicU64,
+    /// Commits that waited for a priority holder.
+    pub waits: AtomicU64,
+    /// Commits past the priority check and not yet published.
+    pub inflight: AtomicU64,
+    /// Futex word bumped whenever priority is released.
+    pub wake: AtomicU32,
 }
 
 /// Per page of the region.
@@ -145,6 +192,10 @@ unsafe impl SharedPod for Header {}
 // SAFETY: as above.
 unsafe impl SharedPod for Slot {}
 // SAFETY: as above.
+unsafe impl SharedPod for OrderGroup {}
+// SAFETY: as above.
+unsafe impl SharedPod for Priority {}
+// SAFETY: as above.
 unsafe impl SharedPod for PageEntry {}
 // SAFETY: as above.
 unsafe impl SharedPod for BlockMeta {}
@@ -157,6 +208,7 @@ pub struct Layout {
     pub max_pages: u64,
     pub arena_blocks: u64,
     pub slots: usize,
+    pub orders: usize,
     pub pages: usize,
     pub dirty: usize,
     pub journal: usize,
@@ -171,7 +223,9 @@ impl Layout {
         // and pruning keep far fewer; running out is reported, not fatal.
         let arena_blocks = 2 * max_pages + 65_536;
         let slots = round_up(size_of::<Header>());
-        let pages = slots + round_up((MAX_SLOTS + 1) * size_of::<Slot>());
+        let orders = slots + round_up((MAX_SLOTS + 1) * size_of::<Slot>());
+        let pages =
+            orders + round_up(ORDER_GROUPS * size_of::<OrderGroup>() + size_of::<Priority>());
         let dirty = pages + round_up(max_pages as usize * size_of::<PageEntry>());
         let journal = dirty + round_up(max_pages as usize * 8);
         let meta = journal + round_up(JOURNAL_LEN as usize * size_of::<JournalEntry>());
@@ -181,6 +235,7 @@ impl Layout {
             max_pages,
             arena_blocks,
             slots,
+            orders,
             pages,
             dirty,
             journal,

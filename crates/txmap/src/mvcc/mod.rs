@@ -22,7 +22,9 @@
 //!   single-word stores that leaves the structures walkable if the holder
 //!   dies between any two of them (at worst a block leaks until the last close).
 
+pub mod fair;
 pub mod layout;
+pub mod order;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -436,7 +438,15 @@ impl Mvcc {
     pub fn release_slot(&self, i: usize) {
         self.set_file_reads(i, None);
         self.end(i);
-        self.slots()[i].owner.store(0, Ordering::SeqCst);
+        self.priority_release(i);
+        // A number still held stays claimed by the slot until a waiter
+        // skips it (mvcc/order.rs).
+        let owner = if self.order_claim_of(i).is_some() {
+            order::ABANDONED
+        } else {
+            0
+        };
+        self.slots()[i].owner.store(owner, Ordering::SeqCst);
         self.mine[i].store(false, Ordering::Relaxed);
         let _ = self.file.unlock_byte(i as u64);
     }
@@ -448,17 +458,26 @@ impl Mvcc {
         let mut n = 0;
         for (i, s) in self.view_slots().iter().enumerate() {
             let owner = s.owner.load(Ordering::SeqCst);
-            if owner == 0 || self.mine[i].load(Ordering::Relaxed) {
+            if owner == 0 || owner == order::ABANDONED || self.mine[i].load(Ordering::Relaxed) {
                 continue;
             }
             if matches!(self.file.lock_byte(i as u64), Ok(true)) {
                 // We hold its lock, so nobody can claim it meanwhile.
                 if s.owner.load(Ordering::SeqCst) != 0 {
+                    self.priority_release(i);
                     s.snapshot.store(0, Ordering::SeqCst);
                     s.epoch.store(0, Ordering::SeqCst);
                     s.expired.store(0, Ordering::SeqCst);
                     s.file_reads.store(0, Ordering::SeqCst);
-                    s.owner.store(0, Ordering::SeqCst);
+                    if self.order_claim_of(i).is_some() {
+                        // Its number stays claimed until a waiter skips it.
+                        s.owner.store(order::ABANDONED, Ordering::SeqCst);
+                        if self.order_claim_of(i).is_none() {
+                            s.owner.store(0, Ordering::SeqCst);
+                        }
+                    } else {
+                        s.owner.store(0, Ordering::SeqCst);
+                    }
                     n += 1;
                 }
                 let _ = self.file.unlock_byte(i as u64);

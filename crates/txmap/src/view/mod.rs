@@ -13,9 +13,12 @@
 //! record.
 
 mod apply;
+mod fair;
 mod fault;
 mod fence;
+mod ordered;
 mod pause;
+mod rounds;
 
 pub use pause::Paused;
 
@@ -184,6 +187,8 @@ pub struct View {
     paused_reads: Vec<u32>,
     /// Registered operations applied in the open transaction (`apply.rs`).
     op_log: Option<Box<apply::OpLog>>,
+    /// Conflicts in a row (`view/fair.rs`).
+    conflicts: u32,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -261,6 +266,7 @@ impl View {
             depth: 0,
             paused_reads: Vec::new(),
             op_log: None,
+            conflicts: 0,
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -376,6 +382,9 @@ impl View {
             ..opts
         };
         self.sync_size()?;
+        if !opts.read_only {
+            self.take_priority_if_due();
+        }
         let s = self.inner.region.mvcc.begin(self.inner.slot());
         let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
         // A serializable transaction skips read tracking (no re-protection
@@ -509,6 +518,7 @@ impl View {
             }
         }
         self.finish(r.is_ok());
+        self.note_outcome(&r);
         r
     }
 
@@ -533,7 +543,8 @@ impl View {
         }
         let n = v.write_n.load(Ordering::Relaxed);
         if n == 0 && self.op_log.is_none() {
-            return Ok(());
+            // An ordered transaction still waits for its turn and moves its group on.
+            return v.region.order_pass(v.slot(), true);
         }
         // SAFETY: the first n entries were written by `touch`.
         let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
@@ -579,7 +590,8 @@ impl View {
             l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
         });
         if versions.is_empty() && commute.is_empty() {
-            return Ok(()); // stores that changed nothing
+            // Stores that changed nothing.
+            return v.region.order_pass(v.slot(), true);
         }
         // Untracked reads: a page touched in this transaction may have been
         // read, and so may any valid page while anything is accessible at
@@ -682,6 +694,7 @@ impl View {
         if self.depth > 0 && self.inner.region.check_owner().is_ok() {
             self.depth = 1;
             self.finish(false);
+            self.end_priority();
         }
     }
 

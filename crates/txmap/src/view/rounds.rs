@@ -1,0 +1,52 @@
+//! Round durability (Thistle): a view in round mode always has a
+//! transaction open, so stores between two rounds need none; `round`
+//! commits everything stored since the last round as one durable commit
+//! and opens the next. After a crash the region is at the last completed
+//! round (the log replays whole commits only).
+
+use super::{Isolation, TxnOptions, View};
+use crate::error::{Error, Result};
+
+/// Rounds use snapshot isolation: only pages both a round and a concurrent
+/// commit wrote conflict (a round-mode view should be the only writer of
+/// the pages it writes: a conflicting round's stores are discarded).
+const ROUND: TxnOptions = TxnOptions {
+    read_only: false,
+    isolation: Isolation::Snapshot,
+};
+
+impl View {
+    /// Enters round mode: opens the first round (a transaction that stays
+    /// open; loads and stores through the view need no `begin`).
+    /// `Error::Invalid` inside a transaction.
+    pub fn start_rounds(&mut self) -> Result<()> {
+        if self.depth > 0 {
+            return Err(Error::Invalid(
+                "start_rounds inside a transaction: commit or roll it back first".into(),
+            ));
+        }
+        self.begin_with(ROUND)
+    }
+
+    /// Ends the current round: every store since the last round becomes
+    /// durable (as durable as the region's mode promises) atomically, and
+    /// the next round opens, also when this one failed (a conflict, or a
+    /// round larger than `MAX_WRITE_PAGES`: its stores are discarded).
+    /// `Error::NotInTransaction` outside round mode.
+    pub fn round(&mut self) -> Result<()> {
+        if self.depth != 1 {
+            return Err(match self.depth {
+                0 => Error::NotInTransaction { op: "round" },
+                _ => Error::Invalid("round inside a nested transaction".into()),
+            });
+        }
+        let r = self.commit();
+        self.begin_with(ROUND)?;
+        r
+    }
+
+    /// Leaves round mode: the stores since the last round are discarded.
+    pub fn stop_rounds(&mut self) {
+        self.rollback();
+    }
+}
