@@ -268,7 +268,7 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
 
 /// Every `TXMAP_*` return code with its description: the one table
 /// `txmap_strerror` reads (a test checks it covers every code).
-const CODES: [(c_int, &CStr); 23] = [
+const CODES: [(c_int, &CStr); 25] = [
     (TXMAP_OK, c"success"),
     (
         TXMAP_CONFLICT,
