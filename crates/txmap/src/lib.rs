@@ -37,7 +37,6 @@
 
 pub mod archive;
 pub mod backup;
-mod builtin_ops;
 pub mod collections;
 pub mod compact;
 mod engine;

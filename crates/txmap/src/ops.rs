@@ -20,7 +20,7 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 /// The first id a program may register; lower ids are txmap's own.
 pub const FIRST_USER_OP: u32 = 128;
 
-pub use crate::builtin_ops::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64};
+pub use builtin::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64};
 
 /// The bytes an operation works on: the transaction's memory when it runs
 /// in a transaction, the pages being rebuilt when the log is replayed.
@@ -119,7 +119,7 @@ pub fn register_with(id: u32, name: &str, key: usize, apply: DynOpFn) -> Result<
 
 /// The operation registered under `id`, if any.
 pub(crate) fn lookup(id: u32) -> Option<Registered> {
-    if let Some(op) = crate::builtin_ops::get(id) {
+    if let Some(op) = builtin::get(id) {
         let f = op.apply;
         return Some(Registered {
             name: op.name.to_string(),
@@ -313,4 +313,89 @@ pub(crate) fn touched_pages<'a>(
         }
     }
     t
+}
+
+/// txmap's own registered operations (ids below `ops::FIRST_USER_OP`): the
+/// commutative updates of one aligned 8-byte word. Arguments: the word's
+/// region offset (u64, a multiple of 8) and the operand (8 bytes), both
+/// little-endian.
+pub(crate) mod builtin {
+    use super::{OpMemory, Operation};
+    use crate::error::{Error, Result};
+
+    /// Adds the operand to a u64 (wrapping); also adds an i64 (same bits).
+    pub const ADD_U64: u32 = 1;
+    /// Adds the operand to an i64 (wrapping).
+    pub const ADD_I64: u32 = 2;
+    /// Lowers a u64 to the operand if the operand is smaller.
+    pub const MIN_U64: u32 = 3;
+    /// Raises a u64 to the operand if the operand is larger.
+    pub const MAX_U64: u32 = 4;
+    /// Lowers an i64 to the operand if the operand is smaller.
+    pub const MIN_I64: u32 = 5;
+    /// Raises an i64 to the operand if the operand is larger.
+    pub const MAX_I64: u32 = 6;
+
+    /// The word's offset and the operand of a built-in operation's arguments.
+    pub(crate) fn word_args(args: &[u8]) -> Result<(u64, u64)> {
+        let bad = || {
+            Error::Invalid(format!(
+                "built-in operation arguments: 16 bytes (offset, operand) expected, got {}",
+                args.len()
+            ))
+        };
+        if args.len() != 16 {
+            return Err(bad());
+        }
+        let off = u64::from_le_bytes(args[..8].try_into().map_err(|_| bad())?);
+        let x = u64::from_le_bytes(args[8..].try_into().map_err(|_| bad())?);
+        if !off.is_multiple_of(8) {
+            return Err(Error::Invalid(format!(
+                "built-in operation on offset {off}: the word must be 8-byte aligned"
+            )));
+        }
+        Ok((off, x))
+    }
+
+    fn word(mem: &mut dyn OpMemory, args: &[u8], f: fn(u64, u64) -> u64) -> Result<()> {
+        let (off, x) = word_args(args)?;
+        let old = mem.read_u64(off)?;
+        mem.write_u64(off, f(old, x))
+    }
+
+    fn add(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        word(m, a, u64::wrapping_add)
+    }
+    fn min_u(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        word(m, a, u64::min)
+    }
+    fn max_u(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        word(m, a, u64::max)
+    }
+    fn min_i(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        word(m, a, |o, x| (o as i64).min(x as i64) as u64)
+    }
+    fn max_i(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        word(m, a, |o, x| (o as i64).max(x as i64) as u64)
+    }
+
+    /// The built-in operation with id `id`, if there is one.
+    pub(crate) fn get(id: u32) -> Option<Operation> {
+        let (name, apply): (&'static str, crate::ops::OpFn) = match id {
+            ADD_U64 => ("add u64", add),
+            ADD_I64 => ("add i64", add),
+            MIN_U64 => ("min u64", min_u),
+            MAX_U64 => ("max u64", max_u),
+            MIN_I64 => ("min i64", min_i),
+            MAX_I64 => ("max i64", max_i),
+            _ => return None,
+        };
+        Some(Operation { name, apply })
+    }
+
+    /// Whether built-in `id` commutes with itself on one word (so it may be
+    /// applied at commit to the newest committed value).
+    pub(crate) fn is_commutative(id: u32) -> bool {
+        (ADD_U64..=MAX_I64).contains(&id)
+    }
 }

@@ -209,12 +209,12 @@ impl View {
         if self.depth == 0 {
             return Err(Error::NotInTransaction { op: "commute" });
         }
-        if !crate::builtin_ops::is_commutative(id) {
+        if !crate::ops::builtin::is_commutative(id) {
             return Err(Error::Invalid(format!(
                 "operation {id} is not a commutative built-in operation"
             )));
         }
-        let (off, _) = crate::builtin_ops::word_args(args)?;
+        let (off, _) = crate::ops::builtin::word_args(args)?;
         self.check_range(off, 8)?;
         let v = &*self.inner;
         if v.read_only.load(Ordering::Relaxed) {
