@@ -100,7 +100,7 @@ pub(crate) struct RegionInner {
     /// The page checksum table, when the region keeps one.
     pub sums: Option<crate::sums::PageSums>,
     /// This process's views and its fence thread (issue 20, `view/fence.rs`).
-    pub(crate) fence: crate::view::Fence,
+    pub(crate) fence: crate::fencectl::Fence,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

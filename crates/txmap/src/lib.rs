@@ -41,6 +41,7 @@ pub mod collections;
 pub mod compact;
 mod engine;
 mod error;
+mod fencectl;
 mod filestate;
 pub mod inspect;
 pub mod io;

@@ -532,7 +532,7 @@ impl Region {
             opts,
             locks,
             view_pool: Mutex::new(Vec::new()),
-            fence: crate::view::Fence::default(),
+            fence: crate::fencectl::Fence::default(),
             address: recovered.2,
             sums: recovered.4,
         });

@@ -24,97 +24,16 @@
 use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::ViewInner;
 use crate::engine::{RegionInner, lock};
 use crate::os::mem::PAGE;
 
-/// This process's views of one region and the thread that fences them.
-#[derive(Default)]
-pub(crate) struct Fence {
-    /// Addresses of the live `ViewInner`s (boxed, so they do not move).
-    views: Mutex<Vec<usize>>,
-    thread: Mutex<Option<Arc<Control>>>,
-    /// The thread runs and can write `/proc/self/mem`: views may hand out
-    /// file pages.
-    running: AtomicBool,
-}
-
-/// Between the region and its fence thread (detached: a forked child,
-/// which has no such thread, must not join it).
-#[derive(Default)]
-struct Control {
-    stop: AtomicBool,
-    /// Set by the thread as its last access to the region.
-    done: AtomicBool,
-}
-
-impl Fence {
-    /// Registers a view, starting the thread with the first.
-    pub(super) fn register(&self, region: &RegionInner, view: *const ViewInner) {
-        lock(&self.views).push(view as usize);
-        let mut t = lock(&self.thread);
-        if t.is_some() {
-            return;
-        }
-        // Opened first: where forced writes are refused, no view reads the
-        // file (a fence it could not answer would hold every checkpoint).
-        let Ok(mem) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-        else {
-            return;
-        };
-        let ctl = Arc::new(Control::default());
-        let (r, c) = (region as *const RegionInner as usize, ctl.clone());
-        if std::thread::Builder::new()
-            .name("txmap-fence".into())
-            .spawn(move || {
-                run(r, &c.stop, &mem);
-                c.done.store(true, Ordering::Release);
-            })
-            .is_ok()
-        {
-            *t = Some(ctl);
-            self.running.store(true, Ordering::Release);
-        }
-    }
-
-    /// Removes a view; after this the thread never touches it.
-    pub(super) fn unregister(&self, view: *const ViewInner) {
-        lock(&self.views).retain(|&v| v != view as usize);
-    }
-
-    /// True while views may hand out file pages (see `running`).
-    pub(super) fn running(&self) -> bool {
-        self.running.load(Ordering::Acquire)
-    }
-
-    /// Stops the thread and waits until it no longer touches the region
-    /// (`owner`: this is the process that started it; a forked child has
-    /// no such thread and touches nothing).
-    pub(crate) fn stop(&self, owner: bool, word: &AtomicU32) {
-        if !owner {
-            return;
-        }
-        let Some(ctl) = lock(&self.thread).take() else {
-            return;
-        };
-        self.running.store(false, Ordering::Release);
-        ctl.stop.store(true, Ordering::SeqCst);
-        crate::os::lock::futex_wake_all(word);
-        while !ctl.done.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-}
-
 /// The fence thread: applies each new generation to every registered view.
-fn run(region: usize, stop: &AtomicBool, mem: &std::fs::File) {
+pub(super) fn run(region: usize, stop: &AtomicBool, mem: &std::fs::File) {
     // SAFETY: the region outlives this thread's use of it: its `Drop` waits
     // for `done`, which is set after this returns.
     let region = unsafe { &*(region as *const RegionInner) };

@@ -33,7 +33,6 @@ use crate::os::signal::{self, Registration};
 pub use crate::viewmem::{MAX_READ_PAGES, MAX_WRITE_PAGES};
 use crate::viewmem::{POOLED_VIEWS, ViewMemory, page_state};
 use crate::wal::format::Range;
-pub(crate) use fence::Fence;
 
 const TOUCH_READ: u32 = 1;
 const TOUCH_WRITE: u32 = 2;
@@ -281,8 +280,12 @@ impl View {
             source: e,
         })?;
         view.registration = Some(reg);
-        let r = &view.inner.region;
-        r.fence.register(r, &*view.inner);
+        let r: &crate::engine::RegionInner = &view.inner.region;
+        r.fence.register(
+            r as *const crate::engine::RegionInner as usize,
+            &*view.inner as *const ViewInner as usize,
+            fence::run,
+        );
         view.inner.file_ok.store(true, Ordering::Relaxed);
         Ok(view)
     }
@@ -893,7 +896,10 @@ impl Drop for View {
         // Unregister before the memory the handler uses goes away.
         self.registration.take();
         if self.inner.region.check_owner().is_ok() {
-            self.inner.region.fence.unregister(&*self.inner);
+            self.inner
+                .region
+                .fence
+                .unregister(&*self.inner as *const ViewInner as usize);
         }
         // The slot, its snapshot and its liveness lock (an open file
         // description the child shares) are the parent's: releasing them

@@ -1,0 +1,98 @@
+//! This process's views of one region and the control of the thread that
+//! fences them at checkpoints (issue 20): the registry lives with the
+//! region (`RegionInner::fence`); the thread's work on views is
+//! `view/fence.rs`, which starts it with `Fence::register`.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// This process's views of one region and the thread that fences them.
+#[derive(Default)]
+pub(crate) struct Fence {
+    /// Addresses of the live `ViewInner`s (boxed, so they do not move).
+    pub(crate) views: Mutex<Vec<usize>>,
+    thread: Mutex<Option<Arc<Control>>>,
+    /// The thread runs and can write `/proc/self/mem`: views may hand out
+    /// file pages.
+    pub(crate) running: AtomicBool,
+}
+
+/// Between the region and its fence thread (detached: a forked child,
+/// which has no such thread, must not join it).
+#[derive(Default)]
+struct Control {
+    stop: AtomicBool,
+    /// Set by the thread as its last access to the region.
+    done: AtomicBool,
+}
+
+impl Fence {
+    /// Registers a view, starting the thread with the first.
+    pub(crate) fn register(
+        &self,
+        region: usize,
+        view: usize,
+        body: fn(usize, &AtomicBool, &std::fs::File),
+    ) {
+        lock_ok(&self.views).push(view);
+        let mut t = lock_ok(&self.thread);
+        if t.is_some() {
+            return;
+        }
+        // Opened first: where forced writes are refused, no view reads the
+        // file (a fence it could not answer would hold every checkpoint).
+        let Ok(mem) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+        else {
+            return;
+        };
+        let ctl = Arc::new(Control::default());
+        let c = ctl.clone();
+        if std::thread::Builder::new()
+            .name("txmap-fence".into())
+            .spawn(move || {
+                body(region, &c.stop, &mem);
+                c.done.store(true, Ordering::Release);
+            })
+            .is_ok()
+        {
+            *t = Some(ctl);
+            self.running.store(true, Ordering::Release);
+        }
+    }
+
+    /// Removes a view; after this the thread never touches it.
+    pub(crate) fn unregister(&self, view: usize) {
+        lock_ok(&self.views).retain(|&v| v != view);
+    }
+
+    /// True while views may hand out file pages (see `running`).
+    pub(crate) fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Stops the thread and waits until it no longer touches the region
+    /// (`owner`: this is the process that started it; a forked child has
+    /// no such thread and touches nothing).
+    pub(crate) fn stop(&self, owner: bool, word: &AtomicU32) {
+        if !owner {
+            return;
+        }
+        let Some(ctl) = lock_ok(&self.thread).take() else {
+            return;
+        };
+        self.running.store(false, Ordering::Release);
+        ctl.stop.store(true, Ordering::SeqCst);
+        crate::os::lock::futex_wake_all(word);
+        while !ctl.done.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+fn lock_ok<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
