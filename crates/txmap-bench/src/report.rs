@@ -200,3 +200,13 @@ impl Ctx {
 pub const REPS: usize = 7;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A fresh, empty directory for one run.
+pub fn fresh(base: &std::path::Path, name: &str) -> Res<std::path::PathBuf> {
+    let d = base.join(name);
+    if d.exists() {
+        std::fs::remove_dir_all(&d)?;
+    }
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}

@@ -437,7 +437,7 @@ fn measure_inserts(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<InsertRo
                     rows.retried.skip(i, "one process only");
                     continue;
                 }
-                let dir = work::fresh(setup.base, p.id)?;
+                let dir = crate::report::fresh(setup.base, p.id)?;
                 let x = work::inserts(p, &dir, setup.plan.inserts, procs, 1 + rep as u64);
                 record_inserts(r, setup.plan, &mut rows, i, (pi, procs), x);
                 let _ = std::fs::remove_dir_all(&dir);
@@ -608,7 +608,7 @@ fn measure_hash(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<HashRows> {
                 rows.tps_retries.skip(i, w.clone());
                 continue;
             }
-            let dir = work::fresh(setup.base, p.id)?;
+            let dir = crate::report::fresh(setup.base, p.id)?;
             match work::bulk_load(p, &dir, setup.plan.bulk, 100 + rep as u64) {
                 Ok(s) => rows.bulk.push(i, setup.plan.bulk as f64 / s),
                 Err(e) => {
@@ -636,7 +636,7 @@ fn measure_committers(
     let (p, plan) = (&r.peers[i], setup.plan);
     for (ti, &t) in plan.committers.iter().enumerate() {
         ctx.progress(format!("{t} committers: {}, run {}", p.name, rep + 1));
-        let dir = work::fresh(setup.base, p.id)?;
+        let dir = crate::report::fresh(setup.base, p.id)?;
         match work::committers(p, &dir, t, plan.commit_secs) {
             Ok((x, retries)) => {
                 rows.tps[ti].push(i, x);
@@ -730,7 +730,7 @@ fn measure_redb(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<Vec<Row>> {
                 }
                 continue;
             }
-            let dir = work::fresh(setup.base, p.id)?;
+            let dir = crate::report::fresh(setup.base, p.id)?;
             let deadline = std::time::Duration::from_secs(setup.plan.redb_deadline_secs);
             match work::redb_capped(p, &dir, setup.plan.redb, 200 + rep as u64, deadline) {
                 Ok(run) => stopped[i] = record_redb(r, setup.plan, &mut redb, i, rep, run),
@@ -956,7 +956,7 @@ fn measure_abc(ctx: &mut Ctx, r: &mut Report, setup: &Setup, d: Durability) -> R
                         rows[ti][pi].skip(i, w.clone());
                         continue;
                     }
-                    let dir = work::fresh(setup.base, p.id)?;
+                    let dir = crate::report::fresh(setup.base, p.id)?;
                     match work::abc(p, &dir, t, setup.plan.abc_txns, procs, d) {
                         Ok((secs, done, problems)) => {
                             r.problems.extend(problems);
@@ -1045,7 +1045,7 @@ fn page_touch(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
         durability: txmap::Durability::Async,
         ..txmap::Options::default()
     };
-    let dir = work::fresh(base, "touch")?;
+    let dir = crate::report::fresh(base, "touch")?;
     let region = txmap::Region::create(&dir.join("touch.txm"), 1024 * PAGE, opts)?;
     let mut vals = vec![vec![Vec::new(); NS.len()]; CELLS.len()];
     for rep in 0..ctx.reps {

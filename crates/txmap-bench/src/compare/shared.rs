@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier};
 
 use txmap::{Durability, Options, Region};
 
-use super::{Report, work};
+use super::Report;
 use crate::procs::{Worker, reap};
 use crate::report::{Ctx, Res, Summary, num};
 use crate::sharedpages::{Mem, mem, mem_of, timed_reads};
@@ -33,7 +33,7 @@ fn opts() -> Options {
 
 /// Runs the section and adds its rows and targets to the report.
 pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
-    let dir = work::fresh(base, "shared")?;
+    let dir = crate::report::fresh(base, "shared")?;
     let path = dir.join("touch.txm");
     let region = Region::create(&path, (TOUCH_PAGES * PAGE) as u64, opts())?;
     let file = std::fs::File::open(&path)?;

@@ -4,7 +4,7 @@
 //! `done <ns> <write_bytes>` and a line of its most expensive latencies.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
@@ -92,16 +92,6 @@ pub fn config(
         expected_bytes: keys * bytes_per_key,
         ..Config::new(dir, durability)
     }
-}
-
-/// A fresh, empty directory for one run.
-pub fn fresh(base: &Path, name: &str) -> Res<PathBuf> {
-    let d = base.join(name);
-    if d.exists() {
-        std::fs::remove_dir_all(&d)?;
-    }
-    std::fs::create_dir_all(&d)?;
-    Ok(d)
 }
 
 /// Result of an insert run.
