@@ -19,6 +19,15 @@ pub const MIN_I64: u32 = 5;
 /// Raises an i64 to the operand if the operand is larger.
 pub const MAX_I64: u32 = 6;
 
+/// Marks a commit as a nested top action (`View::nested_top`): arguments
+/// are the enclosing transaction's token (u64), the action's index in it
+/// (u32), the undo operation's id (u32) and its arguments. Changes nothing.
+pub const NTA_UNDO: u32 = 16;
+/// Marks nested top actions finished: the enclosing transaction's token
+/// (u64) and an action's index (u32), or `u32::MAX` for all of them (the
+/// enclosing transaction committed). Changes nothing.
+pub const NTA_DONE: u32 = 17;
+
 /// The word's offset and the operand of a built-in operation's arguments.
 pub(crate) fn word_args(args: &[u8]) -> Result<(u64, u64)> {
     let bad = || {
@@ -62,6 +71,18 @@ fn max_i(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
     word(m, a, |o, x| (o as i64).max(x as i64) as u64)
 }
 
+/// The nested-top-action markers change no bytes; their arguments are
+/// checked by `crate::nta::decode`.
+fn marker(_: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+    if a.len() < 12 {
+        return Err(Error::Invalid(format!(
+            "nested top action marker: at least 12 argument bytes expected, got {}",
+            a.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The built-in operation with id `id`, if there is one.
 pub(crate) fn get(id: u32) -> Option<Operation> {
     let (name, apply): (&'static str, crate::ops::OpFn) = match id {
@@ -71,6 +92,8 @@ pub(crate) fn get(id: u32) -> Option<Operation> {
         MAX_U64 => ("max u64", max_u),
         MIN_I64 => ("min i64", min_i),
         MAX_I64 => ("max i64", max_i),
+        NTA_UNDO => ("nested top action", marker),
+        NTA_DONE => ("nested top actions done", marker),
         _ => return None,
     };
     Some(Operation { name, apply })

@@ -270,6 +270,21 @@ impl OpMemory for Overlay<'_> {
     }
 }
 
+/// An `Overlay` loader of the region file's pages (zeros past its end).
+pub(crate) fn file_pages(
+    data: &dyn Storage,
+) -> Result<impl FnMut(u32, &mut [u8]) -> Result<()> + '_> {
+    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+    Ok(move |p: u32, buf: &mut [u8]| {
+        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+        if at + PAGE as u64 <= len {
+            data.read_at(buf, at)
+                .map_err(|e| Error::io("read", data.path(), e))?;
+        }
+        Ok(())
+    })
+}
+
 /// Redoes one record into a region file (recovery, restore): its ranges
 /// written in place, or, when it holds operations, its pages rebuilt from
 /// the file and written back whole.
@@ -282,15 +297,7 @@ pub(crate) fn redo_into_file(data: &dyn Storage, r: &CommitRecord<'_>) -> Result
         }
         return Ok(());
     }
-    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
-    let mut load = |p: u32, buf: &mut [u8]| {
-        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
-        if at + PAGE as u64 <= len {
-            data.read_at(buf, at)
-                .map_err(|e| Error::io("read", data.path(), e))?;
-        }
-        Ok(())
-    };
+    let mut load = file_pages(data)?;
     let mut ov = Overlay::new(r.data_size, &mut load);
     ov.apply(r)?;
     for (p, bytes) in ov.into_pages() {

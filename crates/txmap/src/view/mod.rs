@@ -15,6 +15,7 @@
 mod apply;
 mod fault;
 mod fence;
+mod nta;
 mod pause;
 
 pub use pause::Paused;
@@ -184,6 +185,8 @@ pub struct View {
     paused_reads: Vec<u32>,
     /// Registered operations applied in the open transaction (`apply.rs`).
     op_log: Option<Box<apply::OpLog>>,
+    /// Nested top actions of the open transaction (`nta.rs`).
+    nta: Option<Box<nta::Nested>>,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -261,6 +264,7 @@ impl View {
             depth: 0,
             paused_reads: Vec::new(),
             op_log: None,
+            nta: None,
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -495,6 +499,7 @@ impl View {
                 return Ok(());
             }
         }
+        self.nta_before_commit();
         let r = self.commit_outermost();
         let v = &*self.inner;
         if v.untracked_reads.load(Ordering::Relaxed) {
@@ -509,7 +514,8 @@ impl View {
             }
         }
         self.finish(r.is_ok());
-        r
+        let compensated = self.nta_after_end(r.is_ok());
+        compensated.and(r)
     }
 
     fn commit_outermost(&mut self) -> Result<()> {
@@ -578,7 +584,10 @@ impl View {
         let commute = op_log.map_or_else(Vec::new, |l| {
             l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
         });
-        if versions.is_empty() && commute.is_empty() {
+        if versions.is_empty()
+            && commute.is_empty()
+            && !op_log.is_some_and(apply::OpLog::has_marker)
+        {
             return Ok(()); // stores that changed nothing
         }
         // Untracked reads: a page touched in this transaction may have been
@@ -682,6 +691,8 @@ impl View {
         if self.depth > 0 && self.inner.region.check_owner().is_ok() {
             self.depth = 1;
             self.finish(false);
+            // Failures stay pending in the log for the next first opener.
+            let _ = self.nta_after_end(false);
         }
     }
 
