@@ -53,11 +53,15 @@ pub enum CrashPoint {
     /// made the pages they read from the file private), before the
     /// checkpoint overwrites them.
     CheckpointFenced = 15,
+    /// Recovering: after each compensation of a nested top action whose
+    /// parent never committed is logged and written to the region file,
+    /// before the region header.
+    Compensating = 16,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 15] = [
+    pub const ALL: [CrashPoint; 16] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -73,6 +77,7 @@ impl CrashPoint {
         CrashPoint::RestorePlacing,
         CrashPoint::CompactShrinking,
         CrashPoint::CheckpointFenced,
+        CrashPoint::Compensating,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -110,7 +115,8 @@ mod tests {
             | CrashPoint::RestoreReplaying
             | CrashPoint::RestorePlacing
             | CrashPoint::CompactShrinking
-            | CrashPoint::CheckpointFenced => p as u32,
+            | CrashPoint::CheckpointFenced
+            | CrashPoint::Compensating => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

@@ -17,7 +17,7 @@ use crate::builtin_ops::{NTA_DONE, NTA_UNDO};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::os::mem::PAGE;
-use crate::wal::format::{CommitRecord, HEADER_BYTES, LoggedOp};
+use crate::wal::format::{CommitRecord, HEADER_BYTES, LoggedOp, Range};
 
 /// `NTA_DONE`'s index for "every action of the parent" (it committed).
 pub(crate) const ALL: u32 = u32::MAX;
@@ -63,42 +63,92 @@ fn token_index(a: &[u8]) -> Option<(u64, u32)> {
 pub(crate) fn pending<'a>(
     records: impl IntoIterator<Item = &'a CommitRecord<'a>>,
 ) -> Result<Vec<Pending>> {
-    let mut open: Vec<Pending> = Vec::new();
+    let mut open = Vec::new();
     for r in records {
-        for o in &r.ops {
-            let bad = || {
-                Error::Invalid(format!(
-                    "commit {}: nested top action marker {} with {} argument bytes",
-                    r.seq,
-                    o.id,
-                    o.args.len()
-                ))
-            };
-            match o.id {
-                NTA_UNDO => {
-                    let (token, index) = token_index(o.args).ok_or_else(bad)?;
-                    let undo = o
-                        .args
-                        .get(12..16)
-                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                        .ok_or_else(bad)?;
-                    open.push(Pending {
-                        token,
-                        index,
-                        seq: r.seq,
-                        undo,
-                        args: o.args[16..].to_vec(),
-                    });
-                }
-                NTA_DONE => {
-                    let (token, index) = token_index(o.args).ok_or_else(bad)?;
-                    open.retain(|p| p.token != token || (index != ALL && p.index != index));
-                }
-                _ => {}
-            }
-        }
+        note(&mut open, r)?;
     }
     Ok(open)
+}
+
+/// Updates the pending actions `open` with record `r`'s markers.
+fn note(open: &mut Vec<Pending>, r: &CommitRecord<'_>) -> Result<()> {
+    for o in &r.ops {
+        let bad = || {
+            Error::Invalid(format!(
+                "commit {}: nested top action marker {} with {} argument bytes",
+                r.seq,
+                o.id,
+                o.args.len()
+            ))
+        };
+        match o.id {
+            NTA_UNDO => {
+                let (token, index) = token_index(o.args).ok_or_else(bad)?;
+                let undo = o
+                    .args
+                    .get(12..16)
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    .ok_or_else(bad)?;
+                open.push(Pending {
+                    token,
+                    index,
+                    seq: r.seq,
+                    undo,
+                    args: o.args[16..].to_vec(),
+                });
+            }
+            NTA_DONE => {
+                let (token, index) = token_index(o.args).ok_or_else(bad)?;
+                open.retain(|p| p.token != token || (index != ALL && p.index != index));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A process's scan of the log's current epoch for pending actions, kept
+/// between checkpoints so each record is read once (`Log::maybe_reset`).
+#[derive(Default)]
+pub(crate) struct EpochScan {
+    salt: u64,
+    /// Where the next unread record starts.
+    offset: u64,
+    open: Vec<Pending>,
+}
+
+impl EpochScan {
+    /// Whether the records of epoch `salt` up to `end` (all written) leave
+    /// a nested top action pending: then the log must not be reset, or its
+    /// compensation would be lost.
+    pub(crate) fn any_pending(&mut self, log: &dyn Storage, salt: u64, end: u64) -> Result<bool> {
+        if salt != self.salt || self.offset > end || self.offset < HEADER_BYTES {
+            *self = EpochScan {
+                salt,
+                offset: HEADER_BYTES,
+                open: Vec::new(),
+            };
+        }
+        if end > self.offset {
+            let mut buf = vec![0u8; (end - self.offset) as usize];
+            log.read_at(&mut buf, self.offset)
+                .map_err(|e| Error::io("read", log.path(), e))?;
+            let mut at = 0;
+            while at < buf.len() {
+                let r = crate::wal::format::decode_record(&buf[at..], salt).map_err(|e| {
+                    Error::corrupt(
+                        log.path(),
+                        self.offset + at as u64,
+                        format!("a written record does not read back: {e:?}"),
+                    )
+                })?;
+                note(&mut self.open, &r)?;
+                at += r.len;
+            }
+            self.offset = end;
+        }
+        Ok(!self.open.is_empty())
+    }
 }
 
 /// Fails with `Error::UnknownOperation` if a pending action's undo is not
@@ -125,9 +175,10 @@ pub(crate) struct Compensated {
 }
 
 /// Runs `pending` (newest first) as compensating commits after `last`, the
-/// epoch's last record (which the region file holds now): each is appended
-/// to the log at `log_end` and synced, then its pages are written into the
-/// file. The log is synced first, so every earlier record is too.
+/// epoch's last record (which the region file holds now): each undo runs on
+/// the file's pages, its commit (the bytes it changed and `NTA_DONE`) is
+/// appended to the log at `log_end` and synced, then its pages are written
+/// into the file. The log is synced first, so every earlier record is too.
 pub(crate) fn compensate(
     data: &dyn Storage,
     log: &dyn Storage,
@@ -157,21 +208,29 @@ pub(crate) fn compensate(
             ))
         })?;
         let pages = ov.into_pages();
+        // Logged as the bytes it changed (and the marker), not as the
+        // operation: replaying a byte diff again after a crash in recovery
+        // gives the same bytes, running the undo again would not.
+        let mut ranges = Vec::new();
+        for (page, new) in &pages {
+            let mut old = vec![0u8; PAGE];
+            (crate::ops::file_pages(data)?)(*page, &mut old)?;
+            let first = old.iter().zip(new).position(|(a, b)| a != b);
+            let last = old.iter().zip(new).rposition(|(a, b)| a != b);
+            if let (Some(f), Some(l)) = (first, last) {
+                ranges.push(Range {
+                    offset: u64::from(*page) * PAGE as u64 + f as u64,
+                    bytes: &new[f..=l],
+                });
+            }
+        }
         let done = done_args(p.token, p.index);
-        let ops = [
-            LoggedOp {
-                at: 0,
-                id: p.undo,
-                pages: pages.keys().copied().collect(),
-                args: &p.args,
-            },
-            LoggedOp {
-                at: 0,
-                id: NTA_DONE,
-                pages: Vec::new(),
-                args: &done,
-            },
-        ];
+        let ops = [LoggedOp {
+            at: 0,
+            id: NTA_DONE,
+            pages: Vec::new(),
+            args: &done,
+        }];
         let seq = c.last + 1;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -183,7 +242,7 @@ pub(crate) fn compensate(
             seq,
             seq - 1,
             size,
-            std::iter::empty(),
+            ranges.iter().cloned(),
             &ops,
             Some(now),
         );
@@ -198,6 +257,7 @@ pub(crate) fn compensate(
         c.last = seq;
         c.log_end += buf.len() as u64;
         c.count += 1;
+        crate::debug::hit(crate::debug::CrashPoint::Compensating);
     }
     Ok(c)
 }
