@@ -480,3 +480,31 @@ fn a_dead_parents_compensation_survives_a_peers_checkpoints() {
     let r = Region::open(&path, opts).unwrap();
     check(&r, &[0, 1]);
 }
+
+#[test]
+fn bracketing_form_an_aborted_action_has_no_undo_and_an_ended_one_is_compensated() {
+    register();
+    let d = ext4_dir("nta-bracket");
+    let r = Region::create(&d.join("r.txm"), PAGES * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    let (a, b) = (cell_off(0), cell_off(1));
+    v.begin().unwrap();
+    v.write(FLAGS, &1u64).unwrap();
+    // Rolled back: no effect, and nothing to undo later.
+    v.nta_begin(OP_ADD, &args(a, 5u64.wrapping_neg())).unwrap();
+    v.write(a, &5u64).unwrap();
+    v.nta_abort().unwrap();
+    assert!(v.in_transaction());
+    assert_eq!(state(&r).0[0], 0);
+    // Ended: visible at once; the parent still sees its own store.
+    v.nta_begin(OP_ADD, &args(b, 7u64.wrapping_neg())).unwrap();
+    v.write(b, &7u64).unwrap();
+    v.nta_end().unwrap();
+    assert_eq!(state(&r).0[1], 7);
+    assert_eq!(v.read::<u64>(FLAGS).unwrap(), 1);
+    assert!(matches!(v.nta_end(), Err(Error::Invalid(_))));
+    v.rollback();
+    // Only the ended action was compensated (an undo of the rolled-back
+    // one would leave cell 0 at -5).
+    check(&r, &[]);
+}

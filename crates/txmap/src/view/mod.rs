@@ -187,6 +187,8 @@ pub struct View {
     op_log: Option<Box<apply::OpLog>>,
     /// Nested top actions of the open transaction (`nta.rs`).
     nta: Option<Box<nta::Nested>>,
+    /// Nested top actions begun by `nta_begin` and not yet ended.
+    nta_open: Vec<nta::Open>,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -265,6 +267,7 @@ impl View {
             paused_reads: Vec::new(),
             op_log: None,
             nta: None,
+            nta_open: Vec::new(),
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();

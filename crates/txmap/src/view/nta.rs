@@ -9,7 +9,7 @@
 use super::View;
 use crate::builtin_ops::{NTA_DONE, NTA_UNDO};
 use crate::error::{Error, Result};
-use crate::nta::{ALL, done_args, undo_args};
+use crate::nta::{ALL, done_args, undo_args as undo_args_of};
 
 /// The nested top actions of the open transaction.
 pub(crate) struct Nested {
@@ -18,6 +18,16 @@ pub(crate) struct Nested {
     /// (index, undo operation, its arguments), in order.
     actions: Vec<(u32, u32, Vec<u8>)>,
     next: u32,
+}
+
+/// A nested top action begun by [`View::nta_begin`], not yet ended.
+pub(crate) struct Open {
+    parent: super::pause::Paused,
+    nested: Box<Nested>,
+    index: u32,
+    tag: Vec<u8>,
+    undo: u32,
+    args: Vec<u8>,
 }
 
 impl View {
@@ -38,19 +48,38 @@ impl View {
     pub fn nested_top<T>(
         &mut self,
         undo: u32,
-        undo_args_: &[u8],
+        undo_args: &[u8],
         mut f: impl FnMut(&mut View) -> Result<T>,
     ) -> Result<T> {
+        let mut backoff = super::Backoff::new(self.inner.slot() as u64);
+        loop {
+            self.nta_begin(undo, undo_args)?;
+            let r = match f(self) {
+                Ok(x) => self.nta_end().map(|_| x),
+                Err(e) => self.nta_abort().and(Err(e)),
+            };
+            match r {
+                Err(Error::Conflict) => backoff.wait(),
+                other => return other,
+            }
+        }
+    }
+
+    /// Begins a nested top action of the open transaction (the bracketing
+    /// form of [`View::nested_top`], C `txmap_nta_begin`): pauses it and
+    /// begins a serializable transaction of the action's own on this view.
+    /// End it with [`View::nta_end`] (commit) or [`View::nta_abort`].
+    pub fn nta_begin(&mut self, undo: u32, undo_args: &[u8]) -> Result<()> {
         self.inner.region.check_owner()?;
         if self.depth == 0 {
-            return Err(Error::NotInTransaction { op: "nested_top" });
+            return Err(Error::NotInTransaction { op: "nta_begin" });
         }
         if !crate::ops::is_registered(undo) {
             return Err(Error::Invalid(format!(
                 "nested top action: undo operation {undo} is not registered"
             )));
         }
-        let mut nested = self.nta.take().unwrap_or_else(|| {
+        let nested = self.nta.take().unwrap_or_else(|| {
             Box::new(Nested {
                 token: crate::rand::fresh(),
                 actions: Vec::new(),
@@ -58,7 +87,7 @@ impl View {
             })
         });
         let index = nested.next;
-        let tag = undo_args(nested.token, index, undo, undo_args_);
+        let tag = undo_args_of(nested.token, index, undo, undo_args);
         let parent = match self.pause() {
             Ok(p) => p,
             Err(e) => {
@@ -66,13 +95,65 @@ impl View {
                 return Err(e);
             }
         };
-        let r = self.run(|v| {
-            let x = f(v)?;
-            v.log_marker(NTA_UNDO, &tag);
-            Ok(x)
+        if let Err(e) = self.begin() {
+            self.nta = Some(nested);
+            self.resume(parent)?;
+            return Err(e);
+        }
+        self.nta_open.push(Open {
+            parent,
+            nested,
+            index,
+            tag,
+            undo,
+            args: undo_args.to_vec(),
         });
-        if r.is_ok() {
-            nested.actions.push((index, undo, undo_args_.to_vec()));
+        Ok(())
+    }
+
+    /// Commits the nested top action begun last by [`View::nta_begin`]
+    /// (with its undo in its record) and resumes the enclosing transaction.
+    /// On a conflict (`Error::Conflict`) the action left no trace and the
+    /// enclosing transaction is resumed all the same: begin it again.
+    pub fn nta_end(&mut self) -> Result<()> {
+        self.nta_finish(true)
+    }
+
+    /// Rolls back the nested top action begun last by [`View::nta_begin`]
+    /// and resumes the enclosing transaction.
+    pub fn nta_abort(&mut self) -> Result<()> {
+        self.nta_finish(false)
+    }
+
+    fn nta_finish(&mut self, commit: bool) -> Result<()> {
+        self.inner.region.check_owner()?;
+        if self.nta_open.is_empty() {
+            return Err(Error::Invalid("no nested top action is open".into()));
+        }
+        if self.depth != 1 {
+            return Err(Error::Invalid(format!(
+                "ending a nested top action inside {} levels of nested transactions: \
+                 commit them first",
+                self.depth.saturating_sub(1)
+            )));
+        }
+        let Open {
+            parent,
+            mut nested,
+            index,
+            tag,
+            undo,
+            args,
+        } = self.nta_open.pop().expect("checked above");
+        let r = if commit {
+            self.log_marker(NTA_UNDO, &tag);
+            self.commit()
+        } else {
+            self.rollback();
+            Ok(())
+        };
+        if commit && r.is_ok() {
+            nested.actions.push((index, undo, args));
             nested.next += 1;
         }
         if let Err(e) = self.resume(parent) {
