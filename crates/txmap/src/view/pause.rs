@@ -265,6 +265,10 @@ impl View {
         v.read_n.store(reads.len(), Ordering::Relaxed);
         v.snapshot.store(s, Ordering::Relaxed);
         v.valid_seq.store(s, Ordering::Relaxed);
+        // The view's own commits meanwhile are no longer what its memory
+        // holds (the paused pages replaced them): the next `refresh` must
+        // not keep those pages as its own.
+        v.last_commit.store(0, Ordering::Relaxed);
         v.doomed.store(paused.doomed, Ordering::Relaxed);
         v.read_only.store(paused.read_only, Ordering::Relaxed);
         v.track_reads.store(paused.track_reads, Ordering::Relaxed);
