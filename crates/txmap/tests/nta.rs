@@ -344,6 +344,16 @@ fn sigkill_between_nested_actions_and_the_parents_commit_compensates_at_reopen()
     let path = d.join("r.txm");
     create(&path);
     kill_holding(&d, test, 6, true);
+    // `txmap check` names what the next open will compensate.
+    let report = txmap::inspect::check(&path).unwrap();
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("1 nested top action(s)")),
+        "{:?}",
+        report.warnings
+    );
     let r = Region::open(&path, Options::default()).unwrap();
     // Parents 0..6 ended (3 aborted); parent 6 never committed.
     check(&r, &[0, 1, 2, 4, 5]);
