@@ -128,6 +128,12 @@ fn parent(v: &mut View, p: u64, end: End) -> bool {
                 v.write(FLAGS + 8 * p, &1u64)?;
                 for (c, x) in actions(p) {
                     nested_add(v, c, x, p.is_multiple_of(2))?;
+                    if p.is_multiple_of(5) {
+                        // Paused between actions: they go with it.
+                        let paused = v.pause()?;
+                        v.run(|v| v.read::<u64>(FLAGS).map(|_| ()))?;
+                        v.resume(paused)?;
+                    }
                 }
                 if matches!(end, End::Abort) {
                     v.abort()?;
@@ -144,7 +150,7 @@ fn parent(v: &mut View, p: u64, end: End) -> bool {
 }
 
 #[test]
-fn threads_parents_commit_abort_and_conflict_only_committed_effects_stay() {
+fn threads_parents_commit_abort_conflict_and_pause_only_committed_effects_stay() {
     register();
     let d = ext4_dir("nta-threads");
     let path = d.join("r.txm");
@@ -433,6 +439,14 @@ fn sigkill_at_random_points_leaves_exactly_the_committed_parents() {
             by_op: round % 2 == 0,
         };
         let mut c = spawn(&d, test, run, round);
+        // A peer process runs parents alongside and finishes.
+        let peer_run = Run {
+            from: from + 60,
+            to: from + 100,
+            hold: None,
+            by_op: round % 2 == 1,
+        };
+        let mut peer = spawn(&d, test, peer_run, 100 + round);
         let lines = 1 + (rng % 80) as usize;
         loop {
             let n = std::fs::read_to_string(&acks)
@@ -446,8 +460,12 @@ fn sigkill_at_random_points_leaves_exactly_the_committed_parents() {
         }
         c.signal(rustix::process::Signal::KILL);
         c.kill();
+        peer.wait_ok("the peer");
         let r = Region::open(&path, Options::default()).unwrap();
         let (_, flags) = state(&r);
+        for p in from + 60..from + 100 {
+            assert_eq!(flags.contains(&p), p % 4 != 3, "the peer's parent {p}");
+        }
         let acked_commits = acked(&acks, "c ");
         let acked_aborts = acked(&acks, "a ");
         let this: Vec<u64> = flags.iter().copied().filter(|&p| p >= from).collect();
@@ -455,7 +473,7 @@ fn sigkill_at_random_points_leaves_exactly_the_committed_parents() {
             assert!(this.contains(p), "acknowledged commit of parent {p} lost");
         }
         for p in &this {
-            assert!(!acked_aborts.contains(p) && *p < from + 60, "parent {p}");
+            assert!(!acked_aborts.contains(p) && *p < from + 100, "parent {p}");
         }
         committed.extend(this);
         check(&r, &committed);
