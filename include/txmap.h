@@ -806,6 +806,37 @@ uint64_t txmap_op_size(txmap_op_mem *mem);
 // `args` is readable for `args_len` bytes.
 int txmap_apply(txmap_view *view, uint32_t id, const void *args, size_t args_len);
 
+// Begins a nested top action of the view's open transaction: pauses it
+// and begins a transaction of the action's own on the view. End it with
+// `txmap_nta_end` (its commit, visible at once, names the undo: registered
+// operation `undo` with the `args_len` bytes at `args`) or
+// `txmap_nta_abort`. If the enclosing transaction then aborts or fails to
+// commit, the undo runs as a compensating commit; if the process dies
+// first, the next first opener of the region runs it. `TXMAP_ENOTXN`
+// outside a transaction, `TXMAP_EINVAL` if `undo` is not registered.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread;
+// `args` is readable for `args_len` bytes.
+int txmap_nta_begin(txmap_view *view, uint32_t undo, const void *args, size_t args_len);
+
+// Commits the nested top action begun last by `txmap_nta_begin` and
+// resumes the enclosing transaction. `TXMAP_CONFLICT`: the action left no
+// trace (the enclosing transaction is resumed all the same; begin the
+// action again). `TXMAP_EINVAL` if none is open, or inner transactions of
+// the action are.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_nta_end(txmap_view *view);
+
+// Rolls back the nested top action begun last by `txmap_nta_begin` and
+// resumes the enclosing transaction.
+//
+// # Safety
+// `view` is NULL or a live view handle, not in use by another thread.
+int txmap_nta_abort(txmap_view *view);
+
 // Applies a commutative built-in operation (`TXMAP_OP_ADD_U64`, …) with
 // `operand` (an i64 passed as its bits) to the 8-byte-aligned word at
 // region offset `off`, in the view's transaction: the transaction sees

@@ -162,6 +162,21 @@ pub unsafe extern "C" fn txmap_op_size(mem: *mut txmap_op_mem) -> u64 {
     .unwrap_or(0)
 }
 
+/// The `len` argument bytes at `args` (NULL only when `len` is 0).
+///
+/// # Safety
+/// `args` is NULL or readable for `len` bytes, for `'a`.
+unsafe fn arg_bytes<'a>(args: *const c_void, len: usize) -> Result<&'a [u8], Failure> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if args.is_null() {
+        return Err(Failure::null("args"));
+    }
+    // SAFETY: readable per this function's contract.
+    Ok(unsafe { std::slice::from_raw_parts(args.cast::<u8>(), len) })
+}
+
 /// Runs registered operation `id` with the `args_len` bytes at `args` in
 /// the view's transaction at once, and logs it as one operation record in
 /// place of the byte diffs of what it changed (recovery runs it again).
@@ -181,18 +196,68 @@ pub unsafe extern "C" fn txmap_apply(
     args_len: usize,
 ) -> c_int {
     status(guarded("txmap_apply", || {
-        if args.is_null() && args_len > 0 {
-            return Err(Failure::null("args"));
-        }
-        let a = if args_len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: readable per this function's contract.
-            unsafe { std::slice::from_raw_parts(args.cast::<u8>(), args_len) }
-        };
+        // SAFETY: readable per this function's contract.
+        let a = unsafe { arg_bytes(args, args_len) }?;
         // SAFETY: per this function's contract.
         unsafe { view_mut(view) }?.apply(id, a)?;
         Ok(())
+    }))
+}
+
+/// Begins a nested top action of the view's open transaction: pauses it
+/// and begins a transaction of the action's own on the view. End it with
+/// `txmap_nta_end` (its commit, visible at once, names the undo: registered
+/// operation `undo` with the `args_len` bytes at `args`) or
+/// `txmap_nta_abort`. If the enclosing transaction then aborts or fails to
+/// commit, the undo runs as a compensating commit; if the process dies
+/// first, the next first opener of the region runs it. `TXMAP_ENOTXN`
+/// outside a transaction, `TXMAP_EINVAL` if `undo` is not registered.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread;
+/// `args` is readable for `args_len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_nta_begin(
+    view: *mut txmap_view,
+    undo: u32,
+    args: *const c_void,
+    args_len: usize,
+) -> c_int {
+    status(guarded("txmap_nta_begin", || {
+        // SAFETY: readable per this function's contract.
+        let a = unsafe { arg_bytes(args, args_len) }?;
+        // SAFETY: per this function's contract.
+        unsafe { view_mut(view) }?.nta_begin(undo, a)?;
+        Ok(())
+    }))
+}
+
+/// Commits the nested top action begun last by `txmap_nta_begin` and
+/// resumes the enclosing transaction. `TXMAP_CONFLICT`: the action left no
+/// trace (the enclosing transaction is resumed all the same; begin the
+/// action again). `TXMAP_EINVAL` if none is open, or inner transactions of
+/// the action are.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_nta_end(view: *mut txmap_view) -> c_int {
+    status(guarded("txmap_nta_end", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.nta_end()?)
+    }))
+}
+
+/// Rolls back the nested top action begun last by `txmap_nta_begin` and
+/// resumes the enclosing transaction.
+///
+/// # Safety
+/// `view` is NULL or a live view handle, not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_nta_abort(view: *mut txmap_view) -> c_int {
+    status(guarded("txmap_nta_abort", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.nta_abort()?)
     }))
 }
 

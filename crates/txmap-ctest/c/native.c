@@ -739,3 +739,46 @@ int ctest_native_operations(const char *dir) {
     CHECK_EQ(txmap_region_close(r), TXMAP_OK);
     return 0;
 }
+
+/* txmap_nta_begin/_end: a nested top action commits at once; when its
+ * enclosing transaction aborts, its undo (operation 132 adding -7) runs;
+ * when the enclosing one commits, it stays. */
+int ctest_native_nested_top(const char *dir) {
+    static int calls;
+    txmap_region *r = NULL;
+    txmap_view *v = NULL, *o = NULL;
+    CHECK_EQ(txmap_op_register(132, "nta add", add_op, &calls), TXMAP_OK);
+    CHECK_OK(fresh_region(dir, "nta.txm", 2, &r, &v));
+    CHECK_EQ(txmap_view_open(r, &o), TXMAP_OK);
+    volatile uint64_t *x = txmap_view_base(v);
+    const size_t P = PAGE_SIZE / sizeof(uint64_t);
+    /* The action's counter is on page 1, which the parent never reads. */
+    uint64_t undo[2] = {PAGE_SIZE, (uint64_t)-7};
+    CHECK_EQ(txmap_nta_begin(v, 132, undo, sizeof undo), TXMAP_ENOTXN);
+    for (int round = 0; round < 2; round++) {
+        /* Snapshot isolation: the parent's plain loads may have read page 1
+         * (untracked), which the action then writes. */
+        CHECK_EQ(txmap_begin(v, TXMAP_SNAPSHOT), TXMAP_OK);
+        x[0] = x[0] + 1;
+        CHECK_EQ(txmap_nta_begin(v, 133, undo, sizeof undo), TXMAP_EINVAL); /* unregistered */
+        CHECK_EQ(txmap_nta_begin(v, 132, undo, sizeof undo), TXMAP_OK);
+        x[P] = x[P] + 7;
+        CHECK_EQ(txmap_nta_end(v), TXMAP_OK);
+        CHECK_EQ(txmap_nta_end(v), TXMAP_EINVAL); /* none open */
+        CHECK_EQ(committed(o, P), 7u); /* visible at once */
+        if (round == 0) {
+            CHECK_EQ(txmap_abort(v), TXMAP_OK);
+            CHECK_EQ(txmap_commit(v), TXMAP_ABORTED);
+            CHECK_EQ(committed(o, P), 0u); /* compensated */
+            CHECK_EQ(committed(o, 0), 0u);
+        } else {
+            CHECK_EQ(txmap_commit(v), TXMAP_OK);
+        }
+    }
+    CHECK_EQ(committed(o, 0), 1u);
+    CHECK_EQ(committed(o, P), 7u);
+    CHECK_EQ(txmap_view_close(o), TXMAP_OK);
+    CHECK_EQ(txmap_view_close(v), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    return 0;
+}

@@ -73,3 +73,8 @@ fn pause_and_resume() {
 fn registered_operations() {
     check("operations", ctest_native_operations);
 }
+
+#[test]
+fn nested_top_actions() {
+    check("nested-top", ctest_native_nested_top);
+}

@@ -56,11 +56,15 @@ pub enum CrashPoint {
     /// An ordered commit's number is next in its group (every lower one
     /// committed or was skipped), before the commit lock is taken.
     OrderTurn = 16,
+    /// Recovering: after each compensation of a nested top action whose
+    /// parent never committed is logged and written to the region file,
+    /// before the region header.
+    Compensating = 17,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 16] = [
+    pub const ALL: [CrashPoint; 17] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -77,6 +81,7 @@ impl CrashPoint {
         CrashPoint::CompactShrinking,
         CrashPoint::CheckpointFenced,
         CrashPoint::OrderTurn,
+        CrashPoint::Compensating,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -115,7 +120,8 @@ mod tests {
             | CrashPoint::RestorePlacing
             | CrashPoint::CompactShrinking
             | CrashPoint::CheckpointFenced
-            | CrashPoint::OrderTurn => p as u32,
+            | CrashPoint::OrderTurn
+            | CrashPoint::Compensating => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

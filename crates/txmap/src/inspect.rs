@@ -733,6 +733,18 @@ fn examine(path: &Path) -> Result<Examined> {
             "{e}; opening the region needs it registered (this command cannot run it)"
         ));
     }
+    match crate::nta::pending(records.iter()) {
+        Ok(n) if !n.is_empty() => warnings.push(format!(
+            "{}: {} nested top action(s) of transactions that have not committed \
+             (first in commit {}): the next first open runs their undos unless \
+             those transactions commit first",
+            lp.display(),
+            n.len(),
+            n[0].seq
+        )),
+        Ok(_) => {}
+        Err(e) => problems.push(e),
+    }
     let checksummed_pages = check_sums(
         &data,
         path,

@@ -270,6 +270,21 @@ impl OpMemory for Overlay<'_> {
     }
 }
 
+/// An `Overlay` loader of the region file's pages (zeros past its end).
+pub(crate) fn file_pages(
+    data: &dyn Storage,
+) -> Result<impl FnMut(u32, &mut [u8]) -> Result<()> + '_> {
+    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+    Ok(move |p: u32, buf: &mut [u8]| {
+        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
+        if at + PAGE as u64 <= len {
+            data.read_at(buf, at)
+                .map_err(|e| Error::io("read", data.path(), e))?;
+        }
+        Ok(())
+    })
+}
+
 /// Redoes one record into a region file (recovery, restore): its ranges
 /// written in place, or, when it holds operations, its pages rebuilt from
 /// the file and written back whole.
@@ -282,15 +297,7 @@ pub(crate) fn redo_into_file(data: &dyn Storage, r: &CommitRecord<'_>) -> Result
         }
         return Ok(());
     }
-    let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
-    let mut load = |p: u32, buf: &mut [u8]| {
-        let at = HEADER_BYTES + u64::from(p) * PAGE as u64;
-        if at + PAGE as u64 <= len {
-            data.read_at(buf, at)
-                .map_err(|e| Error::io("read", data.path(), e))?;
-        }
-        Ok(())
-    };
+    let mut load = file_pages(data)?;
     let mut ov = Overlay::new(r.data_size, &mut load);
     ov.apply(r)?;
     for (p, bytes) in ov.into_pages() {
@@ -336,6 +343,15 @@ pub(crate) mod builtin {
     /// Raises an i64 to the operand if the operand is larger.
     pub const MAX_I64: u32 = 6;
 
+    /// Marks a commit as a nested top action (`View::nested_top`): arguments
+    /// are the enclosing transaction's token (u64), the action's index in it
+    /// (u32), the undo operation's id (u32) and its arguments. Changes nothing.
+    pub const NTA_UNDO: u32 = 16;
+    /// Marks nested top actions finished: the enclosing transaction's token
+    /// (u64) and an action's index (u32), or `u32::MAX` for all of them (the
+    /// enclosing transaction committed). Changes nothing.
+    pub const NTA_DONE: u32 = 17;
+
     /// The word's offset and the operand of a built-in operation's arguments.
     pub(crate) fn word_args(args: &[u8]) -> Result<(u64, u64)> {
         let bad = || {
@@ -379,6 +395,18 @@ pub(crate) mod builtin {
         word(m, a, |o, x| (o as i64).max(x as i64) as u64)
     }
 
+    /// The nested-top-action markers change no bytes; their arguments are
+    /// checked by `crate::nta::decode`.
+    fn marker(_: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        if a.len() < 12 {
+            return Err(Error::Invalid(format!(
+                "nested top action marker: at least 12 argument bytes expected, got {}",
+                a.len()
+            )));
+        }
+        Ok(())
+    }
+
     /// The built-in operation with id `id`, if there is one.
     pub(crate) fn get(id: u32) -> Option<Operation> {
         let (name, apply): (&'static str, crate::ops::OpFn) = match id {
@@ -388,6 +416,8 @@ pub(crate) mod builtin {
             MAX_U64 => ("max u64", max_u),
             MIN_I64 => ("min i64", min_i),
             MAX_I64 => ("max i64", max_i),
+            NTA_UNDO => ("nested top action", marker),
+            NTA_DONE => ("nested top actions done", marker),
             _ => return None,
         };
         Some(Operation { name, apply })

@@ -136,7 +136,15 @@ pub(crate) fn recover(
     let total = records.iter().filter(|r| r.seq > base).count() as u64;
     let replay: Vec<_> = records.iter().filter(|r| r.seq > base).collect();
     crate::ops::check_registered(replay.iter().copied(), log.path())?;
-    let touched = crate::ops::touched_pages(replay.iter().copied());
+    // Nested top actions whose parents never committed (`nta.rs`): only
+    // in a whole epoch that continues the checkpoint.
+    let nta = if gap || !reading.damage.is_empty() {
+        Vec::new()
+    } else {
+        crate::nta::pending(records)?
+    };
+    crate::nta::check_registered(&nta, log.path())?;
+    let mut touched = crate::ops::touched_pages(replay.iter().copied());
     if let Some(s) = sums {
         check_pages(data, s, &header, &touched, accept_loss, &mut loss)?;
     }
@@ -157,6 +165,21 @@ pub(crate) fn recover(
         header.checkpoint_seq = r.seq;
         replayed += 1;
         report(replayed);
+    }
+    let last = reading.scan.records.last().map_or(0, |r| r.seq);
+    let mut log_end = reading.scan.end;
+    let mut log_last = reading
+        .scan
+        .records
+        .last()
+        .map_or(lh.start_seq.saturating_sub(1), |r| r.seq);
+    if !nta.is_empty() && last == header.checkpoint_seq {
+        let c = crate::nta::compensate(data, log, lh.salt, &nta, last, log_end, size)?;
+        header.checkpoint_seq = c.last;
+        replayed += c.count;
+        log_end = c.log_end;
+        log_last = c.last;
+        touched.extend(c.pages);
     }
     if !reading.damage.is_empty() && accept_loss {
         let last = reading.damage.iter().filter_map(|d| d.last).max();
@@ -191,12 +214,8 @@ pub(crate) fn recover(
         header,
         log_header: lh,
         replayed,
-        log_end: reading.scan.end,
-        log_last: reading
-            .scan
-            .records
-            .last()
-            .map_or(lh.start_seq.saturating_sub(1), |r| r.seq),
+        log_end,
+        log_last,
         loss,
     })
 }

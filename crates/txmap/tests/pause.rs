@@ -182,3 +182,22 @@ fn resume_refuses_inside_a_transaction_and_across_regions() {
     assert_eq!(v.read::<u64>(0).unwrap(), 0);
     v.commit().unwrap();
 }
+
+#[test]
+fn a_resumed_transaction_that_aborts_leaves_its_view_reading_what_it_committed_meanwhile() {
+    let (_d, r) = region("pause-own-commit", 2);
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    v.write(0, &1u64).unwrap();
+    let p = v.pause().unwrap();
+    // The same view commits to the page the paused transaction wrote.
+    v.run(|v| v.write(8, &7u64)).unwrap();
+    v.resume(p).unwrap();
+    assert_eq!(v.read::<u64>(8).unwrap(), 0); // its snapshot
+    v.abort().unwrap();
+    assert!(matches!(v.commit(), Err(Error::Aborted)));
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(8).unwrap(), 7, "the view's own commit");
+    assert_eq!(v.read::<u64>(0).unwrap(), 0);
+    v.commit().unwrap();
+}

@@ -33,6 +33,9 @@ pub(crate) struct OpLog {
     ops: Vec<(u32, u32, Vec<u32>, Vec<u8>)>,
     /// Commutative operations: (their word's page, index in `ops`).
     commutes: Vec<(u32, usize)>,
+    /// A nested-top-action marker is among `ops`: the commit is logged
+    /// even if it changed no bytes.
+    marker: bool,
 }
 
 impl OpLog {
@@ -67,6 +70,11 @@ impl OpLog {
             .filter(|&&(p, _)| !written(p))
             .map(|&(p, i)| (p, self.ops[i].1, &self.ops[i].3[..]))
             .collect()
+    }
+
+    /// Whether the commit must be logged although it changed nothing.
+    pub(super) fn has_marker(&self) -> bool {
+        self.marker
     }
 
     /// The operations as the commit record holds them.
@@ -162,6 +170,16 @@ impl View {
         log.ops.push((at, id, pages, args.to_vec()));
         self.op_log = Some(log);
         Ok(())
+    }
+
+    /// Logs built-in marker `id` (it changes no bytes, so it needs no cut
+    /// and no shadows) with the transaction's commit.
+    pub(super) fn log_marker(&mut self, id: u32, args: &[u8]) {
+        let mut log = self.op_log.take().unwrap_or_default();
+        let at = log.ranges.len() as u32;
+        log.ops.push((at, id, Vec::new(), args.to_vec()));
+        log.marker = true;
+        self.op_log = Some(log);
     }
 
     /// Diffs the written pages against their shadows (the stores since the

@@ -16,6 +16,7 @@ mod apply;
 mod fair;
 mod fault;
 mod fence;
+mod nta;
 mod ordered;
 mod pause;
 mod rounds;
@@ -188,6 +189,10 @@ pub struct View {
     op_log: Option<Box<apply::OpLog>>,
     /// Conflicts in a row (`view/fair.rs`).
     conflicts: u32,
+    /// Nested top actions of the open transaction (`nta.rs`).
+    nta: Option<Box<nta::Nested>>,
+    /// Nested top actions begun by `nta_begin` and not yet ended.
+    nta_open: Vec<nta::Open>,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -266,6 +271,8 @@ impl View {
             paused_reads: Vec::new(),
             op_log: None,
             conflicts: 0,
+            nta: None,
+            nta_open: Vec::new(),
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -507,6 +514,7 @@ impl View {
                 return Ok(());
             }
         }
+        self.nta_before_commit();
         let r = self.commit_outermost();
         let v = &*self.inner;
         if v.untracked_reads.load(Ordering::Relaxed) {
@@ -522,7 +530,8 @@ impl View {
         }
         self.finish(r.is_ok());
         self.note_outcome(&r);
-        r
+        let compensated = self.nta_after_end(r.is_ok());
+        compensated.and(r)
     }
 
     fn commit_outermost(&mut self) -> Result<()> {
@@ -592,7 +601,10 @@ impl View {
         let commute = op_log.map_or_else(Vec::new, |l| {
             l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
         });
-        if versions.is_empty() && commute.is_empty() {
+        if versions.is_empty()
+            && commute.is_empty()
+            && !op_log.is_some_and(apply::OpLog::has_marker)
+        {
             // Stores that changed nothing.
             return v.region.order_pass(v.slot(), true);
         }
@@ -698,6 +710,8 @@ impl View {
             self.depth = 1;
             self.finish(false);
             self.end_priority();
+            // Failures stay pending in the log for the next first opener.
+            let _ = self.nta_after_end(false);
         }
     }
 

@@ -36,6 +36,8 @@ pub struct Paused {
     writes: Vec<(u32, Box<[u8]>)>,
     /// Registered operations applied before the pause.
     op_log: Option<Box<super::apply::OpLog>>,
+    /// Nested top actions committed before the pause.
+    nta: Option<Box<super::nta::Nested>>,
     /// Pages commutative operations changed (not written otherwise), as
     /// the transaction saw them.
     commuted: Vec<(u32, Box<[u8]>)>,
@@ -146,6 +148,7 @@ impl View {
             maybe_read.dedup();
         }
         let op_log = self.op_log.take();
+        let nta = self.nta.take();
         let commuted_pages = op_log
             .as_ref()
             .map(|l| l.commuted_pages())
@@ -168,6 +171,7 @@ impl View {
             maybe_read,
             writes,
             op_log,
+            nta,
             commuted,
             holds_slot: true,
         };
@@ -261,6 +265,10 @@ impl View {
         v.read_n.store(reads.len(), Ordering::Relaxed);
         v.snapshot.store(s, Ordering::Relaxed);
         v.valid_seq.store(s, Ordering::Relaxed);
+        // The view's own commits meanwhile are no longer what its memory
+        // holds (the paused pages replaced them): the next `refresh` must
+        // not keep those pages as its own.
+        v.last_commit.store(0, Ordering::Relaxed);
         v.doomed.store(paused.doomed, Ordering::Relaxed);
         v.read_only.store(paused.read_only, Ordering::Relaxed);
         v.track_reads.store(paused.track_reads, Ordering::Relaxed);
@@ -269,6 +277,7 @@ impl View {
         v.active.store(true, Ordering::Release);
         self.paused_reads = std::mem::take(&mut paused.maybe_read);
         self.op_log = paused.op_log.take();
+        self.nta = paused.nta.take();
         self.depth = paused.depth;
         Ok(())
     }

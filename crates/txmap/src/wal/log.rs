@@ -160,6 +160,8 @@ pub struct Log {
     reserve: u64,
     /// Where each epoch is copied before the log is reset, if anywhere.
     archive: Option<std::path::PathBuf>,
+    /// Pending nested top actions of the epoch, as far as read (`nta.rs`).
+    nta: std::sync::Mutex<crate::nta::EpochScan>,
 }
 
 impl Log {
@@ -168,6 +170,7 @@ impl Log {
             storage,
             reserve: u64::MAX,
             archive: None,
+            nta: Default::default(),
         }
     }
 
@@ -497,6 +500,16 @@ impl Log {
     ) -> Result<bool> {
         check_poison(h)?;
         if checkpoint_seq < Self::written_seq(h) || commit_seq > checkpoint_seq {
+            return Ok(false);
+        }
+        // A pending nested top action's undo lives only in this epoch: the
+        // log grows until its parent ends (or the next first open runs it).
+        let pending = crate::engine::lock(&self.nta).any_pending(
+            &*self.storage,
+            h.log_salt.load(Ordering::Acquire),
+            h.log_end.load(Ordering::Acquire),
+        );
+        if pending? {
             return Ok(false);
         }
         if let Some(dir) = &self.archive {
