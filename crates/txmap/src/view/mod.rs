@@ -23,6 +23,10 @@ mod rounds;
 
 pub use pause::Paused;
 
+/// The nested top actions of a transaction (`nta.rs`), as a paused one
+/// carries them (`pause.rs`).
+type NestedActions = Option<Box<nta::Nested>>;
+
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -37,7 +37,7 @@ pub struct Paused {
     /// Registered operations applied before the pause.
     op_log: Option<Box<super::apply::OpLog>>,
     /// Nested top actions committed before the pause.
-    nta: Option<Box<super::nta::Nested>>,
+    nta: super::NestedActions,
     /// Pages commutative operations changed (not written otherwise), as
     /// the transaction saw them.
     commuted: Vec<(u32, Box<[u8]>)>,

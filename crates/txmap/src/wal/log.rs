@@ -504,11 +504,15 @@ impl Log {
         }
         // A pending nested top action's undo lives only in this epoch: the
         // log grows until its parent ends (or the next first open runs it).
-        let pending = crate::engine::lock(&self.nta).any_pending(
-            &*self.storage,
-            h.log_salt.load(Ordering::Acquire),
-            h.log_end.load(Ordering::Acquire),
-        );
+        let pending = self
+            .nta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .any_pending(
+                &*self.storage,
+                h.log_salt.load(Ordering::Acquire),
+                h.log_end.load(Ordering::Acquire),
+            );
         if pending? {
             return Ok(false);
         }
