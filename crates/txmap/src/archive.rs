@@ -105,6 +105,9 @@ pub fn restore_to(
         })
         .collect();
     segments.sort();
+    if let Some(t) = until {
+        backup_made_by(&segments, h.checkpoint_seq, t, backup)?;
+    }
     let parts = [
         Part::create(dst.to_path_buf())?,
         Part::create(crate::wal::log_path(dst))?,
@@ -154,18 +157,6 @@ pub fn restore_to(
             }
             used += 1;
             let base = cur;
-            if let Some(t) = until
-                && let Some(b) = scan.records.iter().find(|r| r.seq == base)
-                && b.time.is_some_and(|bt| bt > t)
-            {
-                return Err(Error::Invalid(format!(
-                    "{} holds commit {base}, made at {}, after the time {} asked for: \
-                     restore from an older backup",
-                    backup.display(),
-                    format_time(b.time.unwrap_or(0)),
-                    format_time(t)
-                )));
-            }
             for r in scan.records.iter().filter(|r| r.seq > base) {
                 if to.is_some_and(|t| r.seq > t) {
                     break;
@@ -226,6 +217,37 @@ pub fn restore_to(
         }
     }
     done
+}
+
+/// Fails if the archive still holds the backup's own commit `seq` (in
+/// whichever segment, replayed or not) and it was made after `t`. A
+/// segment that cannot be read here is left to the replay to report.
+fn backup_made_by(segments: &[(u64, u64, PathBuf)], seq: u64, t: u64, backup: &Path) -> Result<()> {
+    let Some((_, _, path)) = segments.iter().find(|(f, l, _)| *f <= seq && seq <= *l) else {
+        return Ok(());
+    };
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(());
+    };
+    let Ok(lh) = LogHeader::decode(&bytes[..bytes.len().min(HEADER_BYTES as usize)]) else {
+        return Ok(());
+    };
+    let scan = crate::wal::scan::scan(&bytes, &lh);
+    match scan
+        .records
+        .iter()
+        .find(|r| r.seq == seq)
+        .and_then(|r| r.time)
+    {
+        Some(made) if made > t => Err(Error::Invalid(format!(
+            "{} holds commit {seq}, made at {}, after the time {} asked for: \
+             restore from an older backup",
+            backup.display(),
+            format_time(made),
+            format_time(t)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A time in nanoseconds since the Unix epoch, as UTC (RFC 3339).

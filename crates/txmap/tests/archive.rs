@@ -318,3 +318,44 @@ fn a_restore_killed_at_any_point_leaves_backup_and_archive_intact_and_no_region_
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_backup_newer_than_the_time_is_refused_when_its_commit_ends_a_segment() {
+    let d = ext4_dir("archive-time-edge");
+    let dir = d.path().to_path_buf();
+    let archive = dir.join("archive");
+    std::fs::create_dir(&archive).unwrap();
+    let src = dir.join("src.txm");
+    let r = Region::create(&src, PAGES * PAGE, opts(&archive)).unwrap();
+    let mut v = r.view().unwrap();
+    let mut after = vec![now_ns()];
+    for s in 1..=10 {
+        commit(&mut v, s);
+        after.push(now_ns());
+    }
+    // The checkpoint archives the epoch: a segment that ends at commit 10.
+    r.checkpoint().unwrap();
+    let backup = dir.join("backup.txm");
+    assert_eq!(r.backup(&backup).unwrap().commit, 10);
+    for s in 11..=20 {
+        commit(&mut v, s);
+        after.push(now_ns());
+    }
+    drop(v);
+    r.close().unwrap();
+    assert!(
+        archive_segments(&archive).iter().any(|(_, l, _)| *l == 10),
+        "a segment ends at the backup's commit"
+    );
+    let dst = dir.join("early.txm");
+    let e = restore_to(&backup, &archive, RestoreTarget::Time(after[5]), &dst).unwrap_err();
+    assert!(
+        e.to_string().contains("restore from an older backup"),
+        "{e}"
+    );
+    assert!(!dst.exists());
+    // At or after the backup's commit, it restores.
+    let rep = restore_to(&backup, &archive, RestoreTarget::Time(after[15]), &dst).unwrap();
+    assert_eq!(rep.commit, 15);
+    check_state(&dst, 15);
+}
