@@ -41,26 +41,33 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
-fn setup(name: &str) -> Setup {
+/// A region at `src.txm` in a fresh directory, archiving into `archive/`.
+fn archiving(name: &str) -> (TestDir, PathBuf, PathBuf, Region) {
     let d = ext4_dir(name);
     let dir = d.path().to_path_buf();
     let archive = dir.join("archive");
     std::fs::create_dir(&archive).unwrap();
-    let src = dir.join("src.txm");
-    let r = Region::create(&src, PAGES * PAGE, opts(&archive)).unwrap();
-    let mut v = r.view().unwrap();
-    let mut after = vec![now_ns()];
-    for s in 1..=30 {
-        commit(&mut v, s);
+    let r = Region::create(&dir.join("src.txm"), PAGES * PAGE, opts(&archive)).unwrap();
+    (d, dir, archive, r)
+}
+
+/// Model commits `seqs`, each followed by the wall clock in `after`.
+fn commit_timed(v: &mut txmap::View, seqs: std::ops::RangeInclusive<u64>, after: &mut Vec<u64>) {
+    for s in seqs {
+        commit(v, s);
         after.push(now_ns());
     }
+}
+
+fn setup(name: &str) -> Setup {
+    let (d, dir, archive, r) = archiving(name);
+    let mut v = r.view().unwrap();
+    let mut after = vec![now_ns()];
+    commit_timed(&mut v, 1..=30, &mut after);
     let backup = dir.join("backup.txm");
     let from = r.backup(&backup).unwrap().commit;
     assert_eq!(from, 30);
-    for s in 31..=300 {
-        commit(&mut v, s);
-        after.push(now_ns());
-    }
+    commit_timed(&mut v, 31..=300, &mut after);
     drop(v);
     r.close().unwrap();
     Setup {
@@ -321,26 +328,15 @@ fn a_restore_killed_at_any_point_leaves_backup_and_archive_intact_and_no_region_
 
 #[test]
 fn a_backup_newer_than_the_time_is_refused_when_its_commit_ends_a_segment() {
-    let d = ext4_dir("archive-time-edge");
-    let dir = d.path().to_path_buf();
-    let archive = dir.join("archive");
-    std::fs::create_dir(&archive).unwrap();
-    let src = dir.join("src.txm");
-    let r = Region::create(&src, PAGES * PAGE, opts(&archive)).unwrap();
+    let (_d, dir, archive, r) = archiving("archive-time-edge");
     let mut v = r.view().unwrap();
     let mut after = vec![now_ns()];
-    for s in 1..=10 {
-        commit(&mut v, s);
-        after.push(now_ns());
-    }
+    commit_timed(&mut v, 1..=10, &mut after);
     // The checkpoint archives the epoch: a segment that ends at commit 10.
     r.checkpoint().unwrap();
     let backup = dir.join("backup.txm");
     assert_eq!(r.backup(&backup).unwrap().commit, 10);
-    for s in 11..=20 {
-        commit(&mut v, s);
-        after.push(now_ns());
-    }
+    commit_timed(&mut v, 11..=20, &mut after);
     drop(v);
     r.close().unwrap();
     assert!(
