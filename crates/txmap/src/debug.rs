@@ -60,11 +60,19 @@ pub enum CrashPoint {
     /// parent never committed is logged and written to the region file,
     /// before the region header.
     Compensating = 17,
+    /// Holding the checkpoint lock, the page journal written and synced
+    /// (records with registered operations are being checkpointed), before
+    /// the first page is written.
+    CheckpointJournaled = 18,
+    /// Recovering: after replayed pages are written to the region file (a
+    /// batch of them, when the log holds registered operations), before
+    /// the region header.
+    RecoveryWriting = 19,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 17] = [
+    pub const ALL: [CrashPoint; 19] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -82,6 +90,8 @@ impl CrashPoint {
         CrashPoint::CheckpointFenced,
         CrashPoint::OrderTurn,
         CrashPoint::Compensating,
+        CrashPoint::CheckpointJournaled,
+        CrashPoint::RecoveryWriting,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -121,7 +131,9 @@ mod tests {
             | CrashPoint::CompactShrinking
             | CrashPoint::CheckpointFenced
             | CrashPoint::OrderTurn
-            | CrashPoint::Compensating => p as u32,
+            | CrashPoint::Compensating
+            | CrashPoint::CheckpointJournaled
+            | CrashPoint::RecoveryWriting => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();
@@ -177,6 +189,22 @@ pub fn set_copy_on_checkpoint(on: bool) {
 
 pub(crate) fn copy_on_checkpoint() -> bool {
     !NO_COPY_ON_CHECKPOINT.load(Ordering::Relaxed)
+}
+
+static REPLAY_BATCH: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's recoveries write the pages of records holding
+/// registered operations in batches of `pages` changed pages (0: the
+/// default, 64 MiB), so tests reach batch boundaries in a small region.
+pub fn replay_batch_pages(pages: u64) {
+    REPLAY_BATCH.store(pages, Ordering::Relaxed);
+}
+
+pub(crate) fn replay_batch() -> Option<usize> {
+    match REPLAY_BATCH.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(n as usize),
+    }
 }
 
 static NO_FENCE: AtomicBool = AtomicBool::new(false);

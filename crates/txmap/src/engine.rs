@@ -99,6 +99,10 @@ pub(crate) struct RegionInner {
     pub address: usize,
     /// The page checksum table, when the region keeps one.
     pub sums: Option<crate::sums::PageSums>,
+    /// The page journal's path (`journal.rs`); `None` for a region opened
+    /// over given storages (`Region::open_with`), whose checkpoints write
+    /// pages without one.
+    pub(crate) journal: Option<PathBuf>,
     /// This process's views and its fence thread (issue 20, `view/fence.rs`).
     pub(crate) fence: crate::fencectl::Fence,
 }
@@ -354,6 +358,9 @@ impl RegionInner {
                 self.mvcc.order_committing(&l, req.slot, seq);
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
+            if crate::ops::changes_bytes(req.ops) {
+                h.file.note_ops(seq);
+            }
             let logged = self.log.append(
                 &h.log,
                 l.guard(),
@@ -519,6 +526,23 @@ impl RegionInner {
                 if t <= ckpt {
                     return Ok(());
                 }
+                // Replaying registered operations onto pages that hold
+                // their effect would apply them twice: such pages are
+                // journaled before any is written (`journal.rs`).
+                let journal = self.journal.as_deref().filter(|_| h.file.ops_after(ckpt));
+                if let Some(path) = journal {
+                    let head = crate::journal::Head {
+                        region_id: h.region_id.load(Ordering::Acquire),
+                        generation: h.file.region_generation(),
+                        from: ckpt,
+                        as_of: t,
+                        data_size: self.size(),
+                    };
+                    let images: Vec<(u32, &[u8])> =
+                        pages.iter().map(|(p, v)| (*p, &v.data[..])).collect();
+                    crate::journal::write(path, &head, &images)?;
+                    crate::debug::hit(crate::debug::CrashPoint::CheckpointJournaled);
+                }
                 let mut crcs =
                     Vec::with_capacity(if self.sums.is_some() { pages.len() } else { 0 });
                 for (page, v) in pages {
@@ -542,6 +566,9 @@ impl RegionInner {
                 };
                 write_region_header(&*self.data, self.sums.as_ref(), &next)?;
                 h.file.checkpointed(&g, next.generation, t);
+                if let Some(path) = journal {
+                    crate::journal::clear(path)?;
+                }
                 Ok(())
             })();
             if let Err(e) = r {

@@ -15,6 +15,10 @@ pub struct FileShared {
     checkpoint_seq: AtomicU64,
     /// Bytes of region data (whole pages).
     data_size: AtomicU64,
+    /// The newest commit whose record holds registered operations that
+    /// change bytes: a checkpoint that writes it journals its pages first
+    /// (`journal.rs`).
+    ops_seq: AtomicU64,
     /// One checkpoint at a time.
     checkpoint_lock: SharedMutex,
     /// Growing the region.
@@ -40,6 +44,7 @@ impl FileShared {
         self.region_generation.store(generation, Ordering::Relaxed);
         self.checkpoint_seq.store(checkpoint_seq, Ordering::Relaxed);
         self.data_size.store(data_size, Ordering::Relaxed);
+        self.ops_seq.store(0, Ordering::Relaxed);
         Ok(())
     }
 
@@ -53,6 +58,18 @@ impl FileShared {
 
     pub fn region_generation(&self) -> u64 {
         self.region_generation.load(Ordering::Acquire)
+    }
+
+    /// Commit `seq`'s record holds operations that change bytes (called
+    /// before the record is written, so a checkpoint that chooses to write
+    /// it sees the mark).
+    pub fn note_ops(&self, seq: u64) {
+        self.ops_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Whether a commit after `checkpoint_seq` holds such operations.
+    pub fn ops_after(&self, checkpoint_seq: u64) -> bool {
+        self.ops_seq.load(Ordering::Acquire) > checkpoint_seq
     }
 
     /// Waits for the checkpoint lock.

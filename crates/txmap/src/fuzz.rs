@@ -190,7 +190,16 @@ pub fn recover(data: &[u8]) {
         ) else {
             return;
         };
-        let _ = crate::recovery::recover(&d, &l, None, None, accept_loss);
+        let _ = crate::recovery::recover(
+            crate::recovery::Files {
+                data: &d,
+                log: &l,
+                sums: None,
+                journal: None,
+            },
+            None,
+            accept_loss,
+        );
     }
 }
 

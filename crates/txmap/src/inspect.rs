@@ -557,6 +557,16 @@ fn examine(path: &Path) -> Result<Examined> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     warnings.extend(rslots.damaged);
+    let jp = crate::journal::journal_path(path);
+    if let Some(j) = crate::journal::pending(&jp, &rh)? {
+        warnings.push(format!(
+            "{}: a checkpoint was interrupted after journaling {} page(s) as of commit {}; \
+             the next writable open writes them",
+            jp.display(),
+            j.pages(),
+            j.head.as_of
+        ));
+    }
     if reading.damage.is_empty() {
         warnings.extend(lslots.into_iter().flat_map(|s| s.damaged));
     }

@@ -45,6 +45,7 @@ mod fencectl;
 mod filestate;
 pub mod inspect;
 pub mod io;
+mod journal;
 mod nta;
 pub mod ops;
 mod options;

@@ -232,6 +232,11 @@ impl<'a> Overlay<'a> {
         (op.apply)(self, args)
     }
 
+    /// How many pages were written so far.
+    pub(crate) fn dirty_pages(&self) -> usize {
+        self.dirty.len()
+    }
+
     /// The pages written, rebuilt.
     pub(crate) fn into_pages(self) -> BTreeMap<u32, Vec<u8>> {
         let dirty = self.dirty;
@@ -305,6 +310,12 @@ pub(crate) fn redo_into_file(data: &dyn Storage, r: &CommitRecord<'_>) -> Result
             .map_err(replay)?;
     }
     Ok(())
+}
+
+/// Whether logged operations change bytes (the nested-top-action markers
+/// change none): replaying them twice would then change the result.
+pub(crate) fn changes_bytes(ops: &[crate::wal::format::LoggedOp<'_>]) -> bool {
+    ops.iter().any(|o| !o.pages.is_empty())
 }
 
 /// Every page a record may change: its ranges' pages and those its

@@ -106,26 +106,62 @@ pub(crate) fn read_headers_raw(
     Ok((header, page))
 }
 
-/// Redo recovery: replays every logged commit after the checkpoint into the
-/// data file, syncs it and records the new checkpoint. Idempotent: a crash
-/// during recovery leaves a log that replays to the same result.
+/// The files recovery reads and writes.
+#[derive(Clone, Copy)]
+pub(crate) struct Files<'a> {
+    pub data: &'a dyn Storage,
+    pub log: &'a dyn Storage,
+    pub sums: Option<&'a crate::sums::PageSums>,
+    /// The page journal's path (`journal.rs`); `None` over given storages.
+    pub journal: Option<&'a Path>,
+}
+
+/// Changed pages replayed in memory before they are written (with their
+/// journal) when the log holds registered operations: 64 MiB.
+const REPLAY_BATCH_PAGES: usize = 16384;
+
+/// Redo recovery: finishes a checkpoint that was interrupted after its page
+/// journal was synced, replays every logged commit after the checkpoint
+/// into the data file, syncs it and records the new checkpoint. Idempotent:
+/// a crash during recovery leaves files that recover to the same result
+/// (records with registered operations are replayed in memory and written
+/// through the page journal, since applying them twice would not be).
 ///
 /// A damaged log (docs/FORMAT.md, "Reading the log") is an error naming
 /// the commits it would lose, and nothing is written; with `accept_loss`
 /// the commits before the damage are replayed and the rest dropped.
 pub(crate) fn recover(
-    data: &dyn Storage,
-    log: &dyn Storage,
-    sums: Option<&crate::sums::PageSums>,
+    files: Files<'_>,
     progress: Option<fn(u64, u64)>,
     accept_loss: bool,
 ) -> Result<Recovered> {
+    let Files {
+        data,
+        log,
+        sums,
+        journal,
+    } = files;
     let (mut header, page) = read_headers_raw(data, log)?;
+    let pending = match journal {
+        Some(j) => crate::journal::pending(j, &header)?,
+        None => None,
+    };
     let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
     // Mapped, not read: a log held long by old snapshots may be large.
     let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
         .map_err(|e| Error::os("map log", e))?;
-    let (reading, mut loss) = read_log(image.bytes(), &page, &header, log.path(), accept_loss)?;
+    // With a journal, the commits up to its own are safe in it.
+    let reading_from = RegionHeader {
+        checkpoint_seq: pending
+            .as_ref()
+            .map_or(header.checkpoint_seq, |j| j.head.as_of),
+        ..header
+    };
+    let (reading, mut loss) =
+        read_log(image.bytes(), &page, &reading_from, log.path(), accept_loss)?;
+    if let (Some(j), Some(path)) = (&pending, journal) {
+        finish_checkpoint(files, path, j, &mut header)?;
+    }
     let lh = reading.header;
     // After a gap nothing can be replayed onto the checkpoint.
     let gap = lh.start_seq > header.checkpoint_seq.saturating_add(1);
@@ -133,8 +169,8 @@ pub(crate) fn recover(
     let mut replayed = 0;
     let mut size = header.data_size;
     let base = header.checkpoint_seq;
-    let total = records.iter().filter(|r| r.seq > base).count() as u64;
     let replay: Vec<_> = records.iter().filter(|r| r.seq > base).collect();
+    let total = replay.len() as u64;
     crate::ops::check_registered(replay.iter().copied(), log.path())?;
     // Nested top actions whose parents never committed (`nta.rs`): only
     // in a whole epoch that continues the checkpoint.
@@ -148,23 +184,36 @@ pub(crate) fn recover(
     if let Some(s) = sums {
         check_pages(data, s, &header, &touched, accept_loss, &mut loss)?;
     }
-    let report = |done: u64| {
+    let mut report = |done: u64| {
         if let Some(f) = progress
             && (done.is_multiple_of(1024) || done == total)
         {
             f(done, total);
         }
     };
-    for r in records.iter().filter(|r| r.seq > base) {
-        if r.data_size > size {
-            size = r.data_size;
-            data.set_len(HEADER_BYTES + size)
-                .map_err(|e| Error::io("allocate disk space to grow", data.path(), e))?;
+    // The header on disk is behind what was replayed.
+    let mut behind = false;
+    let careful = replay.iter().any(|r| crate::ops::changes_bytes(&r.ops));
+    match journal {
+        Some(path) if careful => {
+            replay_journaled(files, path, &mut header, &replay, &mut report)?;
+            replayed = total;
+            size = header.data_size;
         }
-        crate::ops::redo_into_file(data, r)?;
-        header.checkpoint_seq = r.seq;
-        replayed += 1;
-        report(replayed);
+        _ => {
+            for r in &replay {
+                if r.data_size > size {
+                    size = r.data_size;
+                    data.set_len(HEADER_BYTES + size)
+                        .map_err(|e| Error::io("allocate disk space to grow", data.path(), e))?;
+                }
+                crate::ops::redo_into_file(data, r)?;
+                header.checkpoint_seq = r.seq;
+                replayed += 1;
+                behind = true;
+                report(replayed);
+            }
+        }
     }
     let last = reading.scan.records.last().map_or(0, |r| r.seq);
     let mut log_end = reading.scan.end;
@@ -180,6 +229,7 @@ pub(crate) fn recover(
         log_end = c.log_end;
         log_last = c.last;
         touched.extend(c.pages);
+        behind = true;
     }
     if !reading.damage.is_empty() && accept_loss {
         let last = reading.damage.iter().filter_map(|d| d.last).max();
@@ -199,7 +249,7 @@ pub(crate) fn recover(
             ),
         });
     }
-    if replayed > 0 {
+    if behind {
         header.generation += 1;
         header.data_size = size;
         if let Some(s) = sums {
@@ -208,6 +258,7 @@ pub(crate) fn recover(
             data.sync().map_err(|e| Error::io("sync", data.path(), e))?;
             crate::sums::record_from_file(s, data, &touched, size)?;
         }
+        crate::debug::hit(crate::debug::CrashPoint::RecoveryWriting);
         write_region_header(data, sums, &header)?;
     }
     Ok(Recovered {
@@ -218,6 +269,96 @@ pub(crate) fn recover(
         log_last,
         loss,
     })
+}
+
+/// Completes a checkpoint (or recovery batch) that died after syncing its
+/// page journal: writes the journal's pages and a region header at the
+/// journal's commit, then empties the journal.
+fn finish_checkpoint(
+    files: Files<'_>,
+    path: &Path,
+    j: &crate::journal::Pending,
+    header: &mut RegionHeader,
+) -> Result<()> {
+    let pages = j.apply(files.data)?;
+    header.generation += 1;
+    header.checkpoint_seq = j.head.as_of;
+    header.data_size = header.data_size.max(j.head.data_size);
+    if let Some(s) = files.sums {
+        files
+            .data
+            .sync()
+            .map_err(|e| Error::io("sync", files.data.path(), e))?;
+        crate::sums::record_from_file(s, files.data, &pages, header.data_size)?;
+    }
+    write_region_header(files.data, files.sums, header)?;
+    crate::journal::clear(path)
+}
+
+/// Replays records holding registered operations through pages rebuilt in
+/// memory from the region file, and writes them as a checkpoint does: the
+/// page journal, then the pages, then the region header; in batches of
+/// `REPLAY_BATCH_PAGES` changed pages, so memory stays bounded.
+fn replay_journaled(
+    files: Files<'_>,
+    path: &Path,
+    header: &mut RegionHeader,
+    records: &[&crate::wal::format::CommitRecord<'_>],
+    report: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let data = files.data;
+    let mut done = 0;
+    let mut rest = records;
+    while !rest.is_empty() {
+        let mut load = crate::ops::file_pages(data)?;
+        let mut ov = crate::ops::Overlay::new(header.data_size, &mut load);
+        let mut size = header.data_size;
+        let mut as_of = header.checkpoint_seq;
+        let mut n = 0;
+        for r in rest {
+            ov.apply(r)?;
+            size = size.max(r.data_size);
+            as_of = r.seq;
+            n += 1;
+            done += 1;
+            report(done);
+            if ov.dirty_pages() >= crate::debug::replay_batch().unwrap_or(REPLAY_BATCH_PAGES) {
+                break;
+            }
+        }
+        rest = &rest[n..];
+        let pages = ov.into_pages();
+        let head = crate::journal::Head {
+            region_id: header.region_id,
+            generation: header.generation,
+            from: header.checkpoint_seq,
+            as_of,
+            data_size: size,
+        };
+        let images: Vec<(u32, &[u8])> = pages.iter().map(|(p, b)| (*p, &b[..])).collect();
+        crate::journal::write(path, &head, &images)?;
+        let len = data.len().map_err(|e| Error::io("stat", data.path(), e))?;
+        if len < HEADER_BYTES + size {
+            data.set_len(HEADER_BYTES + size)
+                .map_err(|e| Error::io("allocate disk space to grow", data.path(), e))?;
+        }
+        for (p, b) in &images {
+            data.write_at(b, HEADER_BYTES + u64::from(*p) * PAGE as u64)
+                .map_err(|e| Error::io("replay into", data.path(), e))?;
+        }
+        let written = pages.keys().map(|&p| u64::from(p)).collect();
+        crate::debug::hit(crate::debug::CrashPoint::RecoveryWriting);
+        header.generation += 1;
+        header.checkpoint_seq = as_of;
+        header.data_size = size;
+        if let Some(s) = files.sums {
+            data.sync().map_err(|e| Error::io("sync", data.path(), e))?;
+            crate::sums::record_from_file(s, data, &written, size)?;
+        }
+        write_region_header(data, files.sums, header)?;
+        crate::journal::clear(path)?;
+    }
+    Ok(())
 }
 
 /// Reads the log's records after the region's checkpoint. Damage a crash
@@ -271,6 +412,9 @@ pub(crate) fn read_log<'a>(
 /// Publishes a logged commit: each page it changed is its previous version
 /// (or the region file's page) with the record's byte ranges and
 /// registered operations applied.
+///
+/// A checkpoint that writes a record holding operations journals its pages
+/// first (`journal.rs`): the shared state learns of such records here too.
 pub(crate) fn publish_record(
     mvcc: &Mvcc,
     data: &dyn Storage,
@@ -291,6 +435,9 @@ pub(crate) fn publish_record(
         }
         Ok(())
     };
+    if crate::ops::changes_bytes(&r.ops) {
+        mvcc.hdr().file.note_ops(r.seq);
+    }
     let mut overlay = crate::ops::Overlay::new(r.data_size, &mut load);
     overlay.apply(r)?;
     let pages = overlay.into_pages();

@@ -20,7 +20,7 @@ use crate::wal::log::Log;
 use crate::engine::{OpenLocks, RegionInner, RegionRef, check_size, lock};
 pub use crate::options::{Durability, Options, SnapshotLimit};
 use crate::recovery::{
-    publish_record, read_headers, read_headers_raw, read_log, recover, write_region_header,
+    Files, publish_record, read_headers, read_headers_raw, read_log, recover, write_region_header,
 };
 
 /// Counters for `txmap info` and benchmarks.
@@ -453,6 +453,8 @@ impl Region {
         if let Some(l) = &locks {
             flock(&l.transition, F::LockExclusive, log.path())?;
         }
+        // Only a region opened by its path has a page journal beside it.
+        let journal_path = locks.as_ref().map(|_| crate::journal::journal_path(&path));
         // Everything below runs while no other process opens or closes.
         let r = (|| {
             let alone = match &locks {
@@ -476,10 +478,17 @@ impl Region {
                 }
                 Some(_) => crate::sums::PageSums::open(&path, alone)?,
             };
+            let journal = journal_path.as_deref();
             let (mvcc, recovered, address, loss) = if alone && opts.read_only {
-                Self::first_open_read_only(&*data, &*log, &opts, locks.is_some())?
+                Self::first_open_read_only(&*data, &*log, journal, &opts, locks.is_some())?
             } else if alone {
-                Self::first_open(&*data, &*log, sums.as_ref(), &opts, locks.is_some())?
+                let files = Files {
+                    data: &*data,
+                    log: &*log,
+                    sums: sums.as_ref(),
+                    journal,
+                };
+                Self::first_open(files, &opts, locks.is_some())?
             } else {
                 let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
                 (mvcc, 0, address, Vec::new())
@@ -535,6 +544,7 @@ impl Region {
             fence: crate::fencectl::Fence::default(),
             address: recovered.2,
             sums: recovered.4,
+            journal: journal_path,
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
@@ -549,12 +559,13 @@ impl Region {
     /// Alone with the region: recover it from its log, start a log epoch
     /// and build the shared state afresh.
     fn first_open(
-        data: &dyn Storage,
-        log: &dyn Storage,
-        sums: Option<&crate::sums::PageSums>,
+        files: Files<'_>,
         opts: &Options,
         shared: bool,
     ) -> Result<(Mvcc, u64, usize, Vec<String>)> {
+        let Files {
+            data, log, sums, ..
+        } = files;
         let limit = opts.snapshot_limit.encode()?;
         // Recovery maps the log and the image maps the region file: holes
         // (a sparse copy, or a file extended by an older txmap) are
@@ -564,7 +575,7 @@ impl Region {
             s.allocate()
                 .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
         }
-        let mut rec = recover(data, log, sums, opts.on_recovery_progress, opts.accept_loss)?;
+        let mut rec = recover(files, opts.on_recovery_progress, opts.accept_loss)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
             check_address(a, max_size)?;
@@ -625,6 +636,7 @@ impl Region {
     fn first_open_read_only(
         data: &dyn Storage,
         log: &dyn Storage,
+        journal: Option<&Path>,
         opts: &Options,
         shared: bool,
     ) -> Result<(Mvcc, u64, usize, Vec<String>)> {
@@ -634,6 +646,13 @@ impl Region {
             op,
             path: data.path().to_path_buf(),
         };
+        if let Some(j) = journal
+            && crate::journal::pending(j, &header)?.is_some()
+        {
+            return Err(refuse(
+                "finishing a checkpoint that was interrupted (open it writable once)",
+            ));
+        }
         if opts.address.is_some_and(|a| a as u64 != header.address) {
             return Err(refuse("recording a new fixed address (Options::address)"));
         }

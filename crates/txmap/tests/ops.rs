@@ -448,3 +448,164 @@ fn registration_rules() {
     ));
     assert!(matches!(v.commit(), Err(Error::Aborted)));
 }
+
+/// Child: joins the region and checkpoints it, killed at `TXMAP_POINT`
+/// (after its page journal is synced, or after its pages are written).
+fn checkpoint_killed_child() {
+    register();
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let r = Region::open(&p, opts_without_checkpoints()).unwrap();
+    txmap::debug::crash_at(txmap::debug::CrashPoint::from_u32(point).unwrap(), 1);
+    r.checkpoint().unwrap();
+    panic!("the checkpoint did not reach crash point {point}");
+}
+
+/// Child: the first opener, recovering in batches of two changed pages,
+/// killed after writing the pages of batch `TXMAP_NTH`, before its header.
+fn recovery_killed_child() {
+    register();
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+    let nth: u64 = std::env::var("TXMAP_NTH").unwrap().parse().unwrap();
+    txmap::debug::replay_batch_pages(2);
+    txmap::debug::crash_at(txmap::debug::CrashPoint::RecoveryWriting, nth);
+    let _ = Region::open(&p, Options::default());
+    panic!("recovery did not reach batch {nth}");
+}
+
+fn acks_in(p: &std::path::Path) -> u64 {
+    std::fs::read_to_string(p).unwrap().lines().count() as u64
+}
+
+/// A fresh region at `p` with the workload running on it in a child.
+fn start_workload(
+    test: &str,
+    d: &TestDir,
+    p: &std::path::Path,
+    seed: u64,
+    acks: &std::path::Path,
+) -> Proc {
+    drop(Region::create(p, PAGES * PAGE, Options::default()).unwrap());
+    Proc::spawn(
+        test,
+        "ops-workload",
+        &[
+            ("TXMAP_REGION", p.display().to_string()),
+            ("TXMAP_OPS_SEED", seed.to_string()),
+            ("TXMAP_ACKS", acks.display().to_string()),
+        ],
+        d.join("err-workload"),
+    )
+}
+
+/// The region's bytes are the model after the acknowledged transactions
+/// (or one more: the one in flight may have committed unacknowledged).
+fn check_model(p: &std::path::Path, seed: u64, acks: &std::path::Path, what: &str) {
+    let acked = acks_in(acks);
+    let got = contents(p);
+    assert!(
+        got == model(seed, acked) || got == model(seed, acked + 1),
+        "{what}: the region is not the model after {acked} or {} transactions",
+        acked + 1
+    );
+}
+
+#[test]
+fn a_checkpoint_killed_between_its_pages_and_its_header_applies_no_operation_twice() {
+    const TEST: &str =
+        "a_checkpoint_killed_between_its_pages_and_its_header_applies_no_operation_twice";
+    match role().as_deref() {
+        Some("ops-workload") => return workload_child(),
+        Some("ops-checkpoint") => return checkpoint_killed_child(),
+        _ => {}
+    }
+    register();
+    use txmap::debug::CrashPoint;
+    for point in [
+        CrashPoint::CheckpointJournaled,
+        CrashPoint::CheckpointWriting,
+    ] {
+        let seed = seed("ops-checkpoint-killed") + point as u64;
+        let d = ext4_dir(&format!("ops-checkpoint-killed-{}", point as u32));
+        let p = d.join("r.txm");
+        let acks = d.join("acks");
+        let mut w = start_workload(TEST, &d, &p, seed, &acks);
+        wait_for_acks(&mut w, &acks, 60);
+        // Another process checkpoints what the workload committed and dies
+        // between its journal, its pages and its header.
+        let mut c = Proc::spawn(
+            TEST,
+            "ops-checkpoint",
+            &[
+                ("TXMAP_REGION", p.display().to_string()),
+                ("TXMAP_POINT", (point as u32).to_string()),
+            ],
+            d.join("err-checkpoint"),
+        );
+        c.wait_killed("the checkpoint");
+        // The workload goes on: records after the journaled ones.
+        let n = acks_in(&acks) as usize;
+        wait_for_acks(&mut w, &acks, n + 30);
+        w.signal(rustix::process::Signal::KILL);
+        w.kill();
+        remove_shared_state(d.path());
+        let report = txmap::inspect::check(&p).unwrap();
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("checkpoint was interrupted after journaling")),
+            "{point:?}: {:?}",
+            report.warnings
+        );
+        // A read-only opener cannot finish it.
+        let ro = Options {
+            read_only: true,
+            ..Options::default()
+        };
+        assert!(
+            matches!(Region::open(&p, ro), Err(Error::ReadOnly { .. })),
+            "{point:?}"
+        );
+        check_model(&p, seed, &acks, &format!("{point:?}"));
+        // Finished: the journal is spent.
+        let report = txmap::inspect::check(&p).unwrap();
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    }
+}
+
+#[test]
+fn a_recovery_killed_between_batches_of_replayed_operations_applies_each_once() {
+    const TEST: &str = "a_recovery_killed_between_batches_of_replayed_operations_applies_each_once";
+    match role().as_deref() {
+        Some("ops-workload") => return workload_child(),
+        Some("ops-recover") => return recovery_killed_child(),
+        _ => {}
+    }
+    register();
+    let seed = seed("ops-recovery-killed");
+    let d = ext4_dir("ops-recovery-killed");
+    let p = d.join("r.txm");
+    let acks = d.join("acks");
+    let mut w = start_workload(TEST, &d, &p, seed, &acks);
+    wait_for_acks(&mut w, &acks, 80);
+    w.signal(rustix::process::Signal::KILL);
+    w.kill();
+    // Two recoveries killed after writing a batch's pages (the first batch,
+    // then the second of what is left), each before its region header.
+    for nth in [1, 2] {
+        remove_shared_state(d.path());
+        let mut c = Proc::spawn(
+            TEST,
+            "ops-recover",
+            &[
+                ("TXMAP_REGION", p.display().to_string()),
+                ("TXMAP_NTH", nth.to_string()),
+            ],
+            d.join(&format!("err-recover-{nth}")),
+        );
+        c.wait_killed("the recovery");
+    }
+    remove_shared_state(d.path());
+    check_model(&p, seed, &acks, "after two killed recoveries");
+}

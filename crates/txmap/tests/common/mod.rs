@@ -446,6 +446,23 @@ impl Proc {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+    /// Waits for the child to kill itself with SIGKILL (at a crash point),
+    /// at most [`PROC_LIVENESS`].
+    pub fn wait_killed(&mut self, what: &str) {
+        use std::os::unix::process::ExitStatusExt;
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                assert_eq!(s.signal(), Some(9), "{what} ({s}): {}", self.stderr());
+                return;
+            }
+            if start.elapsed() > PROC_LIVENESS {
+                self.kill();
+                panic!("{what} did not die within {PROC_LIVENESS:?}: blocked");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
 }
 
 impl Drop for Proc {
