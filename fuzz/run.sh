@@ -6,7 +6,7 @@ set -e
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-"region_header log_header log_record log_scan recover inspect collections collection_ops"}
+targets=${*:-"region_header log_header log_record log_scan recover inspect collections collection_ops journal"}
 for t in $targets; do
     case $t in
         recover|inspect) corpus=files ;;

@@ -198,6 +198,7 @@ fn write_fuzz_seeds() {
         pairs.push((name, r, l));
     }
 
+    write_journal_seeds();
     let root = corpus_root();
     let put = |target: &str, name: &str, bytes: &[u8]| {
         let d = root.join(target);
@@ -230,4 +231,15 @@ fn write_fuzz_seeds() {
         put("data", name, d);
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes the page journal's seed (`fuzz/corpus/journal/`). Run by hand:
+/// `cargo test --release -p txmap --test fuzz_smoke -- --ignored
+/// write_journal_seeds`.
+#[test]
+#[ignore]
+fn write_journal_seeds() {
+    let d = corpus_root().join("journal");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("two-pages"), txmap::fuzz::journal_seed()).unwrap();
 }
