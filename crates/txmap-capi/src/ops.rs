@@ -210,7 +210,8 @@ pub unsafe extern "C" fn txmap_apply(
 /// operation `undo` with the `args_len` bytes at `args`) or
 /// `txmap_nta_abort`. If the enclosing transaction then aborts or fails to
 /// commit, the undo runs as a compensating commit; if the process dies
-/// first, the next first opener of the region runs it. `TXMAP_ENOTXN`
+/// first, the next checkpoint of a process that has the region open runs
+/// it (or else the next first opener of the region). `TXMAP_ENOTXN`
 /// outside a transaction, `TXMAP_EINVAL` if `undo` is not registered.
 ///
 /// # Safety

@@ -401,6 +401,70 @@ impl RegionInner {
         Ok(seq)
     }
 
+    /// Runs the undo of every pending nested top action whose parent no
+    /// slot names any more (its process died, or its own compensation
+    /// failed), newest first, each as a commit of its own with its
+    /// `NTA_DONE` marker: applied under the commit lock to the newest
+    /// committed state, as commutative operations are. An undo this process
+    /// has not registered, or one that fails, stays pending (the next first
+    /// opener runs it).
+    fn compensate_orphans(&self) -> Result<()> {
+        let h = self.mvcc.hdr();
+        let l = self.lock_commit()?;
+        let pending = self.log.pending_nta(&h.log, l.guard())?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let live = self.mvcc.nta_tokens();
+        let orphans = pending
+            .iter()
+            .rev()
+            .filter(|p| !live.contains(&p.token) && crate::ops::is_registered(p.undo));
+        for p in orphans {
+            let Ok(pages) = self.commute_pages(&[(0, p.undo, &p.args)]) else {
+                continue;
+            };
+            let done = crate::nta::done_args(p.token, p.index);
+            let ops = [
+                crate::wal::format::LoggedOp {
+                    at: 0,
+                    id: p.undo,
+                    pages: pages.iter().map(|(page, _)| *page).collect(),
+                    args: &p.args,
+                },
+                crate::wal::format::LoggedOp {
+                    at: 0,
+                    id: crate::ops::builtin::NTA_DONE,
+                    pages: Vec::new(),
+                    args: &done,
+                },
+            ];
+            let images: Vec<(u32, &[u8])> = pages.iter().map(|(pg, b)| (*pg, &b[..])).collect();
+            self.mvcc
+                .reserve(&l, images.len())
+                .map_err(|e| self.version_store_full(e))?;
+            let seq = self.mvcc.commit_seq() + 1;
+            if crate::ops::changes_bytes(&ops) {
+                h.file.note_ops(seq);
+            }
+            self.log.append(
+                &h.log,
+                l.guard(),
+                seq,
+                self.size(),
+                std::iter::empty(),
+                &ops,
+            )?;
+            let published = self.mvcc.publish(&l, seq, &images, Log::synced_seq(&h.log));
+            assert!(
+                published.is_ok(),
+                "publishing a logged compensation failed after space was reserved: {published:?}"
+            );
+            h.log.mark_published();
+        }
+        Ok(())
+    }
+
     /// The pages commutative operations change, from each page's newest
     /// committed version. Called under the commit lock (so no pruning or
     /// commit changes the versions meanwhile).
@@ -468,8 +532,10 @@ impl RegionInner {
             h.file.adopt_disk(disk.generation, disk.checkpoint_seq);
         }
         crate::wal::log::check_poison(&h.log)?;
-        // A process that died in a transaction pins nothing from now on.
+        // A process that died in a transaction pins nothing from now on,
+        // and the nested top actions of its parents are undone.
         self.mvcc.reap_dead_slots();
+        self.compensate_orphans()?;
         self.log.sync_all(&h.log)?;
         // Every synced commit goes to the file, however old the live
         // snapshots: what they read there is preserved first. The bound is

@@ -149,6 +149,11 @@ impl EpochScan {
         }
         Ok(!self.open.is_empty())
     }
+
+    /// The pending actions found so far, oldest first.
+    pub(crate) fn open(&self) -> &[Pending] {
+        &self.open
+    }
 }
 
 /// Fails with `Error::UnknownOperation` if a pending action's undo is not

@@ -527,3 +527,53 @@ fn bracketing_form_an_aborted_action_has_no_undo_and_an_ended_one_is_compensated
     // one would leave cell 0 at -5).
     check(&r, &[]);
 }
+
+#[test]
+fn a_peers_checkpoint_compensates_a_dead_parent_while_the_region_stays_open() {
+    if role().as_deref() == Some("parents") {
+        return child_parents();
+    }
+    register();
+    let test = "a_peers_checkpoint_compensates_a_dead_parent_while_the_region_stays_open";
+    let d = ext4_dir("nta-peer-live");
+    let path = d.join("r.txm");
+    let peer = Region::create(&path, PAGES * PAGE, Options::default()).unwrap();
+    kill_holding(&d, test, 2, true);
+    // The dead parent's actions committed on their own: visible until undone.
+    assert_eq!(state(&peer).0, expected([0, 1, 2]));
+    // A parent of this process with a nested action, open across the
+    // checkpoint: its slot names it, so it is not compensated.
+    let mut v = peer.view().unwrap();
+    v.begin().unwrap();
+    v.write(FLAGS + 8 * 40, &1u64).unwrap();
+    let (c, x) = actions(40)[0];
+    nested_add(&mut v, c, x, true).unwrap();
+    let pending = |n: usize| {
+        let report = txmap::inspect::check(&path).unwrap();
+        let what = format!("{n} nested top action(s)");
+        assert!(
+            report.warnings.iter().any(|w| w.contains(&what)),
+            "{what}: {:?}",
+            report.warnings
+        );
+    };
+    assert_eq!(actions(2).len(), 3);
+    pending(4);
+    peer.checkpoint().unwrap();
+    // Parent 2's actions are undone while the region stays open; only the
+    // live parent's action is pending.
+    let mut want = expected([0, 1]);
+    want[c as usize] = want[c as usize].wrapping_add(x);
+    assert_eq!(state(&peer).0, want, "after the checkpoint");
+    pending(1);
+    v.commit().unwrap();
+    drop(v);
+    peer.close().unwrap();
+    let r = Region::open(&path, Options::default()).unwrap();
+    let (cells, flags) = state(&r);
+    assert_eq!(flags, [0, 1, 40]);
+    assert_eq!(
+        cells, want,
+        "compensated once, the live parent's action kept"
+    );
+}

@@ -120,6 +120,11 @@ pub struct Slot {
     /// under the commit lock just before the record is written, cleared
     /// with the claim), 0 otherwise.
     pub order_commit: AtomicU64,
+    /// The log token of the transaction open here that ran nested top
+    /// actions (`view/nta.rs`), set before its first action commits and
+    /// cleared once it ended; 0 otherwise. A pending action whose token no
+    /// slot holds lost its parent: a checkpoint compensates it.
+    pub nta_token: AtomicU64,
 }
 
 /// One order group of ordered commits (`mvcc/order.rs`).

@@ -403,6 +403,33 @@ impl Mvcc {
         self.hdr().commit_seq.load(Ordering::Acquire)
     }
 
+    /// Slot `i`'s transaction ran nested top actions under log `token` (0:
+    /// it ended).
+    pub fn set_nta_token(&self, i: usize, token: u64) {
+        self.slots()[i].nta_token.store(token, Ordering::SeqCst);
+    }
+
+    /// Slot `i` no longer holds `token` (if it still does: a released
+    /// slot may hold another view's by now).
+    pub fn clear_nta_token(&self, i: usize, token: u64) {
+        let _ = self.slots()[i].nta_token.compare_exchange(
+            token,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// The nested-top-action tokens live slots hold (dead ones are reaped
+    /// first by the caller).
+    pub fn nta_tokens(&self) -> Vec<u64> {
+        self.view_slots()
+            .iter()
+            .map(|s| s.nta_token.load(Ordering::SeqCst))
+            .filter(|&t| t != 0)
+            .collect()
+    }
+
     /// Claims a free slot for a view of this process: first its liveness
     /// lock (released by the kernel if the process dies), then ownership.
     pub fn claim_slot(&self) -> Option<usize> {
@@ -437,6 +464,7 @@ impl Mvcc {
 
     pub fn release_slot(&self, i: usize) {
         self.set_file_reads(i, None);
+        self.set_nta_token(i, 0);
         self.end(i);
         self.priority_release(i);
         // A number still held stays claimed by the slot until a waiter
@@ -469,6 +497,7 @@ impl Mvcc {
                     s.epoch.store(0, Ordering::SeqCst);
                     s.expired.store(0, Ordering::SeqCst);
                     s.file_reads.store(0, Ordering::SeqCst);
+                    s.nta_token.store(0, Ordering::SeqCst);
                     if self.order_claim_of(i).is_some() {
                         // Its number stays claimed until a waiter skips it.
                         s.owner.store(order::ABANDONED, Ordering::SeqCst);
@@ -484,6 +513,7 @@ impl Mvcc {
             } else if !process_alive(owner as u32) && s.owner.load(Ordering::SeqCst) == owner {
                 // The lock is held through a descriptor a forked child
                 // inherited: the slot stays taken, its transaction is gone.
+                s.nta_token.store(0, Ordering::SeqCst);
                 if s.snapshot.swap(0, Ordering::SeqCst) != 0
                     || s.epoch.swap(0, Ordering::SeqCst) != 0
                 {

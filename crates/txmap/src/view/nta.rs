@@ -15,6 +15,9 @@ use crate::ops::builtin::{NTA_DONE, NTA_UNDO};
 pub(crate) struct Nested {
     /// Names the transaction in the log (random, so never reused).
     token: u64,
+    /// The parent's slot, which holds `token` while the parent lives (so a
+    /// peer's checkpoint compensates its actions if the process dies).
+    slot: usize,
     /// (index, undo operation, its arguments), in order.
     actions: Vec<(u32, u32, Vec<u8>)>,
     next: u32,
@@ -41,7 +44,8 @@ impl View {
     /// transaction then aborts, rolls back or fails to commit, the undo runs
     /// as a compensating transaction of its own (newest action first); if
     /// the process dies before the enclosing transaction commits, the next
-    /// first opener of the region runs it (docs/FORMAT.md, "Nested top
+    /// checkpoint of a process that has the region open runs it, or else
+    /// the next first opener of the region (docs/FORMAT.md, "Nested top
     /// actions"). The undo must be registered (`txmap::ops::register`) in
     /// every process that opens the region, and must be correct to run
     /// after any later commits (a logical undo, like Stasis's).
@@ -80,11 +84,15 @@ impl View {
             )));
         }
         let nested = self.nta.take().unwrap_or_else(|| {
-            Box::new(Nested {
+            let n = Box::new(Nested {
                 token: crate::rand::fresh(),
+                slot: self.inner.slot(),
                 actions: Vec::new(),
                 next: 0,
-            })
+            });
+            // Before the first action's record names the token.
+            self.inner.region.mvcc.set_nta_token(n.slot, n.token);
+            n
         });
         let index = nested.next;
         let tag = undo_args_of(nested.token, index, undo, undo_args);
@@ -158,7 +166,9 @@ impl View {
         }
         if let Err(e) = self.resume(parent) {
             // The parent was rolled back.
+            let (slot, token) = (nested.slot, nested.token);
             let _ = self.compensate(*nested);
+            self.inner.region.mvcc.clear_nta_token(slot, token);
             return Err(e);
         }
         self.nta = Some(nested);
@@ -179,10 +189,18 @@ impl View {
     /// After the outermost transaction ended: compensates its nested top
     /// actions unless it committed.
     pub(super) fn nta_after_end(&mut self, committed: bool) -> Result<()> {
-        match self.nta.take() {
-            Some(n) if !committed && !n.actions.is_empty() => self.compensate(*n),
-            _ => Ok(()),
-        }
+        let Some(n) = self.nta.take() else {
+            return Ok(());
+        };
+        let (slot, token) = (n.slot, n.token);
+        let r = match committed || n.actions.is_empty() {
+            true => Ok(()),
+            false => self.compensate(*n),
+        };
+        // Its actions are done or compensated (one whose compensation
+        // failed is left to a checkpoint: no slot names it any more).
+        self.inner.region.mvcc.clear_nta_token(slot, token);
+        r
     }
 
     /// Runs the undos of `n`'s actions, newest first, each with its

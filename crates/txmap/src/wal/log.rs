@@ -491,6 +491,23 @@ impl Log {
     /// by the checkpoint `checkpoint_seq`. Caller holds the commit lock (no
     /// record can be appended meanwhile) and has synced the log. Returns
     /// whether the log was reset.
+    /// The nested top actions of the epoch still pending, oldest first, as
+    /// far as the log is written (the caller holds the commit lock, so
+    /// nothing is appended meanwhile).
+    pub(crate) fn pending_nta(
+        &self,
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
+    ) -> Result<Vec<crate::nta::Pending>> {
+        let mut scan = self.nta.lock().unwrap_or_else(|e| e.into_inner());
+        scan.any_pending(
+            &*self.storage,
+            h.log_salt.load(Ordering::Acquire),
+            h.log_end.load(Ordering::Acquire),
+        )?;
+        Ok(scan.open().to_vec())
+    }
+
     pub fn maybe_reset(
         &self,
         h: &LogShared,
@@ -503,17 +520,8 @@ impl Log {
             return Ok(false);
         }
         // A pending nested top action's undo lives only in this epoch: the
-        // log grows until its parent ends (or the next first open runs it).
-        let pending = self
-            .nta
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .any_pending(
-                &*self.storage,
-                h.log_salt.load(Ordering::Acquire),
-                h.log_end.load(Ordering::Acquire),
-            );
-        if pending? {
+        // log grows until its parent ends (or it is compensated).
+        if !self.pending_nta(h, _commit_lock)?.is_empty() {
             return Ok(false);
         }
         if let Some(dir) = &self.archive {
