@@ -126,6 +126,36 @@ pub(crate) fn check_size(size: u64, max: u64) -> Result<()> {
     Ok(())
 }
 
+/// `PAGE_CHECK`'s arguments for the commit's versions (`pages`) that
+/// `ops` wrote: replay then finds out if an operation gives other bytes.
+fn page_check_args(ops: &[crate::wal::format::LoggedOp<'_>], pages: &[(u32, &[u8])]) -> Vec<u8> {
+    let written: std::collections::BTreeSet<u32> =
+        ops.iter().flat_map(|o| o.pages.iter().copied()).collect();
+    crate::ops::builtin::page_check_args(
+        pages
+            .iter()
+            .filter(|(p, _)| written.contains(p))
+            .map(|&(p, b)| (p, b)),
+    )
+}
+
+/// `ops` followed by a `PAGE_CHECK` with `args`, after every range (`at`
+/// = `n_ranges`).
+fn with_page_check<'b>(
+    ops: &[crate::wal::format::LoggedOp<'b>],
+    n_ranges: usize,
+    args: &'b [u8],
+) -> Vec<crate::wal::format::LoggedOp<'b>> {
+    let mut out = ops.to_vec();
+    out.push(crate::wal::format::LoggedOp {
+        at: n_ranges as u32,
+        id: crate::ops::builtin::PAGE_CHECK,
+        pages: Vec::new(),
+        args,
+    });
+    out
+}
+
 /// A transaction's changes, ready to commit.
 pub(crate) struct CommitRequest<'a> {
     pub snapshot: u64,
@@ -358,16 +388,22 @@ impl RegionInner {
                 self.mvcc.order_committing(&l, req.slot, seq);
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
-            if crate::ops::changes_bytes(req.ops) {
+            let (check, checked);
+            let ops = if crate::ops::changes_bytes(req.ops) {
                 h.file.note_ops(seq);
-            }
+                check = page_check_args(req.ops, pages);
+                checked = with_page_check(req.ops, req.ranges.len(), &check);
+                &checked[..]
+            } else {
+                req.ops
+            };
             let logged = self.log.append(
                 &h.log,
                 l.guard(),
                 seq,
                 self.size(),
                 req.ranges.iter().cloned(),
-                req.ops,
+                ops,
             );
             if let Err(e) = logged {
                 self.mvcc.order_committing(&l, req.slot, 0);

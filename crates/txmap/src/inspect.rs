@@ -506,6 +506,9 @@ fn not_a_region(path: &Path) -> Error {
     }
 }
 
+/// Most pages `check` replays registered operations over in memory.
+const REPLAY_CHECK_PAGES: usize = 16384;
+
 fn examine(path: &Path) -> Result<Examined> {
     let lp = log_path(path);
     let (data, data_meta) = open_ro(path, None)?;
@@ -558,7 +561,8 @@ fn examine(path: &Path) -> Result<Examined> {
     let mut warnings = Vec::new();
     warnings.extend(rslots.damaged);
     let jp = crate::journal::journal_path(path);
-    if let Some(j) = crate::journal::pending(&jp, &rh)? {
+    let journal = crate::journal::pending(&jp, &rh)?;
+    if let Some(j) = &journal {
         warnings.push(format!(
             "{}: a checkpoint was interrupted after journaling {} page(s) as of commit {}; \
              the next writable open writes them",
@@ -738,10 +742,40 @@ fn examine(path: &Path) -> Result<Examined> {
         *log_operations.entry(o.id).or_default() += 1;
     }
     let pending_records = records.iter().filter(|r| r.seq > rh.checkpoint_seq);
-    if let Err(e) = crate::ops::check_registered(pending_records, &lp) {
-        warnings.push(format!(
+    match crate::ops::check_registered(pending_records.clone(), &lp) {
+        Err(e) => warnings.push(format!(
             "{e}; opening the region needs it registered (this command cannot run it)"
-        ));
+        )),
+        // Operations replay as recovery would run them (in memory), when
+        // the pages they touch are few enough to hold, and the file is at
+        // its checkpoint (nobody has it open, no checkpoint to finish).
+        Ok(())
+            if open_by.is_empty()
+                && journal.is_none()
+                && pending_records
+                    .clone()
+                    .any(|r| crate::ops::changes_bytes(&r.ops)) =>
+        {
+            let replay: Vec<_> = pending_records.collect();
+            if crate::ops::touched_pages(replay.iter().copied()).len() > REPLAY_CHECK_PAGES {
+                warnings.push(format!(
+                    "{}: registered operations after the checkpoint touch more than \
+                     {REPLAY_CHECK_PAGES} pages: not replayed by this check",
+                    lp.display()
+                ));
+            } else {
+                let size = replay
+                    .iter()
+                    .map(|r| r.data_size)
+                    .fold(rh.data_size, u64::max);
+                let storage = crate::io::FileStorage::open_read_only(path)
+                    .map_err(|e| Error::io("open", path, e))?;
+                if let Err(e) = crate::recovery::replay_in_memory(&storage, size, &replay) {
+                    problems.push(Error::corrupt(&lp, 0, format!("recovery would fail: {e}")));
+                }
+            }
+        }
+        Ok(()) => {}
     }
     match crate::nta::pending(records.iter()) {
         Ok(n) if !n.is_empty() => warnings.push(format!(

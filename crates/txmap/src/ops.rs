@@ -20,7 +20,7 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 /// The first id a program may register; lower ids are txmap's own.
 pub const FIRST_USER_OP: u32 = 128;
 
-pub use builtin::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64};
+pub use builtin::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK};
 
 /// The bytes an operation works on: the transaction's memory when it runs
 /// in a transaction, the pages being rebuilt when the log is replayed.
@@ -362,6 +362,22 @@ pub(crate) mod builtin {
     /// (u64) and an action's index (u32), or `u32::MAX` for all of them (the
     /// enclosing transaction committed). Changes nothing.
     pub const NTA_DONE: u32 = 17;
+    /// Checks pages after the record's other operations and ranges: the
+    /// arguments are (page u32, CRC-32C u32) pairs of the pages operations
+    /// wrote, as the committing transaction left them. Changes nothing;
+    /// fails if replay made other bytes (an operation that is not
+    /// deterministic, or registered differently where it is replayed).
+    pub const PAGE_CHECK: u32 = 18;
+
+    /// `PAGE_CHECK`'s arguments for `pages` (page, content).
+    pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
+        let mut a = Vec::new();
+        for (p, bytes) in pages {
+            a.extend_from_slice(&p.to_le_bytes());
+            a.extend_from_slice(&crc32c::crc32c(bytes).to_le_bytes());
+        }
+        a
+    }
 
     /// The word's offset and the operand of a built-in operation's arguments.
     pub(crate) fn word_args(args: &[u8]) -> Result<(u64, u64)> {
@@ -418,6 +434,30 @@ pub(crate) mod builtin {
         Ok(())
     }
 
+    fn page_check(m: &mut dyn OpMemory, a: &[u8]) -> Result<()> {
+        if !a.len().is_multiple_of(8) {
+            return Err(Error::Invalid(format!(
+                "page check: (page, checksum) pairs of 8 bytes expected, got {} bytes",
+                a.len()
+            )));
+        }
+        let mut page = vec![0u8; crate::os::mem::PAGE];
+        for pair in a.chunks_exact(8) {
+            let p = u32::from_le_bytes(pair[..4].try_into().expect("4 bytes"));
+            let want = u32::from_le_bytes(pair[4..].try_into().expect("4 bytes"));
+            m.read(u64::from(p) * page.len() as u64, &mut page)?;
+            let got = crc32c::crc32c(&page);
+            if got != want {
+                return Err(Error::Invalid(format!(
+                    "page {p} replays to other bytes than its commit wrote (checksum \
+                     {got:08x}, logged {want:08x}): an operation of this commit is not \
+                     deterministic, or is registered differently in this process"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The built-in operation with id `id`, if there is one.
     pub(crate) fn get(id: u32) -> Option<Operation> {
         let (name, apply): (&'static str, crate::ops::OpFn) = match id {
@@ -429,6 +469,7 @@ pub(crate) mod builtin {
             MAX_I64 => ("max i64", max_i),
             NTA_UNDO => ("nested top action", marker),
             NTA_DONE => ("nested top actions done", marker),
+            PAGE_CHECK => ("page check", page_check),
             _ => return None,
         };
         Some(Operation { name, apply })

@@ -271,6 +271,22 @@ pub(crate) fn recover(
     })
 }
 
+/// Replays `records` over the region file's pages in memory, as recovery
+/// does, writing nothing (`txmap check`): the first failure, such as an
+/// operation that replays to other bytes than its commit wrote.
+pub(crate) fn replay_in_memory(
+    data: &dyn Storage,
+    size: u64,
+    records: &[&crate::wal::format::CommitRecord<'_>],
+) -> Result<()> {
+    let mut load = crate::ops::file_pages(data)?;
+    let mut ov = crate::ops::Overlay::new(size, &mut load);
+    for r in records {
+        ov.apply(r)?;
+    }
+    Ok(())
+}
+
 /// Completes a checkpoint (or recovery batch) that died after syncing its
 /// page journal: writes the journal's pages and a region header at the
 /// journal's commit, then empties the journal.

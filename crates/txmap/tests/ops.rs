@@ -351,7 +351,11 @@ fn a_log_naming_an_unregistered_operation_fails_to_open_and_changes_nothing() {
     let c = txmap::inspect::check(&p).unwrap();
     assert_eq!(c.report.log_records, 2);
     assert_eq!(c.report.log_op_records, 1);
-    assert_eq!(c.report.log_operations, [(OP_ONLY_CHILD, 1)]);
+    // The operation, and the check of the page it wrote.
+    assert_eq!(
+        c.report.log_operations,
+        [(ops::PAGE_CHECK, 1), (OP_ONLY_CHILD, 1)]
+    );
     assert!(c.problems.is_empty(), "{:?}", c.problems);
     assert!(
         c.warnings.iter().any(|w| w.contains("operation 250")),
@@ -608,4 +612,78 @@ fn a_recovery_killed_between_batches_of_replayed_operations_applies_each_once() 
     }
     remove_shared_state(d.path());
     check_model(&p, seed, &acks, "after two killed recoveries");
+}
+
+/// Writes this process's id at the offset: a different result in every
+/// process, as an operation that reads the clock or a global would give.
+const OP_NONDET: u32 = 202;
+
+fn nondet(mem: &mut dyn OpMemory, args: &[u8]) -> txmap::Result<()> {
+    mem.write_u64(u64_at(args, 0), u64::from(std::process::id()))
+}
+
+fn register_nondet() {
+    ops::register(
+        OP_NONDET,
+        Operation {
+            name: "process id",
+            apply: nondet,
+        },
+    )
+    .unwrap();
+}
+
+/// Child: commits the non-deterministic operation, then dies.
+fn nondet_child() {
+    register_nondet();
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+    let r = Region::open(&p, opts_without_checkpoints()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(8, &5u64)).unwrap();
+    v.run(|v| v.apply(OP_NONDET, &PAGE.to_le_bytes())).unwrap();
+    rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
+        .unwrap();
+}
+
+#[test]
+fn an_operation_that_replays_to_other_bytes_is_caught_by_check_and_open() {
+    if role().as_deref() == Some("ops-nondet") {
+        return nondet_child();
+    }
+    register_nondet();
+    let d = ext4_dir("ops-nondet");
+    let p = d.join("r.txm");
+    drop(Region::create(&p, 2 * PAGE, Options::default()).unwrap());
+    let st = child(
+        "an_operation_that_replays_to_other_bytes_is_caught_by_check_and_open",
+        "ops-nondet",
+        &[("TXMAP_REGION", p.display().to_string())],
+    )
+    .status()
+    .unwrap();
+    assert!(!st.success(), "the child killed itself");
+    remove_shared_state(d.path());
+    let before = std::fs::read(&p).unwrap();
+    // Replayed here, the operation writes this process's id, not the
+    // child's: `txmap check` (which replays it in memory) reports it.
+    let c = txmap::inspect::check(&p).unwrap();
+    assert!(
+        c.problems
+            .iter()
+            .any(|e| e.contains("commit 2") && e.contains("not deterministic")),
+        "{:?}",
+        c.problems
+    );
+    let Err(e) = Region::open(&p, Options::default()) else {
+        panic!("opened a log whose operation replays to other bytes");
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("commit 2") && msg.contains("not deterministic"),
+        "{msg}"
+    );
+    assert!(
+        std::fs::read(&p).unwrap() == before,
+        "a failed recovery wrote the region file"
+    );
 }
