@@ -79,6 +79,10 @@ unsafe extern "C" {
     pub fn ctest_xac_threads_fifo(dir: *const c_char) -> c_int;
     pub fn ctest_xac_threads_processes(dir: *const c_char, rounds: std::ffi::c_long) -> c_int;
 
+    pub fn ctest_bintree_threads(dir: *const c_char, seed: u64) -> c_int;
+    pub fn ctest_bintree_processes(dir: *const c_char, seed: u64, rounds: c_int) -> c_int;
+    pub fn ctest_bintree_hold(dir: *const c_char, seed: u64) -> c_int;
+
     pub fn ctest_xac_snapshot_stress(
         dir: *const c_char,
         durability: c_int,

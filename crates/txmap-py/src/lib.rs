@@ -8,6 +8,7 @@
 
 mod buffer;
 mod collections;
+mod ops;
 mod region;
 mod view;
 
@@ -173,5 +174,6 @@ fn _txmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VIEW_EXPORTS_BUFFER", cfg!(feature = "py311"))?;
     m.add_function(wrap_pyfunction!(_debug_slow_syncs, m)?)?;
     buffer::init(m)?;
+    ops::init(m)?;
     Ok(())
 }

@@ -24,7 +24,13 @@ pub(crate) struct State {
     /// Counts outermost transactions, so a context manager or an iterator
     /// can tell whether the transaction it belongs to is still the current one.
     pub(crate) serial: u64,
+    /// The highest serial handed out (a resumed transaction takes its old
+    /// one back; new ones always take a fresh one).
+    pub(crate) high: u64,
     pub(crate) read_only: bool,
+    /// (depth, serial, read-only) of each enclosing transaction paused by an
+    /// open nested top action (`nta_begin`), innermost last.
+    pub(crate) nta: Vec<(u32, u64, bool)>,
 }
 
 /// One mapping of a region, for one thread at a time (open one per thread).
@@ -49,7 +55,7 @@ pub struct View {
     pub(crate) path: PathBuf,
     state: Mutex<State>,
     exports: AtomicUsize,
-    base: usize,
+    pub(crate) base: usize,
 }
 
 /// A locked view state.
@@ -172,7 +178,9 @@ impl View {
                 view: Some(v),
                 depth: 0,
                 serial: 0,
+                high: 0,
                 read_only: false,
+                nta: Vec::new(),
             }),
             exports: AtomicUsize::new(0),
         }
@@ -213,7 +221,8 @@ impl View {
         let v = st.view(py, path)?;
         v.begin_with(opts).map_err(|e| to_py(py, e, path))?;
         if st.depth == 0 {
-            st.serial += 1;
+            st.high += 1;
+            st.serial = st.high;
             st.read_only = opts.read_only;
         }
         st.depth += 1;
@@ -225,6 +234,13 @@ impl View {
         let mut st = self.lock(py)?;
         let path = &self.path;
         let depth = st.depth;
+        if depth == 1 && !st.nta.is_empty() {
+            return Err(txn_error(
+                py,
+                "commit inside a nested top action: end it with nta_end() (or nta_abort())",
+                path,
+            ));
+        }
         let v = st.in_txn(py, path, "commit")?;
         let r = if depth > 1 {
             v.commit()
@@ -241,7 +257,12 @@ impl View {
     /// Ends the transaction now, whatever its depth, discarding its stores.
     pub(crate) fn rollback_all(&self, py: Python<'_>) -> PyResult<()> {
         let mut st = self.lock(py)?;
+        let open = std::mem::take(&mut st.nta);
         if let Some(v) = st.view.as_mut() {
+            // Open nested top actions first (each resumes its parent).
+            for _ in &open {
+                let _ = v.nta_abort();
+            }
             v.rollback();
         }
         st.depth = 0;
@@ -270,13 +291,13 @@ impl View {
 
 /// Randomised exponential backoff between retries (2 µs doubling to 10 ms),
 /// slept with the GIL released.
-struct Backoff {
+pub(crate) struct Backoff {
     state: u64,
     limit_us: u64,
 }
 
 impl Backoff {
-    fn new(seed: u64) -> Backoff {
+    pub(crate) fn new(seed: u64) -> Backoff {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -286,7 +307,7 @@ impl Backoff {
         }
     }
 
-    fn wait(&mut self, py: Python<'_>) {
+    pub(crate) fn wait(&mut self, py: Python<'_>) {
         // xorshift64
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
@@ -303,7 +324,7 @@ impl Backoff {
     }
 }
 
-fn is_retryable(py: Python<'_>, e: &PyErr) -> PyResult<bool> {
+pub(crate) fn is_retryable(py: Python<'_>, e: &PyErr) -> PyResult<bool> {
     let conflict = crate::errors(py)?.getattr("Conflict")?;
     e.get_type(py).is_subclass(&conflict)
 }
@@ -543,6 +564,110 @@ impl View {
         let v = st.view(py, &self.path)?;
         py.detach(|| v.grow(size))
             .map_err(|e| to_py(py, e, &self.path))
+    }
+
+    /// Pauses the open transaction (whatever its nesting depth) and returns
+    /// it as a ``Paused``: the view is then outside any transaction, free for
+    /// other transactions (each its own) or committed reads, and the paused
+    /// transaction's stores are invisible to them. ``resume`` continues it
+    /// with its snapshot, reads and writes intact; its commit validates it
+    /// as if it had never been paused. A ``Paused`` dropped (or
+    /// ``discard``-ed) without resuming is rolled back.
+    fn pause(&self, py: Python<'_>) -> PyResult<crate::ops::Paused> {
+        crate::ops::pause(self, py)
+    }
+
+    /// Continues a transaction ``pause`` returned (from this view or another
+    /// view of the same region in this process), outside a transaction.
+    fn resume(&self, py: Python<'_>, paused: &crate::ops::Paused) -> PyResult<()> {
+        crate::ops::resume(self, py, paused)
+    }
+
+    /// Adds ``delta`` (wrapping; a negative one subtracts) to the unsigned
+    /// 64-bit little-endian word at ``offset`` (8-byte aligned) without
+    /// reading it: applied again at commit, under the commit lock, to the
+    /// newest committed value, so transactions that only add to a counter
+    /// never conflict on it. Reading the word in the same transaction makes
+    /// its page validated as usual.
+    fn add_u64(&self, py: Python<'_>, offset: i128, delta: i128) -> PyResult<()> {
+        crate::ops::commute_int(self, py, txmap::ops::ADD_U64, offset, delta, true)
+    }
+
+    /// ``add_u64`` for a signed 64-bit word.
+    fn add_i64(&self, py: Python<'_>, offset: i128, delta: i128) -> PyResult<()> {
+        crate::ops::commute_int(self, py, txmap::ops::ADD_I64, offset, delta, false)
+    }
+
+    /// Lowers the unsigned 64-bit word at ``offset`` to ``value`` if that is
+    /// smaller, commutatively (see ``add_u64``).
+    fn min_u64(&self, py: Python<'_>, offset: i128, value: i128) -> PyResult<()> {
+        crate::ops::commute_int(self, py, txmap::ops::MIN_U64, offset, value, true)
+    }
+
+    /// Raises the unsigned 64-bit word at ``offset`` to ``value`` if that is
+    /// larger, commutatively (see ``add_u64``).
+    fn max_u64(&self, py: Python<'_>, offset: i128, value: i128) -> PyResult<()> {
+        crate::ops::commute_int(self, py, txmap::ops::MAX_U64, offset, value, true)
+    }
+
+    /// ``min_u64`` for a signed 64-bit word.
+    fn min_i64(&self, py: Python<'_>, offset: i128, value: i128) -> PyResult<()> {
+        crate::ops::commute_int(self, py, txmap::ops::MIN_I64, offset, value, false)
+    }
+
+    /// ``max_u64`` for a signed 64-bit word.
+    fn max_i64(&self, py: Python<'_>, offset: i128, value: i128) -> PyResult<()> {
+        crate::ops::commute_int(self, py, txmap::ops::MAX_I64, offset, value, false)
+    }
+
+    /// Runs the operation registered under ``op`` with argument bytes
+    /// ``args`` in the transaction at once, and logs it as one operation
+    /// record (recovery runs it again). ``op``: a built-in one
+    /// (``txmap.ADD_U64`` …, arguments ``struct.pack("<QQ", offset,
+    /// operand)``) or one registered by Rust code in this process
+    /// (``txmap.is_registered``); Python functions cannot be registered.
+    /// Needs a serializable transaction.
+    fn apply(&self, py: Python<'_>, op: u32, args: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::ops::apply(self, py, op, args)
+    }
+
+    /// Runs ``fn(view)`` as a nested top action of the open transaction: a
+    /// transaction of its own on this view that commits at once, visible to
+    /// everyone (retried, calling ``fn`` again, on ``Conflict``), while the
+    /// enclosing one is paused. Its commit names its logical undo: the
+    /// operation ``undo`` (a built-in one such as ``txmap.ADD_U64``, or one
+    /// registered in Rust) with argument bytes ``undo_args``. If the
+    /// enclosing transaction then aborts or fails to commit, the undo runs
+    /// as a compensating commit; if the process dies first, the next
+    /// process to open the region first runs it. Returns what ``fn``
+    /// returned; an exception in ``fn`` rolls the action back and
+    /// propagates.
+    fn nested_top(
+        slf: &Bound<'_, Self>,
+        fn_: &Bound<'_, PyAny>,
+        undo: u32,
+        undo_args: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        crate::ops::nested_top(slf, fn_, undo, undo_args)
+    }
+
+    /// Begins a nested top action (the bracketing form of ``nested_top``):
+    /// pauses the open transaction and begins one of the action's own.
+    fn nta_begin(&self, py: Python<'_>, undo: u32, undo_args: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::ops::nta_begin(self, py, undo, undo_args)
+    }
+
+    /// Commits the nested top action begun last (its undo in its record)
+    /// and resumes the enclosing transaction. On ``Conflict`` the action
+    /// left no trace and the enclosing transaction is resumed all the same.
+    fn nta_end(&self, py: Python<'_>) -> PyResult<()> {
+        crate::ops::nta_finish(self, py, true)
+    }
+
+    /// Rolls back the nested top action begun last and resumes the
+    /// enclosing transaction.
+    fn nta_abort(&self, py: Python<'_>) -> PyResult<()> {
+        crate::ops::nta_finish(self, py, false)
     }
 
     /// Bytes of the region mapped in this view.

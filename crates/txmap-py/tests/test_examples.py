@@ -13,7 +13,11 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples",
 
 @pytest.mark.parametrize(
     "script,args",
-    [("numpy_workers.py", ["--workers", "2", "--rounds", "30"]), ("kv_service.py", ["--workers", "2", "--requests", "40"])],
+    [
+        ("numpy_workers.py", ["--workers", "2", "--rounds", "30"]),
+        ("kv_service.py", ["--workers", "2", "--requests", "40"]),
+        ("ticket_shop.py", ["--workers", "3", "--orders", "40"]),
+    ],
 )
 def test_example_runs_twice_on_one_region(tmp_path, script, args):
     region = str(tmp_path / "ex.txm")
@@ -27,5 +31,7 @@ def test_example_runs_twice_on_one_region(tmp_path, script, args):
         assert p.returncode == 0, p.stderr
     if script == "kv_service.py":
         assert p.stdout.startswith("160 requests logged, 160 page hits")
+    elif script == "ticket_shop.py":
+        assert "stock and sales agree" in p.stdout
     else:
         assert "steps 120 (this run 60)" in p.stdout

@@ -14,16 +14,20 @@ def incr(view: txmap.View, off: int) -> None:
     view.write(off, struct.pack("<Q", n + 1))
 
 
-def counter_worker(region: txmap.Region, off: int, times: int) -> int:
+def counter_worker(region: txmap.Region, off: int, times: int, by_add: bool = False) -> int:
     """Adds 1 to the u64 at ``off`` ``times`` times, one retried
-    transaction each; returns how many attempts conflicted."""
+    transaction each (by a read and a write, or by ``View.add_u64`` if
+    ``by_add``); returns how many attempts conflicted."""
     view = region.view()
     calls = 0
 
     def step(v: txmap.View) -> None:
         nonlocal calls
         calls += 1
-        incr(v, off)
+        if by_add:
+            v.add_u64(off, 1)
+        else:
+            incr(v, off)
 
     for _ in range(times):
         view.run(step)
@@ -31,11 +35,11 @@ def counter_worker(region: txmap.Region, off: int, times: int) -> int:
     return calls - times
 
 
-def counter_worker_by_path(path: str, off: int, times: int) -> int:
+def counter_worker_by_path(path: str, off: int, times: int, by_add: bool = False) -> int:
     """``counter_worker`` on a region the worker opens itself."""
     region = txmap.Region.open(path)
     try:
-        return counter_worker(region, off, times)
+        return counter_worker(region, off, times, by_add)
     finally:
         region.close()
 
@@ -93,5 +97,27 @@ def stale_store(path: str) -> None:
     print("store applied", flush=True)
 
 
+def nta_holder(path: str) -> None:
+    """A parent transaction that sets a flag (u64 at 8) and adds 5 to the
+    u64 at 0 in a nested top action (undo: subtract 5), prints ``held`` and
+    waits, never committing (the test SIGKILLs it)."""
+    import time
+
+    region = txmap.Region.open(path)
+    view = region.view()
+    view.begin()
+    view.write(8, struct.pack("<Q", 1))
+    view.nested_top(
+        lambda v: v.write(0, struct.pack("<Q", struct.unpack("<Q", v.read(0, 8))[0] + 5)),
+        txmap.ADD_U64,
+        struct.pack("<QQ", 0, (1 << 64) - 5),
+    )
+    print("held", flush=True)
+    while True:
+        time.sleep(1)
+
+
 if __name__ == "__main__":
-    {"map_writer": map_writer, "stale_store": stale_store}[sys.argv[1]](*sys.argv[2:])
+    {"map_writer": map_writer, "stale_store": stale_store, "nta_holder": nta_holder}[sys.argv[1]](
+        *sys.argv[2:]
+    )

@@ -16,6 +16,16 @@ commit::
         m = view.map("counters")
         m[key] = str(int(m.get(key, b"0")) + 1).encode()
 
+Counters that many transactions update: ``view.add_u64(offset, 1)`` (also
+``add_i64``, ``min_u64``/``max_u64``, ``min_i64``/``max_i64``) is applied again
+at commit to the newest value, so concurrent adders do not conflict.
+``view.pause()``/``view.resume(p)`` set a transaction aside and continue it.
+``view.nested_top(fn, undo, undo_args)`` commits ``fn``'s work at once and
+undoes it (by a built-in operation such as ``txmap.ADD_U64``, or one
+registered in Rust) if the enclosing transaction does not commit; Python
+functions cannot be registered as operations (recovery must be able to run
+them in any process that opens the region).
+
 A forked child cannot use its parent's regions and views: it opens the
 region again (``Region`` objects pickle as their path, so ``multiprocessing``
 passes them to workers, which open their own).
@@ -38,9 +48,32 @@ from ._errors import (
     SnapshotTooOld,
     TransactionError,
 )
-from ._txmap import PAGE_SIZE, Array, Map, Region, Transaction, View
+from ._txmap import (
+    ADD_I64,
+    ADD_U64,
+    FIRST_USER_OP,
+    MAX_I64,
+    MAX_U64,
+    MIN_I64,
+    MIN_U64,
+    PAGE_SIZE,
+    Array,
+    Map,
+    Paused,
+    Region,
+    Transaction,
+    View,
+    is_registered,
+)
 
 __all__ = [
+    "ADD_I64",
+    "ADD_U64",
+    "FIRST_USER_OP",
+    "MAX_I64",
+    "MAX_U64",
+    "MIN_I64",
+    "MIN_U64",
     "Aborted",
     "Array",
     "Conflict",
@@ -50,6 +83,7 @@ __all__ = [
     "InvalidError",
     "Map",
     "PAGE_SIZE",
+    "Paused",
     "Region",
     "RegionExistsError",
     "RegionNotFoundError",
@@ -57,6 +91,7 @@ __all__ = [
     "Transaction",
     "TransactionError",
     "View",
+    "is_registered",
     "ndarray",
     "transactional",
 ]
