@@ -68,11 +68,18 @@ pub enum CrashPoint {
     /// batch of them, when the log holds registered operations), before
     /// the region header.
     RecoveryWriting = 19,
+    /// A round written in place (the view alone with the region), holding
+    /// the checkpoint and commit locks: its page journal synced, before
+    /// the first page is written.
+    RoundJournaled = 20,
+    /// The same round: its pages written into the region file, before the
+    /// region header.
+    RoundWriting = 21,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 19] = [
+    pub const ALL: [CrashPoint; 21] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -92,6 +99,8 @@ impl CrashPoint {
         CrashPoint::Compensating,
         CrashPoint::CheckpointJournaled,
         CrashPoint::RecoveryWriting,
+        CrashPoint::RoundJournaled,
+        CrashPoint::RoundWriting,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -133,7 +142,9 @@ mod tests {
             | CrashPoint::OrderTurn
             | CrashPoint::Compensating
             | CrashPoint::CheckpointJournaled
-            | CrashPoint::RecoveryWriting => p as u32,
+            | CrashPoint::RecoveryWriting
+            | CrashPoint::RoundJournaled
+            | CrashPoint::RoundWriting => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

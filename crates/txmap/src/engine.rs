@@ -5,7 +5,7 @@
 //! last-out close. Below the view (which commits through it) and the
 //! handle (`region.rs`, which opens it).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -103,6 +103,10 @@ pub(crate) struct RegionInner {
     /// over given storages (`Region::open_with`), whose checkpoints write
     /// pages without one.
     pub(crate) journal: Option<PathBuf>,
+    /// Held for writing by a round that writes its pages straight into the
+    /// region file (`commit_round_in_place`); views take it for reading
+    /// while they claim a slot, so none appears meanwhile.
+    pub(crate) round_gate: std::sync::RwLock<()>,
     /// This process's views and its fence thread (issue 20, `view/fence.rs`).
     pub(crate) fence: crate::fencectl::Fence,
 }
@@ -176,6 +180,9 @@ pub(crate) struct CommitRequest<'a> {
     pub commute: Vec<(u32, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
+    /// A round (`view/rounds.rs`): written straight into the region file
+    /// when the view is alone with the region.
+    pub round: bool,
 }
 
 impl RegionInner {
@@ -347,6 +354,21 @@ impl RegionInner {
         self.check_writable("commit")?;
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(&h.log)?;
+        if req.round
+            && let Some(seq) = self.commit_round_in_place(&req)?
+        {
+            return Ok(seq);
+        }
+        // The record's payload, less its fixed fields and operations (a
+        // transaction's operations are few and small).
+        let most = crate::wal::format::MAX_PAYLOAD - (1 << 20);
+        let payload: usize = req.ranges.iter().map(|r| 12 + r.bytes.len()).sum();
+        if payload > most {
+            return Err(Error::TooLarge(format!(
+                "a commit of {payload} bytes of changes: one log record holds at most {most} \
+                 (a round alone with its region has no such limit)"
+            )));
+        }
         let order = self.order_turn(req.slot)?;
         let pass = self.mvcc.priority_enter(req.slot);
         let seq = {
@@ -435,6 +457,149 @@ impl RegionInner {
             let _ = self.checkpoint_unless_busy();
         }
         Ok(seq)
+    }
+
+    /// A round whose view is alone with the region (no other process has
+    /// it open, no other view or paused transaction here): its pages go
+    /// straight into the region file, through the page journal, with no
+    /// log record and no versions, so a round is neither bounded by a
+    /// record's size nor by the version store, and writes each page twice
+    /// (journal, file) instead of three times (log, versions, checkpoint).
+    /// `None` (commit it as usual) when it is not alone, or when the log
+    /// must keep its epoch (pending nested top actions, an archive), or
+    /// the round used registered operations.
+    fn commit_round_in_place(&self, req: &CommitRequest<'_>) -> Result<Option<u64>> {
+        use rustix::fs::FlockOperation as F;
+        let (Some(locks), Some(journal)) = (&self.locks, self.journal.as_deref()) else {
+            return Ok(None);
+        };
+        if self.opts.log_archive.is_some() || !req.ops.is_empty() || !req.commute.is_empty() {
+            return Ok(None);
+        }
+        let flock = |f: &std::fs::File, op| match rustix::fs::flock(f, op) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+            Err(e) => Err(Error::io("lock", &self.path, e.into())),
+        };
+        // Nobody opens or closes meanwhile; converting our shared hold to
+        // an exclusive one tells whether another process has it open (a
+        // failed conversion drops the shared hold: it is taken again).
+        flock(&locks.transition, F::LockExclusive)?;
+        let alone = flock(&locks.users, F::NonBlockingLockExclusive);
+        let r = match alone {
+            Ok(true) => self.round_alone(req, journal),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        };
+        let back = flock(&locks.users, F::LockShared);
+        let _ = rustix::fs::flock(&locks.transition, F::Unlock);
+        back?;
+        r
+    }
+
+    /// `commit_round_in_place` once no other process has the region open.
+    fn round_alone(&self, req: &CommitRequest<'_>, journal: &Path) -> Result<Option<u64>> {
+        let _gate = self.round_gate.write().unwrap_or_else(|e| e.into_inner());
+        self.mvcc.reap_dead_slots();
+        if self.mvcc.own_slots() != 1 {
+            return Ok(None);
+        }
+        // Every commit so far goes to the file first.
+        self.checkpoint()?;
+        let h = self.mvcc.hdr();
+        let g = h
+            .file
+            .lock_checkpoint()
+            .map_err(|e| self.shared_lock_err(e))?;
+        let l = self.lock_commit()?;
+        let c = self.mvcc.commit_seq();
+        if h.file.checkpoint_seq() != c || !self.log.pending_nta(&h.log, l.guard())?.is_empty() {
+            return Ok(None);
+        }
+        if req
+            .pages
+            .iter()
+            .any(|(p, _)| self.mvcc.page_seq(*p as usize) > req.snapshot)
+        {
+            return Err(Error::Conflict);
+        }
+        let seq = c + 1;
+        let r = (|| {
+            let head = crate::journal::Head {
+                region_id: h.region_id.load(Ordering::Acquire),
+                generation: h.file.region_generation(),
+                from: c,
+                as_of: seq,
+                data_size: self.size(),
+            };
+            crate::journal::write(journal, &head, &req.pages)?;
+            crate::debug::hit(crate::debug::CrashPoint::RoundJournaled);
+            let mut crcs = Vec::with_capacity(if self.sums.is_some() {
+                req.pages.len()
+            } else {
+                0
+            });
+            for &(page, bytes) in &req.pages {
+                self.data
+                    .write_at(bytes, HEADER_BYTES + u64::from(page) * PAGE as u64)
+                    .map_err(|e| Error::io("write a round into", &self.path, e))?;
+                if self.sums.is_some() {
+                    crcs.push((u64::from(page), crate::sums::page_crc(bytes)));
+                }
+            }
+            if let Some(s) = &self.sums {
+                s.record(&mut crcs)?;
+            }
+            crate::debug::hit(crate::debug::CrashPoint::RoundWriting);
+            // Durable in the journal: the file's sync and header wait for
+            // the next checkpoint (`catch_up_header`), so a round costs one
+            // sync, and the kernel writes the pages back meanwhile.
+            h.file.journaled(&g, seq);
+            Ok(())
+        })();
+        if let Err(e) = r {
+            crate::wal::log::poison(&h.log, &e);
+            return Err(e);
+        }
+        let pages: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
+        self.mvcc.publish_in_file(&l, seq, &pages);
+        // The log has no record of it: a new epoch starts after it.
+        h.log.raise_written(seq);
+        self.log.sync_all(&h.log)?;
+        let reset = self.log.maybe_reset(&h.log, l.guard(), seq, seq)?;
+        assert!(reset, "a round written in place starts a new log epoch");
+        Ok(Some(seq))
+    }
+
+    /// Writes the region header of a round put in the file through the
+    /// page journal (`FileShared::journaled`), after syncing the file:
+    /// before anything else may overwrite that journal. Caller holds the
+    /// checkpoint lock.
+    fn catch_up_header(&self, g: &crate::os::lock::Guard<'_>) -> Result<()> {
+        let h = self.mvcc.hdr();
+        let seq = h.file.behind();
+        if seq == 0 {
+            return Ok(());
+        }
+        let r = (|| {
+            let next = RegionHeader {
+                region_id: h.region_id.load(Ordering::Acquire),
+                generation: h.file.region_generation() + 1,
+                checkpoint_seq: seq,
+                data_size: self.size(),
+                address: self.address as u64,
+            };
+            write_region_header(&*self.data, self.sums.as_ref(), &next)?;
+            h.file.checkpointed(g, next.generation, seq);
+            match self.journal.as_deref() {
+                Some(j) => crate::journal::clear(j),
+                None => Ok(()),
+            }
+        })();
+        if let Err(e) = &r {
+            crate::wal::log::poison(&h.log, e);
+        }
+        r
     }
 
     /// Runs the undo of every pending nested top action whose parent no
@@ -568,6 +733,7 @@ impl RegionInner {
             h.file.adopt_disk(disk.generation, disk.checkpoint_seq);
         }
         crate::wal::log::check_poison(&h.log)?;
+        self.catch_up_header(&g)?;
         // A process that died in a transaction pins nothing from now on,
         // and the nested top actions of its parents are undone.
         self.mvcc.reap_dead_slots();

@@ -19,6 +19,11 @@ pub struct FileShared {
     /// change bytes: a checkpoint that writes it journals its pages first
     /// (`journal.rs`).
     ops_seq: AtomicU64,
+    /// A round written in place whose region header is not written yet
+    /// (`RegionInner::commit_round_in_place`): its page journal is the
+    /// durable copy until a checkpoint syncs the file and writes the
+    /// header; 0 if none.
+    behind: AtomicU64,
     /// One checkpoint at a time.
     checkpoint_lock: SharedMutex,
     /// Growing the region.
@@ -45,6 +50,7 @@ impl FileShared {
         self.checkpoint_seq.store(checkpoint_seq, Ordering::Relaxed);
         self.data_size.store(data_size, Ordering::Relaxed);
         self.ops_seq.store(0, Ordering::Relaxed);
+        self.behind.store(0, Ordering::Relaxed);
         Ok(())
     }
 
@@ -105,6 +111,23 @@ impl FileShared {
         );
         self.region_generation.store(generation, Ordering::Release);
         self.checkpoint_seq.store(checkpoint_seq, Ordering::Release);
+        if checkpoint_seq >= self.behind() {
+            self.behind.store(0, Ordering::Release);
+        }
+    }
+
+    /// Commit `seq` went into the region file, journaled, without a region
+    /// header yet (caller holds the checkpoint lock): readers take it from
+    /// the file, and the next checkpoint writes the header.
+    pub fn journaled(&self, _checkpoint_lock: &Guard<'_>, seq: u64) {
+        assert!(seq > self.checkpoint_seq(), "checkpoints only move forward");
+        self.behind.store(seq, Ordering::Release);
+        self.checkpoint_seq.store(seq, Ordering::Release);
+    }
+
+    /// The commit `journaled` put in the file without a header, if any.
+    pub fn behind(&self) -> u64 {
+        self.behind.load(Ordering::Acquire)
     }
 
     /// The header on disk is newer than shared memory says (a checkpointer

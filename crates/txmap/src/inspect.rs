@@ -564,8 +564,10 @@ fn examine(path: &Path) -> Result<Examined> {
     let journal = crate::journal::pending(&jp, &rh)?;
     if let Some(j) = &journal {
         warnings.push(format!(
-            "{}: a checkpoint was interrupted after journaling {} page(s) as of commit {}; \
-             the next writable open writes them",
+            "{}: the page journal holds {} page(s) as of commit {} that the region header \
+             does not cover yet (a checkpoint that was interrupted, or a round written in \
+             place whose header waits for the next checkpoint): the next checkpoint or \
+             writable open writes them",
             jp.display(),
             j.pages(),
             j.head.as_of

@@ -545,6 +545,7 @@ impl Region {
             address: recovered.2,
             sums: recovered.4,
             journal: journal_path,
+            round_gate: std::sync::RwLock::new(()),
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);

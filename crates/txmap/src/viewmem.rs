@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
 
-/// Most pages one transaction may write (the write set is reserved address space).
-pub const MAX_WRITE_PAGES: usize = 1 << 18;
+/// Most pages one transaction may write (the write set is reserved address
+/// space): 16 GiB. A commit's log record holds at most 2 GiB of changes
+/// (`Error::TooLarge` beyond); a round alone with its region has no such
+/// bound (`view/rounds.rs`).
+pub const MAX_WRITE_PAGES: usize = 1 << 22;
 /// Most pages one serializable transaction may read.
 pub const MAX_READ_PAGES: usize = 1 << 22;
 

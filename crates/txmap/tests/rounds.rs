@@ -141,3 +141,121 @@ fn stores_between_rounds_need_no_transaction_and_a_failed_round_goes_on() {
     );
     v.commit().unwrap();
 }
+
+/// Log records (`txmap check`) and the u64 the region file holds at
+/// region offset `off` (read as a plain file).
+fn records_and_file_word(p: &std::path::Path, off: u64) -> (u64, u64) {
+    let report = txmap::inspect::check(p).unwrap();
+    let bytes = std::fs::read(p).unwrap();
+    let at = (4096 + off) as usize;
+    let word = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    (report.report.log_records, word)
+}
+
+#[test]
+fn a_round_alone_with_the_region_goes_straight_into_the_file() {
+    let d = ext4_dir("rounds_in_place");
+    let p = d.join("r");
+    let r = Region::create(&p, PAGES * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.start_rounds().unwrap();
+    for pg in 0..PAGES {
+        v.write(pg * PAGE, &(pg + 1)).unwrap();
+    }
+    v.round().unwrap();
+    // No log record, and the region file holds the round at once.
+    assert_eq!(records_and_file_word(&p, 5 * PAGE), (0, 6));
+    // With another view open the round is an ordinary commit: logged,
+    // and the file waits for a checkpoint.
+    let mut o = r.view().unwrap();
+    v.write(5 * PAGE, &60u64).unwrap();
+    v.round().unwrap();
+    assert_eq!(records_and_file_word(&p, 5 * PAGE), (1, 6));
+    o.begin_read().unwrap();
+    assert_eq!(o.read::<u64>(5 * PAGE).unwrap(), 60);
+    o.commit().unwrap();
+    drop(o);
+    // Alone again: the logged round is checkpointed first, then this one.
+    v.write(5 * PAGE, &600u64).unwrap();
+    v.write(6 * PAGE, &700u64).unwrap();
+    v.round().unwrap();
+    assert_eq!(records_and_file_word(&p, 6 * PAGE), (0, 700));
+    assert_eq!(records_and_file_word(&p, 5 * PAGE).1, 600);
+    // Views opened later read it; so does the next open.
+    let mut o = r.view().unwrap();
+    o.begin_read().unwrap();
+    assert_eq!(o.read::<u64>(6 * PAGE).unwrap(), 700);
+    o.commit().unwrap();
+    drop(o);
+    v.stop_rounds();
+    drop((v, r));
+    let r = Region::open(&p, Options::default()).unwrap();
+    let v = r.view().unwrap();
+    assert_eq!(v.read::<u64>(5 * PAGE).unwrap(), 600);
+    assert_eq!(v.read::<u64>(PAGE).unwrap(), 2);
+}
+
+/// The child: completes rounds 1 and 2 (each storing the round number in
+/// every page), then dies at crash point `TXMAP_POINT` in round 3 (0: right
+/// after round 3 returned, before any checkpoint wrote its header).
+fn killed_rounder() {
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_PATH").unwrap());
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let r = Region::open(&p, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.start_rounds().unwrap();
+    for round in 1..=3u64 {
+        if let (3, Some(point)) = (round, txmap::debug::CrashPoint::from_u32(point)) {
+            txmap::debug::crash_at(point, 1);
+        }
+        for pg in 0..PAGES {
+            v.write(pg * PAGE, &round).unwrap();
+        }
+        v.round().unwrap();
+    }
+    if point == 0 {
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
+            .unwrap();
+    }
+    panic!("round 3 did not reach crash point {point}");
+}
+
+#[test]
+fn a_round_killed_after_its_journal_is_synced_is_there_after_recovery() {
+    const TEST: &str = "a_round_killed_after_its_journal_is_synced_is_there_after_recovery";
+    if role().is_some() {
+        return killed_rounder();
+    }
+    use txmap::debug::CrashPoint;
+    for point in [
+        Some(CrashPoint::RoundJournaled),
+        Some(CrashPoint::RoundWriting),
+        None,
+    ] {
+        let n = point.map_or(0, |p| p as u32);
+        let d = ext4_dir(&format!("rounds_killed_{n}"));
+        let p = d.join("r");
+        drop(Region::create(&p, PAGES * PAGE, Options::default()).unwrap());
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_POINT", n.to_string()),
+        ];
+        let mut c = Proc::spawn(TEST, "killed-rounder", &envs, d.join("err"));
+        c.wait_killed(&format!("the round at {point:?}"));
+        if point.is_none() {
+            // Its header waits for a checkpoint: the journal has it.
+            let report = txmap::inspect::check(&p).unwrap();
+            assert!(
+                report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("the page journal holds")),
+                "{:?}",
+                report.warnings
+            );
+        }
+        remove_shared_state(d.path());
+        // Durable once its journal was synced: recovery finishes it.
+        assert_eq!(check(&p), 3, "{point:?}");
+    }
+}

@@ -403,6 +403,14 @@ impl Mvcc {
         self.hdr().commit_seq.load(Ordering::Acquire)
     }
 
+    /// How many slots this process holds (views and paused transactions).
+    pub fn own_slots(&self) -> usize {
+        self.mine
+            .iter()
+            .filter(|m| m.load(Ordering::Relaxed))
+            .count()
+    }
+
     /// Slot `i`'s transaction ran nested top actions under log `token` (0:
     /// it ended).
     pub fn set_nta_token(&self, i: usize, token: u64) {
@@ -878,6 +886,35 @@ impl Mvcc {
     ///
     /// Chains of these pages are pruned to what some snapshot or the next
     /// checkpoint can still need (see `PrunePlan`).
+    /// Commit `seq` whose pages went straight into the region file, which
+    /// is checkpointed at `seq` already (a round alone with the region,
+    /// `RegionInner::commit_round_in_place`): no versions; each page's last
+    /// writer becomes `seq`, so readers take it from the file, and the
+    /// change journal lists it for views' revalidation.
+    pub fn publish_in_file(&self, _l: &Locked<'_>, seq: u64, pages: &[u32]) {
+        let h = self.hdr();
+        assert_eq!(
+            seq,
+            h.commit_seq.load(Ordering::Acquire) + 1,
+            "commits publish in order"
+        );
+        for &page in pages {
+            if let Some(e) = self.entry(page as usize) {
+                e.seq.store(seq, Ordering::Release);
+            }
+        }
+        let j = self.journal();
+        let head = h.journal_head.load(Ordering::Acquire);
+        for (k, &page) in pages.iter().enumerate() {
+            let x = &j[((head + k as u64) % JOURNAL_LEN) as usize];
+            x.seq.store(seq, Ordering::Release);
+            x.page.store(page.into(), Ordering::Release);
+        }
+        h.journal_head
+            .store(head + pages.len() as u64, Ordering::Release);
+        h.commit_seq.store(seq, Ordering::Release);
+    }
+
     pub fn publish(
         &self,
         l: &Locked<'_>,

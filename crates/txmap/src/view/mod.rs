@@ -197,6 +197,9 @@ pub struct View {
     nta: Option<Box<nta::Nested>>,
     /// Nested top actions begun by `nta_begin` and not yet ended.
     nta_open: Vec<nta::Open>,
+    /// Committing a round (`rounds.rs`): it may go straight into the
+    /// region file.
+    rounds: bool,
 }
 
 // SAFETY: a view may move between threads; it is used by one at a time (&mut self).
@@ -206,12 +209,15 @@ impl View {
     pub(crate) fn open(region: RegionRef, at: Option<usize>) -> Result<View> {
         region.check_owner()?;
         let max = region.opts.max_size as usize;
+        // Not while a round writes pages straight into the file.
+        let gate = region.round_gate.read().unwrap_or_else(|e| e.into_inner());
         let slot = region.mvcc.claim_slot().ok_or_else(|| {
             Error::TooLarge(format!(
                 "too many views on one region (at most {})",
                 crate::mvcc::MAX_SLOTS
             ))
         })?;
+        drop(gate);
         let pooled = {
             let mut pool = region.view_pool();
             match at {
@@ -277,6 +283,7 @@ impl View {
             conflicts: 0,
             nta: None,
             nta_open: Vec::new(),
+            rounds: false,
         };
         view.sync_size()?;
         let ctx = &*view.inner as *const ViewInner as *const ();
@@ -638,6 +645,7 @@ impl View {
             ops: &op_log.map_or_else(Vec::new, apply::OpLog::logged),
             commute,
             slot: v.slot(),
+            round: self.rounds,
         })?;
         v.last_commit.store(seq, Ordering::Relaxed);
         Ok(())

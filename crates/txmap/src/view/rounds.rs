@@ -31,7 +31,12 @@ impl View {
     /// Ends the current round: every store since the last round becomes
     /// durable (as durable as the region's mode promises) atomically, and
     /// the next round opens, also when this one failed (a conflict, or a
-    /// round larger than `MAX_WRITE_PAGES`: its stores are discarded).
+    /// round too large: its stores are discarded). When the view is alone
+    /// with the region (no other process has it open, no other view or
+    /// paused transaction here), the round's pages go straight into the
+    /// region file through the page journal, without a log record or
+    /// versions: then a round may write up to `MAX_WRITE_PAGES`; otherwise
+    /// it is a commit like any other (at most 2 GiB of changes).
     /// `Error::NotInTransaction` outside round mode.
     pub fn round(&mut self) -> Result<()> {
         if self.depth != 1 {
@@ -40,7 +45,11 @@ impl View {
                 _ => Error::Invalid("round inside a nested transaction".into()),
             });
         }
+        // Alone with the region, the round's pages go straight into the
+        // file (`RegionInner::commit_round_in_place`).
+        self.rounds = true;
         let r = self.commit();
+        self.rounds = false;
         self.begin_with(ROUND)?;
         r
     }

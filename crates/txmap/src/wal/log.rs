@@ -487,10 +487,6 @@ impl Log {
         self.flush(h, Self::written_seq(h))
     }
 
-    /// Starts a new epoch (the log becomes empty) if every record is covered
-    /// by the checkpoint `checkpoint_seq`. Caller holds the commit lock (no
-    /// record can be appended meanwhile) and has synced the log. Returns
-    /// whether the log was reset.
     /// The nested top actions of the epoch still pending, oldest first, as
     /// far as the log is written (the caller holds the commit lock, so
     /// nothing is appended meanwhile).
@@ -508,6 +504,10 @@ impl Log {
         Ok(scan.open().to_vec())
     }
 
+    /// Starts a new epoch (the log becomes empty) if every record is covered
+    /// by the checkpoint `checkpoint_seq`. Caller holds the commit lock (no
+    /// record can be appended meanwhile) and has synced the log. Returns
+    /// whether the log was reset.
     pub fn maybe_reset(
         &self,
         h: &LogShared,
