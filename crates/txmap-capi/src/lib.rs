@@ -33,6 +33,7 @@ pub mod media;
 pub mod native;
 pub mod ops;
 pub mod ordered;
+pub mod plain;
 pub mod rounds;
 pub mod xac;
 
@@ -41,6 +42,7 @@ pub use media::*;
 pub use native::*;
 pub use ops::*;
 pub use ordered::*;
+pub use plain::*;
 pub use rounds::*;
 pub use xac::*;
 

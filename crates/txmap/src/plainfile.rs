@@ -92,6 +92,23 @@ impl Region {
         )
     }
 
+    /// Opens the region at `path`; an existing file that is no txmap
+    /// region (no log, no side file, no region header) is mapped as a
+    /// plain file ([`Region::open_plain`]). This is what `xMmap` does with
+    /// an existing file.
+    pub fn open_or_adopt(path: &Path, opts: Options) -> Result<Region> {
+        let lp = log_path(path);
+        if lp.exists() || meta_path(path).exists() {
+            return Region::open(path, opts);
+        }
+        let mut page = vec![0u8; HEADER_BYTES as usize];
+        let f = FileStorage::open_read_only(path).map_err(|e| Error::io("open", path, e))?;
+        if f.read_at(&mut page, 0).is_ok() && RegionHeader::decode(&page).is_ok() {
+            return Region::open(path, opts); // its log is missing: says so
+        }
+        Region::open_plain(path, opts)
+    }
+
     /// Whether the region is a plain file ([`Region::open_plain`]).
     pub fn is_plain(&self) -> bool {
         self.inner.plain.is_some()
