@@ -227,11 +227,19 @@ fn adopt(path: &Path, opts: &Options) -> Result<()> {
 /// page checksums, which no longer match, are reset).
 pub(crate) fn check_unchanged(p: &PlainStorage, log: &dyn Storage, opts: &Options) -> Result<()> {
     let rec = p.record()?;
+    let path = p.data().path();
+    let (len, sec, nsec) = stamp(p.data().fd()).map_err(|e| Error::io("stat", path, e))?;
+    if len == 0 && opts.read_only {
+        // Its one page lies wholly past the end: a mapping of it faults.
+        return Err(Error::Unsupported {
+            op: "opening read-only",
+            path: path.to_path_buf(),
+            why: "an empty plain file has no page to map (open it writable)",
+        });
+    }
     if rec.open {
         return Ok(());
     }
-    let path = p.data().path();
-    let (len, sec, nsec) = stamp(p.data().fd()).map_err(|e| Error::io("stat", path, e))?;
     if (len, sec, nsec) == (rec.len, rec.mtime_sec, rec.mtime_nsec) {
         return Ok(());
     }

@@ -91,6 +91,20 @@ fn a_length_that_is_not_a_page_multiple_is_kept() {
             assert_eq!(std::fs::read(&p).unwrap(), model, "len {len} round {round}");
         }
     }
+    // Read-only, an empty file's page would lie past its end.
+    let ro = Options {
+        read_only: true,
+        ..Options::default()
+    };
+    assert!(matches!(
+        Region::open(&d.join("f0"), ro.clone()),
+        Err(Error::Unsupported { .. })
+    ));
+    let r = Region::open(&d.join("f5000"), ro).unwrap();
+    assert_eq!(
+        &read_all(&r)[..5000],
+        &std::fs::read(d.join("f5000")).unwrap()[..]
+    );
 }
 
 #[test]
