@@ -146,27 +146,18 @@ fn adopt(path: &Path, opts: &Options) -> Result<()> {
         if meta.exists() {
             return Ok(());
         }
-        match FileStorage::create_new(&lp) {
-            Ok(l) => {
-                rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
-                    .map_err(|e| Error::io("lock", &lp, e.into()))?;
-                if crate::os::shm::same_file(l.fd(), &lp) {
-                    break l;
-                }
+        if let Some(l) = crate::region::create_locked_log(&lp)? {
+            break l;
+        }
+        if !crate::region::remove_abandoned_create(&meta, &lp)? {
+            tries += 1;
+            if tries > 500 {
+                return Err(Error::Exists {
+                    path: meta,
+                    what: " (another process is adopting the plain file)",
+                });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if !crate::region::remove_abandoned_create(&meta, &lp)? {
-                    tries += 1;
-                    if tries > 500 {
-                        return Err(Error::Exists {
-                            path: meta,
-                            what: " (another process is adopting the plain file)",
-                        });
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-            }
-            Err(e) => return Err(Error::io("create", &lp, e)),
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     };
     let mut tmp = meta.as_os_str().to_owned();
@@ -192,14 +183,7 @@ fn adopt(path: &Path, opts: &Options) -> Result<()> {
             address: address.unwrap_or(0) as u64,
         });
         page.resize(2 * PAGE, 0);
-        let (off, slot) = PlainRecord {
-            generation: 1,
-            open: false,
-            len,
-            mtime_sec: sec,
-            mtime_nsec: nsec,
-        }
-        .encode();
+        let (off, slot) = PlainRecord::closed(1, (len, sec, nsec)).encode();
         page[off as usize..off as usize + slot.len()].copy_from_slice(&slot);
         f.write_at(&page, 0)
             .and_then(|_| f.sync())
@@ -264,13 +248,7 @@ pub(crate) fn check_unchanged(p: &PlainStorage, log: &dyn Storage, opts: &Option
     h.data_size = pages_for(len) * PAGE as u64;
     h.generation += 1;
     write_region_header(p, None, &h)?;
-    p.write_record(&PlainRecord {
-        generation: rec.generation + 1,
-        open: false,
-        len,
-        mtime_sec: sec,
-        mtime_nsec: nsec,
-    })
+    p.write_record(&PlainRecord::closed(rec.generation + 1, (len, sec, nsec)))
 }
 
 /// After the first writable open recovered the region (`size` bytes): the
@@ -316,12 +294,6 @@ pub(crate) fn close_clean(r: &RegionInner, p: &PlainStorage) -> Result<()> {
         d.set_len(len).map_err(|x| e("cut to its length", x))?;
         d.sync().map_err(|x| e("sync", x))?;
     }
-    let (len, sec, nsec) = stamp(d.fd()).map_err(|x| e("stat", x))?;
-    p.write_record(&PlainRecord {
-        generation: rec.generation + 1,
-        open: false,
-        len,
-        mtime_sec: sec,
-        mtime_nsec: nsec,
-    })
+    let now = stamp(d.fd()).map_err(|x| e("stat", x))?;
+    p.write_record(&PlainRecord::closed(rec.generation + 1, now))
 }

@@ -140,6 +140,25 @@ pub(crate) fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
 
 pub use crate::wal::log_path;
 
+/// Creates the log `lp` (`O_EXCL`) and locks it exclusively; `None` if it
+/// exists.
+pub(crate) fn create_locked_log(lp: &Path) -> Result<Option<FileStorage>> {
+    loop {
+        match FileStorage::create_new(lp) {
+            Ok(l) => {
+                rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
+                    .map_err(|e| Error::io("lock", lp, e.into()))?;
+                // A cleaner may have removed it before we locked it.
+                if crate::os::shm::same_file(l.fd(), lp) {
+                    return Ok(Some(l));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(Error::io("create", lp, e)),
+        }
+    }
+}
+
 /// Where the shared state of a region lives: in `/dev/shm`, named after the
 /// region's id and the file's device and inode (beside the region as
 /// `PATH-shm` where there is no `/dev/shm`).
@@ -251,24 +270,14 @@ impl Region {
         // its region and without that lock was left by a creator that died.
         let lp = log_path(path);
         let log = loop {
-            match FileStorage::create_new(&lp) {
-                Ok(l) => {
-                    rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
-                        .map_err(|e| Error::io("lock", &lp, e.into()))?;
-                    // A cleaner may have removed it before we locked it.
-                    if crate::os::shm::same_file(l.fd(), &lp) {
-                        break l;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    if !remove_abandoned_create(path, &lp)? {
-                        return Err(Error::Exists {
-                            path: path.to_path_buf(),
-                            what: " (or is being created by another process)",
-                        });
-                    }
-                }
-                Err(e) => return Err(Error::io("create", &lp, e)),
+            if let Some(l) = create_locked_log(&lp)? {
+                break l;
+            }
+            if !remove_abandoned_create(path, &lp)? {
+                return Err(Error::Exists {
+                    path: path.to_path_buf(),
+                    what: " (or is being created by another process)",
+                });
             }
         };
         let mut tmp = path.as_os_str().to_owned();

@@ -75,6 +75,17 @@ pub struct PlainRecord {
 }
 
 impl PlainRecord {
+    /// The record of a clean close: the file's `(len, mtime sec, nsec)`.
+    pub fn closed(generation: u64, (len, mtime_sec, mtime_nsec): (u64, i64, u32)) -> PlainRecord {
+        PlainRecord {
+            generation,
+            open: false,
+            len,
+            mtime_sec,
+            mtime_nsec,
+        }
+    }
+
     /// The slot's offset in the side file and its bytes.
     pub fn encode(&self) -> (u64, [u8; SLOT_LEN]) {
         let mut s = [0u8; SLOT_LEN];
