@@ -329,3 +329,65 @@ fn sigkill_of_a_plain_file_writer_leaves_a_committed_state() {
         acked = now;
     }
 }
+
+#[test]
+fn an_old_snapshot_keeps_its_bytes_while_checkpoints_rewrite_the_file() {
+    let d = ext4_dir("plain_snapshot");
+    let p = d.join("s.bin");
+    let len = 3 * PAGE + 100;
+    let before = initial(len);
+    std::fs::write(&p, &before).unwrap();
+    let r = Region::open_plain(&p, Options::default()).unwrap();
+    let mut old = r.view().unwrap();
+    old.begin_read().unwrap();
+    // Read through the view's mapping of the file (issue 20's shared pages).
+    assert_eq!(&old.slice(0, len as usize).unwrap()[..], &before[..]);
+    let mut w = r.view().unwrap();
+    let after: Vec<u8> = before.iter().map(|b| b ^ 0x5A).collect();
+    w.run(|v| put(v, 0, &after)).unwrap();
+    r.checkpoint().unwrap();
+    assert_eq!(
+        &std::fs::read(&p).unwrap()[..len as usize],
+        &after[..],
+        "the checkpoint wrote the file"
+    );
+    assert_eq!(
+        &old.slice(0, len as usize).unwrap()[..],
+        &before[..],
+        "the old snapshot still sees its bytes"
+    );
+    old.commit().unwrap();
+    old.begin_read().unwrap();
+    assert_eq!(&old.slice(0, len as usize).unwrap()[..], &after[..]);
+    old.commit().unwrap();
+    drop((old, w, r));
+    assert_eq!(std::fs::read(&p).unwrap(), after);
+}
+
+#[test]
+fn another_process_joins_a_plain_file_and_commits() {
+    if role().is_some() {
+        let p = std::env::var("TXMAP_PATH").unwrap();
+        let r = Region::open(p.as_ref(), Options::default()).unwrap();
+        assert!(r.is_plain() && !r.stats().opened_alone);
+        r.view().unwrap().run(|v| put(v, 4000, b"child")).unwrap();
+        return;
+    }
+    let d = ext4_dir("plain_join");
+    let p = d.join("j.bin");
+    let mut model = initial(4500);
+    std::fs::write(&p, &model).unwrap();
+    let r = Region::open_plain(&p, Options::default()).unwrap();
+    let st = child(
+        "another_process_joins_a_plain_file_and_commits",
+        "joiner",
+        &[("TXMAP_PATH", p.display().to_string())],
+    )
+    .status()
+    .unwrap();
+    assert!(st.success());
+    model[4000..4005].copy_from_slice(b"child");
+    assert_eq!(&read_all(&r)[..4500], &model[..]);
+    drop(r);
+    assert_eq!(std::fs::read(&p).unwrap(), model);
+}
