@@ -341,7 +341,7 @@ fn an_old_snapshot_keeps_its_bytes_while_checkpoints_rewrite_the_file() {
     let mut old = r.view().unwrap();
     old.begin_read().unwrap();
     // Read through the view's mapping of the file (issue 20's shared pages).
-    assert_eq!(&old.slice(0, len as usize).unwrap()[..], &before[..]);
+    assert_eq!(old.slice(0, len as usize).unwrap(), &before[..]);
     let mut w = r.view().unwrap();
     let after: Vec<u8> = before.iter().map(|b| b ^ 0x5A).collect();
     w.run(|v| put(v, 0, &after)).unwrap();
@@ -352,13 +352,13 @@ fn an_old_snapshot_keeps_its_bytes_while_checkpoints_rewrite_the_file() {
         "the checkpoint wrote the file"
     );
     assert_eq!(
-        &old.slice(0, len as usize).unwrap()[..],
+        old.slice(0, len as usize).unwrap(),
         &before[..],
         "the old snapshot still sees its bytes"
     );
     old.commit().unwrap();
     old.begin_read().unwrap();
-    assert_eq!(&old.slice(0, len as usize).unwrap()[..], &after[..]);
+    assert_eq!(old.slice(0, len as usize).unwrap(), &after[..]);
     old.commit().unwrap();
     drop((old, w, r));
     assert_eq!(std::fs::read(&p).unwrap(), after);
