@@ -194,6 +194,18 @@ fn backup_and_compact_refuse_plain_files_and_regions_are_not_adopted() {
     );
     assert_eq!(std::fs::read(&rp).unwrap(), before);
     assert!(!d.join("region.txm-txmap").exists());
+    // A file of another program named like the log is left alone.
+    let q = d.join("q.bin");
+    std::fs::write(&q, b"data").unwrap();
+    std::fs::write(d.join("q.bin-log"), b"someone's notes").unwrap();
+    assert!(matches!(
+        Region::open_plain(&q, Options::default()),
+        Err(Error::Exists { .. })
+    ));
+    assert_eq!(
+        std::fs::read(d.join("q.bin-log")).unwrap(),
+        b"someone's notes"
+    );
 }
 
 // --- SIGKILL at random points -------------------------------------------
