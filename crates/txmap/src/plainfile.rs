@@ -136,6 +136,22 @@ fn adopt(path: &Path, opts: &Options) -> Result<()> {
                 path.display()
             )));
         }
+        // Another program's file by that name is never taken for a log
+        // left by a dead adopter (which would be removed).
+        let mut lpage = vec![0u8; HEADER_BYTES as usize];
+        let l = FileStorage::open_read_only(&lp).map_err(|e| Error::io("open", &lp, e))?;
+        let n = l
+            .len()
+            .map_err(|e| Error::io("stat", &lp, e))?
+            .min(HEADER_BYTES) as usize;
+        l.read_at(&mut lpage[..n], 0)
+            .map_err(|e| Error::io("read", &lp, e))?;
+        if n > 0 && crate::wal::format::LogHeader::decode(&lpage).is_err() {
+            return Err(Error::Exists {
+                path: lp,
+                what: " and is not a txmap log: move it away to map the plain file",
+            });
+        }
     }
     let meta = meta_path(path);
     // As `Region::create`: the log is created exclusively and held locked
