@@ -138,6 +138,11 @@
 // group's next number is past it); nothing of the transaction is visible.
 #define TXMAP_ESKIPPED -24
 
+// A plain file (`txmap_open_plain`) was changed by another program since
+// txmap last closed it (its length or modification time differs); nothing
+// was written. `TXMAP_ACCEPT_CHANGES` takes it as it is.
+#define TXMAP_ECHANGED -25
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -166,6 +171,11 @@
 // a row takes priority: other commits wait until it commits; README,
 // "Fairness for long transactions").
 #define TXMAP_NO_PRIORITY 16
+
+// Flag in `txmap_options`: open a plain file (`txmap_region_open_plain`)
+// that another program changed while no process had it open, taking its
+// bytes as they are (without it: `TXMAP_ECHANGED`, nothing written).
+#define TXMAP_ACCEPT_CHANGES 32
 
 // Region flag: commits return once their log record is written to the OS
 // (they survive a crash of the process, and after power loss the region
@@ -273,7 +283,7 @@ typedef struct {
 // `txmap_region_open`.
 typedef struct {
   // `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`,
-  // `TXMAP_NO_PRIORITY`.
+  // `TXMAP_NO_PRIORITY`, `TXMAP_ACCEPT_CHANGES`.
   int flags;
   // Log bytes kept when a checkpoint empties the log; the file is cut to
   // this (rounded up to 4 MiB). 0: the default (4 MiB); `UINT64_MAX`:
@@ -911,6 +921,33 @@ int txmap_order_skip_to(const txmap_region *region, uint32_t group, uint64_t num
 // or writable.
 int txmap_priority_counts(const txmap_region *region, uint64_t *taken, uint64_t *waits);
 
+// Opens the existing ordinary file at `path` as a region whose byte `o` is
+// the file's byte `o`. The first call adopts it: txmap writes its header
+// page to `path-txmap` and makes `path-log` (and `path-sums`), never
+// touching the file; later calls (and `txmap_region_open` of `path`) open
+// it like any region, from several processes at once. When no process has
+// it open, and after recovery, the file holds exactly the committed bytes
+// and keeps its own length (the region is its length rounded up to 4096,
+// at least 4096; bytes stored past the length are dropped at the last
+// close; `txmap_region_grow` makes the file the grown size). A file
+// another program changed while no process had it open fails with
+// `TXMAP_ECHANGED` and nothing is written, unless `opts->flags` has
+// `TXMAP_ACCEPT_CHANGES`. `txmap_backup` and `txmap_compact` refuse plain
+// files with `TXMAP_ENOTSUP`. `opts` may be NULL (the defaults). On
+// failure `*out` is set to NULL.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `opts` is NULL or a valid
+// `txmap_options`; `out` is NULL or writable.
+int txmap_region_open_plain(const char *path, const txmap_options *opts, txmap_region **out);
+
+// 1 if the region is a plain file (`txmap_region_open_plain`), 0 if not
+// or if `region` is NULL.
+//
+// # Safety
+// `region` is NULL or a live region handle.
+int txmap_region_is_plain(const txmap_region *region);
+
 // Enters round mode on the view: a transaction stays open, so loads and
 // stores through the view need no `txmap_begin`; `txmap_round` ends each
 // round. `TXMAP_EINVAL` inside a transaction.
@@ -966,7 +1003,14 @@ int xShutdown(void);
 // it. It is never mapped elsewhere: if something else is mapped there, this
 // fails with errno `EEXIST` and `txmap_errmsg` names the range and what
 // holds it. It is created zero-filled with `length` rounded up to 4096 bytes if
-// absent, and grown if smaller. Mapping the same name again returns the same
+// absent, and grown if smaller. An existing file that is not a txmap region
+// (no `name-log`, no region header) is mapped as a plain file, its bytes at
+// the returned address, as LIBXAC's `xMmap` maps a file
+// (`txmap_region_open_plain`): txmap's metadata goes beside it
+// (`name-txmap`, `name-log`, `name-sums`), the file keeps its length (a
+// `length` beyond it grows it to `length` rounded up to 4096), and when
+// no process has it mapped it holds the committed bytes; a plain file
+// another program changed meanwhile fails with errno `ESTALE`. Mapping the same name again returns the same
 // address. Only one region may be mapped at a time: another name fails with
 // errno `ENOTSUP` (atomic commit across regions is not supported yet). On
 // failure returns NULL with errno (`EINVAL`: not initialized, or a bad
@@ -986,7 +1030,8 @@ int xShutdown(void);
 //
 // # Safety
 // `name` is NULL or a NUL-terminated string.
-void *xMmap(const char *name, size_t length);
+void *xMmap(const char *name,
+            size_t length);
 
 // Unmaps the region `name` and closes it (the last process to close it
 // checkpoints it, as `xShutdown`). Returns 0, or -1 with errno `EINVAL`

@@ -33,6 +33,7 @@ pub mod media;
 pub mod native;
 pub mod ops;
 pub mod ordered;
+pub mod plain;
 pub mod rounds;
 pub mod xac;
 
@@ -41,6 +42,7 @@ pub use media::*;
 pub use native::*;
 pub use ops::*;
 pub use ordered::*;
+pub use plain::*;
 pub use rounds::*;
 pub use xac::*;
 
@@ -120,6 +122,10 @@ pub const TXMAP_EUNKNOWNOP: c_int = -23;
 /// An ordered commit's number was skipped before it could commit (its
 /// group's next number is past it); nothing of the transaction is visible.
 pub const TXMAP_ESKIPPED: c_int = -24;
+/// A plain file (`txmap_open_plain`) was changed by another program since
+/// txmap last closed it (its length or modification time differs); nothing
+/// was written. `TXMAP_ACCEPT_CHANGES` takes it as it is.
+pub const TXMAP_ECHANGED: c_int = -25;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -172,6 +178,8 @@ impl From<Error> for Failure {
             Error::OutOfRange { .. } => (TXMAP_ERANGE, libc::EINVAL),
             Error::UnknownOperation { .. } => (TXMAP_EUNKNOWNOP, libc::ENOSYS),
             Error::OrderSkipped { .. } => (TXMAP_ESKIPPED, libc::ECANCELED),
+            Error::PlainFileChanged { .. } => (TXMAP_ECHANGED, libc::ESTALE),
+            Error::Unsupported { .. } => (TXMAP_ENOTSUP, libc::ENOTSUP),
         };
         Failure::new(code, errno, e.to_string())
     }
@@ -268,7 +276,7 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
 
 /// Every `TXMAP_*` return code with its description: the one table
 /// `txmap_strerror` reads (a test checks it covers every code).
-const CODES: [(c_int, &CStr); 25] = [
+const CODES: [(c_int, &CStr); 26] = [
     (TXMAP_OK, c"success"),
     (
         TXMAP_CONFLICT,
@@ -327,6 +335,10 @@ const CODES: [(c_int, &CStr); 25] = [
         c"the log holds an operation this process has not registered",
     ),
     (TXMAP_ESKIPPED, c"the ordered commit's number was skipped"),
+    (
+        TXMAP_ECHANGED,
+        c"the plain file was changed by another program while no one had it open",
+    ),
 ];
 
 /// A static description of a `TXMAP_*` return code ("unknown code" for
@@ -352,11 +364,11 @@ mod tests {
             unsafe { CStr::from_ptr(txmap_strerror(c)) }
         };
         let mut seen = std::collections::HashSet::new();
-        for c in (TXMAP_ESKIPPED..=TXMAP_OK).rev() {
+        for c in (TXMAP_ECHANGED..=TXMAP_OK).rev() {
             assert_ne!(text(c), c"unknown code", "code {c}");
             assert!(seen.insert(text(c)), "code {c} shares its text");
         }
-        assert_eq!(text(TXMAP_ESKIPPED - 1), c"unknown code");
+        assert_eq!(text(TXMAP_ECHANGED - 1), c"unknown code");
         assert_eq!(CODES.len(), seen.len());
     }
 

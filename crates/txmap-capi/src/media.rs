@@ -19,6 +19,10 @@ pub const TXMAP_NO_PAGE_CHECKSUMS: c_int = 8;
 /// a row takes priority: other commits wait until it commits; README,
 /// "Fairness for long transactions").
 pub const TXMAP_NO_PRIORITY: c_int = 16;
+/// Flag in `txmap_options`: open a plain file (`txmap_region_open_plain`)
+/// that another program changed while no process had it open, taking its
+/// bytes as they are (without it: `TXMAP_ECHANGED`, nothing written).
+pub const TXMAP_ACCEPT_CHANGES: c_int = 32;
 
 /// Options for `txmap_region_open_options` and
 /// `txmap_region_create_options`. All zero (and NULL) means the defaults of
@@ -28,7 +32,7 @@ pub const TXMAP_NO_PRIORITY: c_int = 16;
 #[allow(non_camel_case_types)]
 pub struct txmap_options {
     /// `TXMAP_ASYNC`, `TXMAP_OPEN_READ_ONLY`, `TXMAP_NO_PAGE_CHECKSUMS`,
-    /// `TXMAP_NO_PRIORITY`.
+    /// `TXMAP_NO_PRIORITY`, `TXMAP_ACCEPT_CHANGES`.
     pub flags: c_int,
     /// Log bytes kept when a checkpoint empties the log; the file is cut to
     /// this (rounded up to 4 MiB). 0: the default (4 MiB); `UINT64_MAX`:
@@ -44,19 +48,21 @@ pub struct txmap_options {
 /// # Safety
 /// `o` is NULL or points to a `txmap_options` whose `log_archive` is NULL
 /// or a NUL-terminated string.
-unsafe fn options(o: *const txmap_options) -> Result<txmap::Options, Failure> {
+pub(crate) unsafe fn options(o: *const txmap_options) -> Result<txmap::Options, Failure> {
     // SAFETY: per the caller's contract.
     let Some(o) = (unsafe { o.as_ref() }) else {
         return Ok(txmap::Options::default());
     };
-    let known = TXMAP_ASYNC | TXMAP_OPEN_READ_ONLY | TXMAP_NO_PAGE_CHECKSUMS | TXMAP_NO_PRIORITY;
+    let own = TXMAP_NO_PAGE_CHECKSUMS | TXMAP_NO_PRIORITY | TXMAP_ACCEPT_CHANGES;
+    let known = TXMAP_ASYNC | TXMAP_OPEN_READ_ONLY | own;
     if o.flags & !known != 0 {
         return Err(Failure::invalid(format!(
             "unknown region flags {:#x}",
             o.flags
         )));
     }
-    let mut opts = region_options(o.flags & !(TXMAP_NO_PAGE_CHECKSUMS | TXMAP_NO_PRIORITY))?;
+    let mut opts = region_options(o.flags & !own)?;
+    opts.accept_outside_changes = o.flags & TXMAP_ACCEPT_CHANGES != 0;
     opts.page_checksums = o.flags & TXMAP_NO_PAGE_CHECKSUMS == 0;
     if o.flags & TXMAP_NO_PRIORITY != 0 {
         opts.priority_after = 0;

@@ -238,7 +238,14 @@ pub extern "C" fn xShutdown() -> c_int {
 /// it. It is never mapped elsewhere: if something else is mapped there, this
 /// fails with errno `EEXIST` and `txmap_errmsg` names the range and what
 /// holds it. It is created zero-filled with `length` rounded up to 4096 bytes if
-/// absent, and grown if smaller. Mapping the same name again returns the same
+/// absent, and grown if smaller. An existing file that is not a txmap region
+/// (no `name-log`, no region header) is mapped as a plain file, its bytes at
+/// the returned address, as LIBXAC's `xMmap` maps a file
+/// (`txmap_region_open_plain`): txmap's metadata goes beside it
+/// (`name-txmap`, `name-log`, `name-sums`), the file keeps its length (a
+/// `length` beyond it grows it to `length` rounded up to 4096), and when
+/// no process has it mapped it holds the committed bytes; a plain file
+/// another program changed meanwhile fails with errno `ESTALE`. Mapping the same name again returns the same
 /// address. Only one region may be mapped at a time: another name fails with
 /// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
 /// failure returns NULL with errno (`EINVAL`: not initialized, or a bad
@@ -311,7 +318,8 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
         let path = st.dir.join(name);
         let exists = path.try_exists().map_err(|e| io_error("stat", &path, e))?;
         let region = if exists {
-            Region::open(&path, st.opts.clone())?
+            // A file that is no txmap region is mapped as a plain file.
+            Region::open_or_adopt(&path, st.opts.clone())?
         } else if size == 0 {
             return Err(Failure::invalid(format!(
                 "{} does not exist and length is 0",

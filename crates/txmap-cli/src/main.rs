@@ -94,6 +94,10 @@ enum Cmd {
         /// damaged log header from its records, drop the rest and say what was dropped
         #[arg(long)]
         accept_loss: bool,
+        /// A plain file changed by another program while no one had it open: take its
+        /// bytes as they are (without it, such a file is refused and nothing is written)
+        #[arg(long)]
+        accept_changes: bool,
     },
     /// Remove shared state files in /dev/shm that no process uses (left by a
     /// killed last user of a region); files in use are never removed
@@ -148,7 +152,7 @@ pub(crate) struct Fail {
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
         Fail {
-            code: if matches!(e, Error::Corrupt { .. }) {
+            code: if matches!(e, Error::Corrupt { .. } | Error::PlainFileChanged { .. }) {
                 1
             } else {
                 2
@@ -279,13 +283,30 @@ fn info_text(r: &Report) -> String {
                 None => "none kept".to_string(),
             },
         ),
-        (
-            "region file",
-            format!(
-                "{} bytes (format {}, header generation {})",
-                r.file_len, r.format_version, r.region_header_generation
+        match &r.plain {
+            None => (
+                "region file",
+                format!(
+                    "{} bytes (format {}, header generation {})",
+                    r.file_len, r.format_version, r.region_header_generation
+                ),
             ),
-        ),
+            Some(p) => (
+                "plain file",
+                format!(
+                    "{} bytes, {} (header page in {}, format {}, header generation {})",
+                    p.len,
+                    if p.record.open {
+                        "open, or left open by a crash".to_string()
+                    } else {
+                        format!("closed cleanly at {} bytes", p.record.len)
+                    },
+                    p.meta_path.display(),
+                    r.format_version,
+                    r.region_header_generation
+                ),
+            ),
+        },
         (
             "log size",
             if r.log_records == 0 {
@@ -483,6 +504,14 @@ fn info_json(r: &Report) -> String {
             js_opt(&r.checksummed_pages, |n| n.to_string()),
         ),
         ("file_len", r.file_len.to_string()),
+        (
+            "plain_len",
+            js_opt(&r.plain.as_ref().map(|p| p.len), |n| n.to_string()),
+        ),
+        (
+            "plain_open",
+            js_opt(&r.plain.as_ref().map(|p| p.record.open), |b| b.to_string()),
+        ),
         (
             "region_header_generation",
             r.region_header_generation.to_string(),
@@ -688,11 +717,12 @@ fn show_recovery_progress(done: u64, total: u64) {
     bar.set_position(done);
 }
 
-fn recover(path: &Path, accept_loss: bool) -> Result<String, Fail> {
+fn recover(path: &Path, accept_loss: bool, accept_changes: bool) -> Result<String, Fail> {
     // Open reserves address space for whatever size the files say.
     let opts = Options {
         on_recovery_progress: Some(show_recovery_progress),
         accept_loss,
+        accept_outside_changes: accept_changes,
         ..Options::default()
     };
     let region = Region::open(path, opts)?;
@@ -738,7 +768,11 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
             kind,
             op,
         } => kv::kv(&path, &name, kind, op),
-        Cmd::Recover { path, accept_loss } => recover(&path, accept_loss).map(|s| (s, 0)),
+        Cmd::Recover {
+            path,
+            accept_loss,
+            accept_changes,
+        } => recover(&path, accept_loss, accept_changes).map(|s| (s, 0)),
         Cmd::Clean => clean().map(|s| (s, 0)),
         Cmd::Backup { src, dst, compact } => backup(&src, &dst, compact).map(|s| (s, 0)),
         Cmd::Compact { path } => {

@@ -28,6 +28,9 @@ unsafe extern "C" {
     pub fn ctest_native_operations(dir: *const c_char) -> c_int;
     pub fn ctest_native_nested_top(dir: *const c_char) -> c_int;
 
+    pub fn ctest_plain_native(dir: *const c_char) -> c_int;
+    pub fn ctest_plain_xac(dir: *const c_char) -> c_int;
+
     pub fn ctest_media_backup_restore(dir: *const c_char) -> c_int;
     pub fn ctest_media_compact_and_options(dir: *const c_char) -> c_int;
 

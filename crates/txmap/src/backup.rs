@@ -184,6 +184,14 @@ impl crate::Region {
     pub fn backup_with(&self, dst: &Path, opts: &BackupOptions<'_>) -> Result<BackupReport> {
         let r = &**self.inner;
         r.check_owner()?;
+        if r.plain.is_some() {
+            return Err(Error::Unsupported {
+                op: "backup",
+                path: r.path.clone(),
+                why: "it is a plain file (Region::open_plain), whose header lives in its side \
+                      file; copy the file itself while no process has it open",
+            });
+        }
         check_destination(dst)?;
         let slot = r.mvcc.claim_slot().ok_or_else(|| {
             Error::Invalid(format!(

@@ -38,6 +38,14 @@ pub struct CompactReport {
 /// Compacts the region at `path`, which no process may have open (see the
 /// module docs for what is given back).
 pub fn compact(path: &Path) -> Result<CompactReport> {
+    if crate::io::plain::is_plain(path) {
+        // Its length is the program's: nothing to cut.
+        return Err(Error::Unsupported {
+            op: "compact",
+            path: path.to_path_buf(),
+            why: "it is a plain file (Region::open_plain), whose length belongs to the program",
+        });
+    }
     let lp = crate::wal::log_path(path);
     let len = |p: &Path| {
         std::fs::metadata(p)

@@ -109,6 +109,8 @@ pub(crate) struct RegionInner {
     pub(crate) round_gate: std::sync::RwLock<()>,
     /// This process's views and its fence thread (issue 20, `view/fence.rs`).
     pub(crate) fence: crate::fencectl::Fence,
+    /// `data` again when the region is a plain file (`plainfile.rs`).
+    pub(crate) plain: Option<Arc<crate::io::plain::PlainStorage>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -230,8 +232,17 @@ impl RegionInner {
             round_up((HEADER_BYTES + *mapped) as usize)
         };
         let to = round_up((HEADER_BYTES + size) as usize);
+        // A plain file has no header page: the image's stays unmapped.
+        let shift = self.data.fd_shift() as usize;
+        let from = from.max(shift);
         self.image
-            .map_shared(from, to - from, self.data.fd(), from as u64, Access::Read)
+            .map_shared(
+                from,
+                to - from,
+                self.data.fd(),
+                (from - shift) as u64,
+                Access::Read,
+            )
             .map_err(|e| Error::os("map region file", e))?;
         *mapped = size;
         Ok(())
@@ -933,7 +944,11 @@ impl Drop for RegionInner {
             // The last one out: a clean close leaves an empty log (if the
             // checkpoint fails, the log still has everything and the next
             // opener recovers), and the shared state goes.
-            let _ = self.checkpoint();
+            if self.checkpoint().is_ok()
+                && let Some(p) = &self.plain
+            {
+                let _ = crate::plainfile::close_clean(self, p);
+            }
             let _ = std::fs::remove_file(self.mvcc.path());
             let _ = rustix::fs::flock(&l.users, F::Unlock);
         }

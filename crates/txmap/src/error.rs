@@ -138,6 +138,25 @@ pub enum Error {
     /// Close and reopen the region to recover from the log.
     #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]
     Poisoned(String),
+    /// A plain file ([`crate::Region::open_plain`]) is not as txmap left it
+    /// at its last clean close (`what`: its length or modification time
+    /// differs): another program changed it while no one had it open.
+    /// Nothing was written. [`crate::Options::accept_outside_changes`]
+    /// (`txmap recover --accept-changes`) takes the file as it is.
+    #[error(
+        "{}: {what}: another program changed it since txmap last closed it; nothing was \
+         written (accept its content with Options::accept_outside_changes / \
+         txmap recover --accept-changes)",
+        path.display()
+    )]
+    PlainFileChanged { path: PathBuf, what: String },
+    /// `op` does not work on this region (`why` says what kind it is).
+    #[error("{op} is not supported for {}: {why}", path.display())]
+    Unsupported {
+        op: &'static str,
+        path: PathBuf,
+        why: &'static str,
+    },
 }
 
 impl Error {

@@ -65,9 +65,23 @@ fn header_roundtrip<H: Copy + PartialEq + std::fmt::Debug>(
     }
 }
 
-/// The region header page (`RegionHeader::decode`).
+/// The region header page (`RegionHeader::decode`), and the same bytes as
+/// the plain record page that follows it in a plain file's side file
+/// (`PlainRecord::decode`): a decoded record re-encodes to itself.
 pub fn region_header(data: &[u8]) {
     header_roundtrip(data, RegionHeader::decode, RegionHeader::encode);
+    use crate::io::plain::{PLAIN_PAGE, PlainRecord};
+    if let Ok(r) = PlainRecord::decode(data) {
+        let (off, slot) = r.encode();
+        let mut fresh = vec![0u8; HEADER_BYTES as usize];
+        let at = (off - PLAIN_PAGE) as usize;
+        fresh[at..at + slot.len()].copy_from_slice(&slot);
+        assert_eq!(
+            PlainRecord::decode(&fresh),
+            Ok(r),
+            "a plain record re-encodes differently"
+        );
+    }
 }
 
 /// The log header page (`LogHeader::decode`).

@@ -13,6 +13,7 @@
 //! the log is read again if its header changed while its records were read.
 
 use std::fs::{File, Metadata};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -80,6 +81,8 @@ pub struct Report {
     /// Processes that have the region open (their locks in `/proc/locks`).
     /// 0 for a holder outside this process's PID namespace.
     pub open_by: Vec<u32>,
+    /// A plain file (`Region::open_plain`): what its side file records.
+    pub plain: Option<PlainReport>,
     /// What the processes that have it open share, if any do.
     pub live: Option<LiveState>,
 }
@@ -146,6 +149,17 @@ pub fn inspect(path: &Path) -> Result<Report> {
     }
 }
 
+/// What `txmap info` shows of a plain file (docs/FORMAT.md, "Plain files").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlainReport {
+    /// The side file holding the header page and the plain record.
+    pub meta_path: PathBuf,
+    /// The file's length now.
+    pub len: u64,
+    /// The plain record of the side file.
+    pub record: crate::io::plain::PlainRecord,
+}
+
 /// Verifies a region and its log: headers, pairing, sizes, every log record,
 /// sequence continuity. Fails only when the files cannot be read or their
 /// headers cannot be decoded; everything else is listed in the report.
@@ -195,6 +209,50 @@ fn open_ro(path: &Path, missing: Option<&str>) -> Result<(File, Metadata)> {
         ));
     }
     Ok((f, m))
+}
+
+/// The region file as read here: a region file, or a plain file read
+/// through its side file's header page (bytes 0–4095) as `io::plain` does.
+struct DataFile {
+    /// The side file of a plain file.
+    head: Option<File>,
+    data: File,
+}
+
+impl DataFile {
+    fn shift(&self) -> u64 {
+        if self.head.is_some() { HEADER_BYTES } else { 0 }
+    }
+
+    /// Reads up to `len` bytes at region-file offset `off`, fewer at the end.
+    fn read_upto(&self, path: &Path, off: u64, len: usize) -> Result<Vec<u8>> {
+        let Some(head) = &self.head else {
+            return read_upto(&self.data, path, off, len);
+        };
+        let n = HEADER_BYTES.saturating_sub(off).min(len as u64) as usize;
+        let mut b = read_upto(head, path, off, n)?;
+        if b.len() == n && n < len {
+            let at = (off + n as u64) - HEADER_BYTES;
+            b.extend(read_upto(&self.data, path, at, len - n)?);
+        }
+        Ok(b)
+    }
+
+    /// The region file's length: a plain file's last page counts whole.
+    fn len(&self, path: &Path) -> Result<u64> {
+        let n = file_len(&self.data, path)?;
+        Ok(match self.head {
+            Some(_) => HEADER_BYTES + crate::io::plain::pages_for(n) * PAGE as u64,
+            None => n,
+        })
+    }
+
+    /// `io::next_data` in region-file offsets.
+    fn next_data(&self, off: u64) -> std::io::Result<Option<(u64, u64)>> {
+        let s = self.shift();
+        let r = crate::io::next_data(&self.data, off.saturating_sub(s))?;
+        Ok(r.map(|(a, b)| (a + s, b + s)))
+    }
 }
 
 /// Reads up to `len` bytes at `off`, fewer at end of file.
@@ -340,7 +398,7 @@ fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
 }
 
 /// Counts data pages that are not all zero, skipping holes of sparse files.
-fn count_pages(f: &File, path: &Path, data_size: u64, file_len: u64) -> Result<u64> {
+fn count_pages(f: &DataFile, path: &Path, data_size: u64, file_len: u64) -> Result<u64> {
     let page = PAGE as u64;
     let end = HEADER_BYTES + data_size.min(file_len.saturating_sub(HEADER_BYTES)) / page * page;
     let align = |o: u64| HEADER_BYTES + (o.max(HEADER_BYTES) - HEADER_BYTES) / page * page;
@@ -350,7 +408,7 @@ fn count_pages(f: &File, path: &Path, data_size: u64, file_len: u64) -> Result<u
     while off < end {
         // Where the next data is, and where the next hole after it starts
         // (an error finding them: read everything).
-        let Some((d, h)) = crate::io::next_data(f, off).unwrap_or(Some((off, end))) else {
+        let Some((d, h)) = f.next_data(off).unwrap_or(Some((off, end))) else {
             break;
         };
         let data = align(d).max(off);
@@ -362,8 +420,9 @@ fn count_pages(f: &File, path: &Path, data_size: u64, file_len: u64) -> Result<u
         while at < hole {
             let n = (hole - at).min(buf.len() as u64) as usize;
             let b = &mut buf[..n];
-            f.read_exact_at(b, at)
-                .map_err(|e| Error::io("read", path, e))?;
+            let got = f.read_upto(path, at, n)?;
+            b[..got.len()].copy_from_slice(&got);
+            b[got.len()..].fill(0);
             used += b
                 .chunks(PAGE)
                 .filter(|p| p.iter().fold(0u8, |a, &x| a | x) != 0)
@@ -421,7 +480,7 @@ pub(crate) fn fuzz_tail(log: &[u8], end: usize, h: &LogHeader, seq: u64) {
 /// the region open a checkpoint may be between a page and its entry, so a
 /// failing page is read again a few times before it is reported.
 fn check_sums(
-    data: &File,
+    data: &DataFile,
     path: &Path,
     rh: &RegionHeader,
     pending: &std::collections::BTreeSet<u64>,
@@ -470,7 +529,9 @@ fn check_sums(
         )?;
         let entries = crate::sums::decode_entries(&bytes, pages);
         let read = |b: &mut [u8], off: u64| {
-            let got = read_upto(data, path, off, b.len()).map_err(std::io::Error::other)?;
+            let got = data
+                .read_upto(path, off, b.len())
+                .map_err(std::io::Error::other)?;
             b[..got.len()].copy_from_slice(&got);
             b[got.len()..].fill(0);
             Ok(())
@@ -511,7 +572,18 @@ const REPLAY_CHECK_PAGES: usize = 16384;
 
 fn examine(path: &Path) -> Result<Examined> {
     let lp = log_path(path);
+    let meta = crate::io::plain::meta_path(path);
+    let plain = meta.exists();
     let (data, data_meta) = open_ro(path, None)?;
+    // A plain file's region lock and header page are its side file's.
+    let (head, data_meta) = match plain {
+        true => {
+            let (h, m) = open_ro(&meta, None)?;
+            (Some(h), m)
+        }
+        false => (None, data_meta),
+    };
+    let data = DataFile { head, data };
     // Fail on a file that is no region before complaining about its log.
     let region_slots = |page: Vec<u8>| {
         let page = whole_page(page, path, "region file")?;
@@ -520,7 +592,7 @@ fn examine(path: &Path) -> Result<Examined> {
             Err(_) => e,
         })
     };
-    region_slots(read_upto(&data, path, 0, HEADER_BYTES as usize)?)?;
+    region_slots(data.read_upto(path, 0, HEADER_BYTES as usize)?)?;
     let (log, _) = open_ro(&lp, Some("the region's log file is missing"))?;
 
     // Log header, region header, log bytes, then the log header again: if it
@@ -528,7 +600,7 @@ fn examine(path: &Path) -> Result<Examined> {
     let mut attempt = 0;
     let (rpage, lpage, log_bytes) = loop {
         let lpage = read_upto(&log, &lp, 0, HEADER_BYTES as usize)?;
-        let rpage = read_upto(&data, path, 0, HEADER_BYTES as usize)?;
+        let rpage = data.read_upto(path, 0, HEADER_BYTES as usize)?;
         let len = file_len(&log, &lp)?;
         let bytes = read_upto(&log, &lp, 0, len as usize)?;
         let again = read_upto(&log, &lp, 0, HEADER_BYTES as usize)?;
@@ -554,7 +626,7 @@ fn examine(path: &Path) -> Result<Examined> {
     );
     let lh = reading.header;
     let lslot = lslots.as_ref().map_or(0, |s| s.slot);
-    let file_len = file_len(&data, path)?;
+    let file_len = data.len(path)?;
     let log_len = log_bytes.len() as u64;
 
     let mut problems = Vec::new();
@@ -598,7 +670,7 @@ fn examine(path: &Path) -> Result<Examined> {
                 rh.data_size
             ),
         ));
-    } else if !file_len.is_multiple_of(page) {
+    } else if !file_len.is_multiple_of(page) && !plain {
         warnings.push(format!(
             "{}: file length {file_len} is not a multiple of the page size {PAGE}",
             path.display()
@@ -801,6 +873,41 @@ fn examine(path: &Path) -> Result<Examined> {
         &mut warnings,
     )?;
 
+    let plain = match &data.head {
+        None => None,
+        Some(h) => {
+            let page = read_upto(h, &meta, crate::io::plain::PLAIN_PAGE, PAGE)?;
+            match crate::io::plain::PlainRecord::decode(&page) {
+                Err(what) => {
+                    problems.push(Error::corrupt(&meta, crate::io::plain::PLAIN_PAGE, what));
+                    None
+                }
+                Ok(record) => {
+                    let (len, sec, nsec) = crate::io::plain::stamp(data.data.as_fd())
+                        .map_err(|e| Error::io("stat", path, e))?;
+                    // While closed, the file must be as the last close left it.
+                    if !record.open
+                        && open_by.is_empty()
+                        && (len, sec, nsec) != (record.len, record.mtime_sec, record.mtime_nsec)
+                    {
+                        problems.push(Error::PlainFileChanged {
+                            path: path.to_path_buf(),
+                            what: format!(
+                                "{len} bytes (txmap left {}), or another modification time",
+                                record.len
+                            ),
+                        });
+                    }
+                    Some(PlainReport {
+                        meta_path: meta.clone(),
+                        len,
+                        record,
+                    })
+                }
+            }
+        }
+    };
+
     let report = Report {
         path: path.to_path_buf(),
         log_path: lp,
@@ -826,6 +933,7 @@ fn examine(path: &Path) -> Result<Examined> {
         pending_commits: pending,
         needs_recovery: pending > 0,
         open_by,
+        plain,
         live,
     };
     Ok(Examined {

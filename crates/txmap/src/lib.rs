@@ -50,6 +50,7 @@ mod nta;
 pub mod ops;
 mod options;
 mod ordered;
+mod plainfile;
 mod rand;
 mod readside;
 mod recovery;

@@ -54,6 +54,13 @@ pub struct Options {
     /// [`Error::Corrupt`] naming the commits that would be lost, and writes
     /// nothing.
     pub accept_loss: bool,
+    /// Open a plain file ([`crate::Region::open_plain`]) that another
+    /// program changed while no one had it open (its length or modification
+    /// time differs from what txmap recorded at its last clean close): its
+    /// bytes become the region's as they are (page checksums are reset).
+    /// Without it such an open fails with [`Error::PlainFileChanged`] and
+    /// writes nothing. No effect on other regions.
+    pub accept_outside_changes: bool,
     /// Open without writing the region's files (they stay byte for byte as
     /// they are). [`Region::open`] also falls back to this by itself when
     /// the region or its log cannot be opened for writing (a 0444 file, a
@@ -155,6 +162,7 @@ impl Default for Options {
             snapshot_limit: SnapshotLimit::default(),
             address: None,
             accept_loss: false,
+            accept_outside_changes: false,
             read_only: false,
             page_checksums: true,
             log_reserve: 4 << 20,

@@ -67,7 +67,11 @@ pub struct Region {
     pub(crate) inner: RegionRef,
 }
 
-fn flock(f: &std::fs::File, op: rustix::fs::FlockOperation, path: &Path) -> Result<bool> {
+pub(crate) fn flock(
+    f: &std::fs::File,
+    op: rustix::fs::FlockOperation,
+    path: &Path,
+) -> Result<bool> {
     match rustix::fs::flock(f, op) {
         Ok(()) => Ok(true),
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
@@ -77,7 +81,7 @@ fn flock(f: &std::fs::File, op: rustix::fs::FlockOperation, path: &Path) -> Resu
 
 /// The suffix (then the creator's pid) of a region file being formatted
 /// under its temporary name.
-const CREATING: &str = ".creating-";
+pub(crate) const CREATING: &str = ".creating-";
 
 /// Cleans up after a creator of the region at `path` that died before the
 /// region was in place: removes its log `lp` if nobody holds it locked (a
@@ -87,7 +91,7 @@ const CREATING: &str = ".creating-";
 /// creators. Returns true if the create may be tried again, false if a
 /// live process is creating or has the region, and an error naming the
 /// log if it holds more than a header.
-fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
+pub(crate) fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
     use rustix::fs::FlockOperation as F;
     let f = match std::fs::File::open(lp) {
         Ok(f) => f,
@@ -135,6 +139,25 @@ fn remove_abandoned_create(path: &Path, lp: &Path) -> Result<bool> {
 }
 
 pub use crate::wal::log_path;
+
+/// Creates the log `lp` (`O_EXCL`) and locks it exclusively; `None` if it
+/// exists.
+pub(crate) fn create_locked_log(lp: &Path) -> Result<Option<FileStorage>> {
+    loop {
+        match FileStorage::create_new(lp) {
+            Ok(l) => {
+                rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
+                    .map_err(|e| Error::io("lock", lp, e.into()))?;
+                // A cleaner may have removed it before we locked it.
+                if crate::os::shm::same_file(l.fd(), lp) {
+                    return Ok(Some(l));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(None),
+            Err(e) => return Err(Error::io("create", lp, e)),
+        }
+    }
+}
 
 /// Where the shared state of a region lives: in `/dev/shm`, named after the
 /// region's id and the file's device and inode (beside the region as
@@ -247,24 +270,14 @@ impl Region {
         // its region and without that lock was left by a creator that died.
         let lp = log_path(path);
         let log = loop {
-            match FileStorage::create_new(&lp) {
-                Ok(l) => {
-                    rustix::fs::flock(l.fd(), rustix::fs::FlockOperation::LockExclusive)
-                        .map_err(|e| Error::io("lock", &lp, e.into()))?;
-                    // A cleaner may have removed it before we locked it.
-                    if crate::os::shm::same_file(l.fd(), &lp) {
-                        break l;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    if !remove_abandoned_create(path, &lp)? {
-                        return Err(Error::Exists {
-                            path: path.to_path_buf(),
-                            what: " (or is being created by another process)",
-                        });
-                    }
-                }
-                Err(e) => return Err(Error::io("create", &lp, e)),
+            if let Some(l) = create_locked_log(&lp)? {
+                break l;
+            }
+            if !remove_abandoned_create(path, &lp)? {
+                return Err(Error::Exists {
+                    path: path.to_path_buf(),
+                    what: " (or is being created by another process)",
+                });
             }
         };
         let mut tmp = path.as_os_str().to_owned();
@@ -343,29 +356,10 @@ impl Region {
         // hole of a full tmpfs is SIGBUS.
         data.set_len(HEADER_BYTES + size)
             .map_err(|x| e("allocate disk space for", x))?;
-        let mut page = vec![0u8; HEADER_BYTES as usize];
-        for g in [1, 2] {
-            let (off, slot) = RegionHeader {
-                generation: g,
-                ..header
-            }
-            .encode();
-            page[off as usize..off as usize + 64].copy_from_slice(&slot);
-        }
-        data.write_at(&page, 0).map_err(|x| e("write header", x))?;
+        data.write_at(&region_header_page(&header), 0)
+            .map_err(|x| e("write header", x))?;
         data.sync().map_err(|x| e("sync", x))?;
-        let lh = LogHeader {
-            region_id,
-            generation: 1,
-            salt: 1,
-            start_seq: 1,
-        };
-        let mut page = vec![0u8; HEADER_BYTES as usize];
-        let (off, slot) = lh.encode();
-        page[off as usize..off as usize + 64].copy_from_slice(&slot);
-        log.write_at(&page, 0)
-            .and_then(|_| log.sync())
-            .map_err(|x| Error::io("write log header", log.path(), x))
+        write_new_log_header(log, region_id)
     }
 
     /// Opens an existing region. Any number of processes (and handles in
@@ -375,19 +369,12 @@ impl Region {
     /// A region whose files this process may not write (a 0444 file, a
     /// read-only mount) opens read-only, as with [`Options::read_only`].
     pub fn open(path: &Path, opts: Options) -> Result<Region> {
+        if crate::io::plain::is_plain(path) {
+            return Self::open_plain_existing(path, opts);
+        }
         let mut opts = opts;
         let lp = log_path(path);
-        // Read-write if allowed; read-only when asked, or when the region
-        // or its log may not be written here.
-        let open = |p: &Path, ro: &mut bool| -> Result<FileStorage> {
-            if !*ro {
-                match FileStorage::open(p, false) {
-                    Err(e) if not_writable(&e) => *ro = true,
-                    r => return r.map_err(|e| Error::io("open", p, e)),
-                }
-            }
-            FileStorage::open_read_only(p).map_err(|e| Error::io("open", p, e))
-        };
+        let open = open_rw;
         let mut data = open(path, &mut opts.read_only)?;
         if !lp.exists() {
             let mut page = vec![0u8; HEADER_BYTES as usize];
@@ -424,6 +411,7 @@ impl Region {
             Box::new(log),
             opts,
             Some(OpenLocks { users, transition }),
+            None,
         )
     }
 
@@ -434,14 +422,17 @@ impl Region {
         log: Box<dyn Storage>,
         opts: Options,
     ) -> Result<Region> {
-        Self::open_locked(data, log, opts, None)
+        Self::open_locked(data, log, opts, None, None)
     }
 
-    fn open_locked(
+    /// Opens the region on `data` and `log` (`plain`: the same storage as
+    /// `data`, when it is a plain file's).
+    pub(crate) fn open_locked(
         data: Box<dyn Storage>,
         log: Box<dyn Storage>,
         opts: Options,
         locks: Option<OpenLocks>,
+        plain: Option<Arc<crate::io::plain::PlainStorage>>,
     ) -> Result<Region> {
         if !crate::os::mem::check_page_size() {
             return Err(Error::Invalid(format!(
@@ -479,6 +470,9 @@ impl Region {
                 Some(_) => crate::sums::PageSums::open(&path, alone)?,
             };
             let journal = journal_path.as_deref();
+            if let Some(p) = plain.as_deref().filter(|_| alone) {
+                crate::plainfile::check_unchanged(p, &*log, &opts)?;
+            }
             let (mvcc, recovered, address, loss) = if alone && opts.read_only {
                 Self::first_open_read_only(&*data, &*log, journal, &opts, locks.is_some())?
             } else if alone {
@@ -493,6 +487,9 @@ impl Region {
                 let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
                 (mvcc, 0, address, Vec::new())
             };
+            if let Some(p) = plain.as_deref().filter(|_| alone && !opts.read_only) {
+                crate::plainfile::mark_open(p, mvcc.hdr().file.data_size())?;
+            }
             let recovered = (recovered, alone, address, loss, sums);
             if let Some(l) = &locks {
                 // Converting is not atomic, but nobody can look meanwhile:
@@ -546,6 +543,7 @@ impl Region {
             sums: recovered.4,
             journal: journal_path,
             round_gate: std::sync::RwLock::new(()),
+            plain,
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);
@@ -944,6 +942,18 @@ fn create_shared_state(data: &dyn Storage, init: &crate::mvcc::Init, shared: boo
     Ok(mvcc)
 }
 
+/// Opens `p` read-write if allowed; read-only when `ro` is set, or (then
+/// setting it) when the file may not be written here.
+pub(crate) fn open_rw(p: &Path, ro: &mut bool) -> Result<FileStorage> {
+    if !*ro {
+        match FileStorage::open(p, false) {
+            Err(e) if not_writable(&e) => *ro = true,
+            r => return r.map_err(|e| Error::io("open", p, e)),
+        }
+    }
+    FileStorage::open_read_only(p).map_err(|e| Error::io("open", p, e))
+}
+
 /// Whether opening for writing failed for want of permission (a 0444 file,
 /// a read-only mount), so that a read-only open may work.
 fn not_writable(e: &std::io::Error) -> bool {
@@ -986,4 +996,34 @@ fn start_flusher(inner: &Arc<RegionInner>) {
     if let Ok(h) = h {
         *lock(&inner.flusher) = Some(h.thread().clone());
     }
+}
+
+/// A new region's header page: slots of generations 1 and 2 of `header`.
+pub(crate) fn region_header_page(header: &RegionHeader) -> Vec<u8> {
+    let mut page = vec![0u8; HEADER_BYTES as usize];
+    for g in [1, 2] {
+        let (off, slot) = RegionHeader {
+            generation: g,
+            ..*header
+        }
+        .encode();
+        page[off as usize..off as usize + 64].copy_from_slice(&slot);
+    }
+    page
+}
+
+/// Writes and syncs a new region's log header (epoch 1, no records).
+pub(crate) fn write_new_log_header(log: &dyn Storage, region_id: u64) -> Result<()> {
+    let lh = LogHeader {
+        region_id,
+        generation: 1,
+        salt: 1,
+        start_seq: 1,
+    };
+    let mut page = vec![0u8; HEADER_BYTES as usize];
+    let (off, slot) = lh.encode();
+    page[off as usize..off as usize + 64].copy_from_slice(&slot);
+    log.write_at(&page, 0)
+        .and_then(|_| log.sync())
+        .map_err(|x| Error::io("write log header", log.path(), x))
 }

@@ -210,6 +210,19 @@ impl PageSums {
         Ok(())
     }
 
+    /// Removes page `page`'s entry (not synced): it is no longer verified.
+    pub fn forget(&self, page: u64) -> Result<()> {
+        if self.len()? < HEADER_BYTES + (page + 1) * ENTRY_BYTES {
+            return Ok(());
+        }
+        self.file
+            .write_at(
+                &[0u8; ENTRY_BYTES as usize],
+                HEADER_BYTES + page * ENTRY_BYTES,
+            )
+            .map_err(|e| Error::io("write page checksums to", self.path(), e))
+    }
+
     /// The entries of pages `0..pages` (`None`: no entry).
     pub fn entries(&self, pages: u64) -> Result<Vec<Option<u32>>> {
         let len = self.len()?;

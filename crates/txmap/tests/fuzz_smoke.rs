@@ -230,6 +230,12 @@ fn write_fuzz_seeds() {
     for (name, d) in &datas {
         put("data", name, d);
     }
+    // A plain file's record page (its side file's second page).
+    let p = dir.join("plain.bin");
+    std::fs::write(&p, [7u8; 5000]).unwrap();
+    drop(Region::open_plain(&p, Options::default()).unwrap());
+    let side = std::fs::read(txmap::io::plain::meta_path(&p)).unwrap();
+    put("region_header", "plain_record", trim(&side[4096..]));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

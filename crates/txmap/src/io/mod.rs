@@ -2,6 +2,7 @@
 //! resize) goes through [`Storage`], so tests can swap in [`sim::SimStorage`],
 //! which injects errors and, at a simulated crash, drops or tears unsynced writes.
 
+pub mod plain;
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;
 
@@ -37,6 +38,12 @@ pub trait Storage: Send + Sync {
     fn sync(&self) -> std::io::Result<()>;
     /// A descriptor whose shared mapping shows the current contents.
     fn fd(&self) -> BorrowedFd<'_>;
+    /// Bytes of this storage before byte 0 of [`Storage::fd`]: offset `o`
+    /// here is `o - fd_shift()` there (a plain file, whose header page
+    /// lives in another file, `plain.rs`); 0 for a file.
+    fn fd_shift(&self) -> u64 {
+        0
+    }
     /// Where this storage lives, for error messages.
     fn path(&self) -> &Path;
 }
@@ -62,6 +69,9 @@ impl<T: Storage + ?Sized> Storage for Arc<T> {
     }
     fn fd(&self) -> BorrowedFd<'_> {
         (**self).fd()
+    }
+    fn fd_shift(&self) -> u64 {
+        (**self).fd_shift()
     }
     fn path(&self) -> &Path {
         (**self).path()

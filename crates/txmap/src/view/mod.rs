@@ -338,7 +338,7 @@ impl View {
                 size - old,
                 (
                     v.region.data.fd(),
-                    crate::wal::format::HEADER_BYTES + old as u64,
+                    crate::wal::format::HEADER_BYTES + old as u64 - v.region.data.fd_shift(),
                 ),
                 Access::Read,
                 rustix::mm::MapFlags::PRIVATE,
