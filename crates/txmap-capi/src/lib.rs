@@ -120,6 +120,11 @@ pub const TXMAP_EUNKNOWNOP: c_int = -23;
 /// An ordered commit's number was skipped before it could commit (its
 /// group's next number is past it); nothing of the transaction is visible.
 pub const TXMAP_ESKIPPED: c_int = -24;
+/// A commit across several regions cannot be decided or made: a region it
+/// wrote is missing, renamed or damaged, a process died inside it (close
+/// the region everywhere and reopen it), or another region holds it in
+/// doubt (open that region first).
+pub const TXMAP_EGROUP: c_int = -25;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -172,6 +177,7 @@ impl From<Error> for Failure {
             Error::OutOfRange { .. } => (TXMAP_ERANGE, libc::EINVAL),
             Error::UnknownOperation { .. } => (TXMAP_EUNKNOWNOP, libc::ENOSYS),
             Error::OrderSkipped { .. } => (TXMAP_ESKIPPED, libc::ECANCELED),
+            Error::Group { .. } => (TXMAP_EGROUP, libc::EIO),
         };
         Failure::new(code, errno, e.to_string())
     }
@@ -268,7 +274,7 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
 
 /// Every `TXMAP_*` return code with its description: the one table
 /// `txmap_strerror` reads (a test checks it covers every code).
-const CODES: [(c_int, &CStr); 25] = [
+const CODES: [(c_int, &CStr); 26] = [
     (TXMAP_OK, c"success"),
     (
         TXMAP_CONFLICT,
@@ -327,6 +333,10 @@ const CODES: [(c_int, &CStr); 25] = [
         c"the log holds an operation this process has not registered",
     ),
     (TXMAP_ESKIPPED, c"the ordered commit's number was skipped"),
+    (
+        TXMAP_EGROUP,
+        c"a commit across several regions is in doubt or its regions are missing",
+    ),
 ];
 
 /// A static description of a `TXMAP_*` return code ("unknown code" for
@@ -352,11 +362,11 @@ mod tests {
             unsafe { CStr::from_ptr(txmap_strerror(c)) }
         };
         let mut seen = std::collections::HashSet::new();
-        for c in (TXMAP_ESKIPPED..=TXMAP_OK).rev() {
+        for c in (TXMAP_EGROUP..=TXMAP_OK).rev() {
             assert_ne!(text(c), c"unknown code", "code {c}");
             assert!(seen.insert(text(c)), "code {c} shares its text");
         }
-        assert_eq!(text(TXMAP_ESKIPPED - 1), c"unknown code");
+        assert_eq!(text(TXMAP_EGROUP - 1), c"unknown code");
         assert_eq!(CODES.len(), seen.len());
     }
 

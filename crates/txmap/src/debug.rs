@@ -60,11 +60,20 @@ pub enum CrashPoint {
     /// parent never committed is logged and written to the region file,
     /// before the region header.
     Compensating = 17,
+    /// A commit across several regions, holding their commit locks: the
+    /// first writer's record appended, before the next one's.
+    GroupAppended = 18,
+    /// A commit across several regions: every writer's record appended and
+    /// synced, before anything is published.
+    GroupSynced = 19,
+    /// A commit across several regions: published in the first writer,
+    /// before the next.
+    GroupPublished = 20,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 17] = [
+    pub const ALL: [CrashPoint; 20] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -82,6 +91,9 @@ impl CrashPoint {
         CrashPoint::CheckpointFenced,
         CrashPoint::OrderTurn,
         CrashPoint::Compensating,
+        CrashPoint::GroupAppended,
+        CrashPoint::GroupSynced,
+        CrashPoint::GroupPublished,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -121,7 +133,10 @@ mod tests {
             | CrashPoint::CompactShrinking
             | CrashPoint::CheckpointFenced
             | CrashPoint::OrderTurn
-            | CrashPoint::Compensating => p as u32,
+            | CrashPoint::Compensating
+            | CrashPoint::GroupAppended
+            | CrashPoint::GroupSynced
+            | CrashPoint::GroupPublished => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

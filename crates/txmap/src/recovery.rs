@@ -125,7 +125,8 @@ pub(crate) fn recover(
     // Mapped, not read: a log held long by old snapshots may be large.
     let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
         .map_err(|e| Error::os("map log", e))?;
-    let (reading, mut loss) = read_log(image.bytes(), &page, &header, log.path(), accept_loss)?;
+    let (mut reading, mut loss) = read_log(image.bytes(), &page, &header, log.path(), accept_loss)?;
+    crate::group::resolve(&mut reading.scan.records, &header, data.path())?;
     let lh = reading.header;
     // After a gap nothing can be replayed onto the checkpoint.
     let gap = lh.start_seq > header.checkpoint_seq.saturating_add(1);
