@@ -119,7 +119,11 @@ fn worker() {
     if let Ok(p) = std::env::var("TXMAP_CRASH") {
         let (pt, nth) = p.split_once(':').unwrap();
         let pt = CrashPoint::from_u32(pt.parse().unwrap()).unwrap();
-        txmap::debug::crash_at(pt, nth.parse().unwrap());
+        if std::env::var("TXMAP_STOP").is_ok() {
+            txmap::debug::stop_at(pt, nth.parse().unwrap());
+        } else {
+            txmap::debug::crash_at(pt, nth.parse().unwrap());
+        }
     }
     let ra = Region::open(&dir.join("a"), opts()).unwrap();
     let rb = Region::open(&dir.join("b"), opts()).unwrap();
@@ -171,6 +175,33 @@ fn transfers_in_threads_keep_the_total_in_every_transaction() {
 }
 
 #[test]
+fn a_region_only_read_is_validated_at_the_commit() {
+    let d = ext4_dir("multiregion-read-only-part");
+    create(d.path());
+    let ra = Region::open(&d.join("a"), opts()).unwrap();
+    let rb = Region::open(&d.join("b"), opts()).unwrap();
+    let (mut va, mut vb, mut other) = (ra.view().unwrap(), rb.view().unwrap(), rb.view().unwrap());
+    for tracked in [false, true] {
+        let views = &mut [&mut va, &mut vb];
+        View::begin_group(views).unwrap();
+        if tracked {
+            // A read through a plain load is tracked by the fault handler.
+            // SAFETY: the view maps the region; page 0 lies inside it.
+            let _ = unsafe { std::ptr::read_volatile(views[1].base() as *const i64) };
+        }
+        let x: i64 = views[1].read(0).unwrap();
+        views[0].write(0, &(x + 1)).unwrap();
+        // Another transaction changes what this one read in `b`.
+        other.run(|v| v.write(0, &(x - 5))).unwrap();
+        let r = View::commit_group(views);
+        assert!(
+            matches!(r, Err(Error::Conflict)),
+            "tracked {tracked}: {r:?}"
+        );
+    }
+}
+
+#[test]
 fn sigkill_at_random_points_keeps_transfers_atomic() {
     let test = "sigkill_at_random_points_keeps_transfers_atomic";
     if role().is_some() {
@@ -202,24 +233,73 @@ fn sigkill_at_random_points_keeps_transfers_atomic() {
     }
 }
 
+/// Spawns worker 0 armed at `point` (its `nth` time), to be killed or
+/// stopped there.
+fn armed(name: &str, d: &TestDir, point: CrashPoint, nth: u64, stop: bool) -> Proc {
+    let mut env = vec![
+        ("TXMAP_DIR", d.path().display().to_string()),
+        ("TXMAP_WORKER", "0".to_string()),
+        ("TXMAP_CRASH", format!("{}:{nth}", point as u32)),
+    ];
+    if stop {
+        env.push(("TXMAP_STOP", String::new()));
+    }
+    Proc::spawn(name, "worker", &env, d.join("err"))
+}
+
+/// Waits until `p` has exited.
+fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
+    loop {
+        if let Some(s) = p.try_wait() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_reader_never_sees_a_group_published_in_one_region_only() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_reader_never_sees_a_group_published_in_one_region_only";
+    let d = ext4_dir(name);
+    create(d.path());
+    let ra = Region::open(&d.join("a"), opts()).unwrap();
+    let rb = Region::open(&d.join("b"), opts()).unwrap();
+    // Stopped with its group published in one region, not yet the other.
+    let mut p = armed(name, &d, CrashPoint::GroupPublished, 2, true);
+    while p.state() != 'T' {
+        p.check_running("the stopping worker");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let seen = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
+            let views = &mut [&mut va, &mut vb];
+            View::begin_group_with(views, txmap::TxnOptions::READ_ONLY).unwrap();
+            let t = total(views);
+            View::commit_group(views).unwrap();
+            t
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        p.signal(rustix::process::Signal::CONT);
+        reader.join().unwrap()
+    });
+    assert_eq!(
+        seen, TOTAL,
+        "a reader saw a group commit in one region only"
+    );
+    p.kill();
+}
+
 /// Kills a worker at `point` of its `nth` group commit, then recovers
 /// with the regions opened in the order given; `alone` is opened first by
 /// itself, commits in it alone and checkpoints, before both are checked.
 fn kill_at(name: &str, point: CrashPoint, nth: u64, b_first: bool, alone: Option<&str>) {
     let d = ext4_dir(name);
     create(d.path());
-    let env = [
-        ("TXMAP_DIR", d.path().display().to_string()),
-        ("TXMAP_WORKER", "0".to_string()),
-        ("TXMAP_CRASH", format!("{}:{nth}", point as u32)),
-    ];
-    let mut p = Proc::spawn(name, "worker", &env, d.join("err"));
-    let status = loop {
-        if let Some(s) = p.try_wait() {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let status = wait_exit(&mut armed(name, &d, point, nth, false));
     assert!(!status.success(), "the worker was not killed at {point:?}");
     let acked = acked(d.path(), 1);
     assert_eq!(acked[0], nth - 1, "acknowledged before the crash");
@@ -288,18 +368,7 @@ fn a_missing_or_renamed_region_of_a_group_is_a_clear_error() {
     let name = "a_missing_or_renamed_region_of_a_group_is_a_clear_error";
     let d = ext4_dir(name);
     create(d.path());
-    let env = [
-        ("TXMAP_DIR", d.path().display().to_string()),
-        ("TXMAP_WORKER", "0".to_string()),
-        (
-            "TXMAP_CRASH",
-            format!("{}:3", CrashPoint::GroupSynced as u32),
-        ),
-    ];
-    let mut p = Proc::spawn(name, "worker", &env, d.join("err"));
-    while p.try_wait().is_none() {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_exit(&mut armed(name, &d, CrashPoint::GroupSynced, 3, false));
     std::fs::rename(d.join("b"), d.join("c")).unwrap();
     std::fs::rename(d.join("b-log"), d.join("c-log")).unwrap();
     match Region::open(&d.join("a"), opts()) {
@@ -334,19 +403,8 @@ fn a_process_killed_inside_a_group_commit_poisons_the_regions_until_reopened() {
     create(d.path());
     let ra = Region::open(&d.join("a"), opts()).unwrap();
     let rb = Region::open(&d.join("b"), opts()).unwrap();
-    let env = [
-        ("TXMAP_DIR", d.path().display().to_string()),
-        ("TXMAP_WORKER", "0".to_string()),
-        (
-            "TXMAP_CRASH",
-            format!("{}:3", CrashPoint::GroupAppended as u32),
-        ),
-    ];
-    let mut p = Proc::spawn(name, "worker", &env, d.join("err"));
-    while p.try_wait().is_none() {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    // The dead committer holds both commit locks, and `a` has its record.
+    wait_exit(&mut armed(name, &d, CrashPoint::GroupAppended, 3, false));
+    // The dead committer holds both commit locks, and one region has its record.
     let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
     let r = View::run_group(&mut [&mut va, &mut vb], |v| transfer(v, 1, 77));
     assert!(matches!(r, Err(Error::Group { .. })), "{r:?}");
