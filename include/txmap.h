@@ -138,6 +138,12 @@
 // group's next number is past it); nothing of the transaction is visible.
 #define TXMAP_ESKIPPED -24
 
+// A commit across several regions cannot be decided or made: a region it
+// wrote is missing, renamed or damaged, a process died inside it (close
+// the region everywhere and reopen it), or another region holds it in
+// doubt (open that region first).
+#define TXMAP_EGROUP -25
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -715,6 +721,28 @@ int txmap_abort(txmap_view *view);
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_rollback(txmap_view *view);
 
+// Begins one serializable transaction over `n` views, each of a different
+// region of one directory: it reads one snapshot of all of them (a commit
+// across them is seen in all or none). `flags` as `txmap_begin`. A nested
+// call (every view already in the transaction) is folded into it.
+//
+// # Safety
+// `views` is NULL or points to `n` distinct live view handles, not in use
+// by another thread.
+int txmap_group_begin(txmap_view *const *views, size_t n, int flags);
+
+// Commits a transaction begun by `txmap_group_begin` atomically across
+// its regions: after a crash at any point all of it is there or none.
+// Returns as `txmap_commit` (`TXMAP_CONFLICT`: nothing of it is visible in
+// any region); `TXMAP_EGROUP` if a process died inside a commit across
+// these regions (close them everywhere and reopen to recover). In every
+// case the outermost transaction is over on every view.
+//
+// # Safety
+// `views` is NULL or points to `n` distinct live view handles, not in use
+// by another thread.
+int txmap_group_commit(txmap_view *const *views, size_t n);
+
 // 1 inside a transaction, 0 outside one (or if `view` is NULL).
 //
 // # Safety
@@ -966,8 +994,13 @@ int xShutdown(void);
 // fails with errno `EEXIST` and `txmap_errmsg` names the range and what
 // holds it. It is created zero-filled with `length` rounded up to 4096 bytes if
 // absent, and grown if smaller. Mapping the same name again returns the same
-// address. Only one region may be mapped at a time: another name fails with
-// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
+// address. Several regions may be mapped (other names, outside a
+// transaction: else `EBUSY`): every transaction (`xbegin` … `xend`) then
+// spans all of them, reads one snapshot of them all, and commits
+// atomically across them (after a crash at any point, all of its changes
+// are there or none); `xpause`, `xorder` and `xorderNext` need one region
+// mapped (`ENOTSUP`), and `xMalloc`, `xFree` and `xRoot` use the first
+// region mapped. On
 // failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 // name: it must be a plain file name not ending in "-log";
 // `EBUSY`: the region must grow while another thread's transaction is open;
