@@ -8,6 +8,8 @@
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
 
 use crate::engine::{CommitRequest, RegionInner};
 use crate::error::{Error, Result};
@@ -89,7 +91,7 @@ pub(crate) fn lock_all<'a>(regions: &[&'a RegionInner]) -> Result<Vec<Locked<'a>
 
 /// One region's part of a commit across several regions.
 pub(crate) struct Part<'a> {
-    pub region: &'a RegionInner,
+    pub region: &'a Arc<RegionInner>,
     /// What the transaction did in it (a part that only read has no pages).
     pub req: CommitRequest<'a>,
 }
@@ -112,7 +114,7 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         }
         crate::wal::log::check_poison(&p.region.mvcc.hdr().log)?;
     }
-    let regions: Vec<&RegionInner> = parts.iter().map(|p| p.region).collect();
+    let regions: Vec<&RegionInner> = parts.iter().map(|p| &**p.region).collect();
     let order = lock_order(&regions)?;
     let mut locks: Vec<Option<Locked<'_>>> = (0..parts.len()).map(|_| None).collect();
     for &i in &order {
@@ -200,7 +202,7 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
             .map_err(fail)?;
     }
     if trailer.is_some() {
-        let logs: Vec<&RegionInner> = writers.iter().map(|&i| parts[i].region).collect();
+        let logs: Vec<&Arc<RegionInner>> = writers.iter().map(|&i| parts[i].region).collect();
         sync_all(&logs, &seqs).map_err(fail)?;
         crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
     }
@@ -240,26 +242,74 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     Ok(out)
 }
 
-/// Syncs every writer's log up to its record: all but the first in threads
-/// of their own, so the commit waits about one sync.
-fn sync_all(writers: &[&RegionInner], seqs: &[u64]) -> Result<()> {
-    let flush = |k: usize| {
-        let r = writers[k];
-        r.log.flush(&r.mvcc.hdr().log, seqs[k])
-    };
-    std::thread::scope(|s| {
-        let others: Vec<_> = (1..writers.len())
-            .map(|k| s.spawn(move || flush(k)))
-            .collect();
-        let mut r = flush(0);
-        for t in others {
-            let joined = t
-                .join()
-                .unwrap_or_else(|_| Err(Error::Invalid("a log sync thread panicked".into())));
-            r = r.and(joined);
+/// Syncs every writer's log up to its record: all but the first on helper
+/// threads (kept for the next commits: starting a thread per commit cost
+/// more than the sync on a fast device), so the commit waits about one sync.
+fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
+    let mut waits = Vec::with_capacity(writers.len().saturating_sub(1));
+    for k in 1..writers.len() {
+        let (done, wait) = channel();
+        let job = SyncJob {
+            region: Arc::clone(writers[k]),
+            seq: seqs[k],
+            done,
+        };
+        let sent = match helper(k - 1) {
+            Some(h) => h.send(job).is_ok(),
+            None => false,
+        };
+        if sent {
+            waits.push(wait);
+        } else {
+            // No helper: synced here, one after the other.
+            let r = writers[k];
+            r.log.flush(&r.mvcc.hdr().log, seqs[k])?;
         }
-        r
-    })
+    }
+    let mut r = writers[0].log.flush(&writers[0].mvcc.hdr().log, seqs[0]);
+    for w in waits {
+        let got = w
+            .recv()
+            .unwrap_or_else(|_| Err(Error::Invalid("a log sync helper thread ended".into())));
+        r = r.and(got);
+    }
+    r
+}
+
+/// A log to sync for a commit across several regions, and where to answer.
+struct SyncJob {
+    region: Arc<RegionInner>,
+    seq: u64,
+    done: Sender<Result<()>>,
+}
+
+/// This process's sync helpers (a forked child starts its own).
+static HELPERS: Mutex<(u32, Vec<Sender<SyncJob>>)> = Mutex::new((0, Vec::new()));
+
+/// Helper thread `k`, started when first needed (`None` if it cannot be).
+fn helper(k: usize) -> Option<Sender<SyncJob>> {
+    let mut g = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if g.0 != pid {
+        *g = (pid, Vec::new());
+    }
+    while g.1.len() <= k {
+        let (tx, rx) = channel::<SyncJob>();
+        std::thread::Builder::new()
+            .name("txmap-group-sync".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                for job in rx {
+                    let r = job.region.log.flush(&job.region.mvcc.hdr().log, job.seq);
+                    // The region is let go before the committer is answered.
+                    drop(job.region);
+                    let _ = job.done.send(r);
+                }
+            })
+            .ok()?;
+        g.1.push(tx);
+    }
+    Some(g.1[k].clone())
 }
 
 /// The repair after a holder of the commit lock died: a commit across
@@ -401,6 +451,37 @@ pub(crate) fn resolve(
         }
     }
     Ok(skipped)
+}
+
+/// For `txmap info`/`check`: what recovery would do with the group records
+/// after the checkpoint (read only). A writer that lacks one is a warning
+/// (recovery drops the group: it was never acknowledged); a writer that is
+/// missing, replaced or unreadable is a problem (recovery refuses).
+pub(crate) fn examine(
+    records: &[CommitRecord<'_>],
+    header: &RegionHeader,
+    path: &Path,
+    warnings: &mut Vec<String>,
+    problems: &mut Vec<Error>,
+) {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for r in records.iter().filter(|r| r.seq > header.checkpoint_seq) {
+        let Some(g) = &r.group else { continue };
+        for m in g.members.iter().filter(|m| m.region_id != header.region_id) {
+            match member_has(dir, m, g.id, path, r.seq) {
+                Ok(true) => {}
+                Ok(false) => warnings.push(format!(
+                    "{}: commit {} is part of commit {:016x} across several regions, which \
+                     region {} lacks: recovery drops it (it was never acknowledged)",
+                    path.display(),
+                    r.seq,
+                    g.id,
+                    dir.join(&m.name).display()
+                )),
+                Err(e) => problems.push(e),
+            }
+        }
+    }
 }
 
 thread_local! {

@@ -369,8 +369,22 @@ fn a_missing_or_renamed_region_of_a_group_is_a_clear_error() {
     let d = ext4_dir(name);
     create(d.path());
     wait_exit(&mut armed(name, &d, CrashPoint::GroupSynced, 3, false));
+    // `txmap check` shows the group records and finds every writer.
+    let c = txmap::inspect::check(&d.join("a")).unwrap();
+    assert!(
+        c.report.log_group_records >= 3,
+        "{:?}",
+        c.report.log_group_records
+    );
+    assert!(c.problems.is_empty(), "{:?}", c.problems);
     std::fs::rename(d.join("b"), d.join("c")).unwrap();
     std::fs::rename(d.join("b-log"), d.join("c-log")).unwrap();
+    let c = txmap::inspect::check(&d.join("a")).unwrap();
+    assert!(
+        c.problems.iter().any(|p| p.contains("missing")),
+        "check of a without b: {:?}",
+        c.problems
+    );
     match Region::open(&d.join("a"), opts()) {
         Err(Error::Group { path, what }) => {
             assert_eq!(path, d.join("b"), "{what}");
