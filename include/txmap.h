@@ -143,6 +143,12 @@
 // was written. `TXMAP_ACCEPT_CHANGES` takes it as it is.
 #define TXMAP_ECHANGED -25
 
+// A commit across several regions cannot be decided or made: a region it
+// wrote is missing, renamed or damaged, a process died inside it (close
+// the region everywhere and reopen it), or another region holds it in
+// doubt (open that region first).
+#define TXMAP_EGROUP -26
+
 // Map kind: a B+-tree (ordered).
 #define TXMAP_BTREE 1
 
@@ -725,6 +731,28 @@ int txmap_abort(txmap_view *view);
 // `view` is NULL or a live view handle, not in use by another thread.
 int txmap_rollback(txmap_view *view);
 
+// Begins one serializable transaction over `n` views, each of a different
+// region of one directory: it reads one snapshot of all of them (a commit
+// across them is seen in all or none). `flags` as `txmap_begin`. A nested
+// call (every view already in the transaction) is folded into it.
+//
+// # Safety
+// `views` is NULL or points to `n` distinct live view handles, not in use
+// by another thread.
+int txmap_group_begin(txmap_view *const *views, size_t n, int flags);
+
+// Commits a transaction begun by `txmap_group_begin` atomically across
+// its regions: after a crash at any point all of it is there or none.
+// Returns as `txmap_commit` (`TXMAP_CONFLICT`: nothing of it is visible in
+// any region); `TXMAP_EGROUP` if a process died inside a commit across
+// these regions (close them everywhere and reopen to recover). In every
+// case the outermost transaction is over on every view.
+//
+// # Safety
+// `views` is NULL or points to `n` distinct live view handles, not in use
+// by another thread.
+int txmap_group_commit(txmap_view *const *views, size_t n);
+
 // 1 inside a transaction, 0 outside one (or if `view` is NULL).
 //
 // # Safety
@@ -1010,9 +1038,14 @@ int xShutdown(void);
 // (`name-txmap`, `name-log`, `name-sums`), the file keeps its length (a
 // `length` beyond it grows it to `length` rounded up to 4096), and when
 // no process has it mapped it holds the committed bytes; a plain file
-// another program changed meanwhile fails with errno `ESTALE`. Mapping the same name again returns the same
-// address. Only one region may be mapped at a time: another name fails with
-// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
+// another program changed meanwhile fails with errno `ESTALE`. Mapping the
+// same name again returns the same address. Several regions may be mapped
+// (other names, outside a transaction: else `EBUSY`): every transaction
+// (`xbegin` … `xend`) then spans all of them, reads one snapshot of them
+// all, and commits atomically across them (after a crash at any point, all
+// of its changes are there or none); `xpause`, `xorder` and `xorderNext`
+// need one region mapped (`ENOTSUP`), and `xMalloc`, `xFree` and `xRoot`
+// use the first region mapped. On
 // failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 // name: it must be a plain file name not ending in "-log";
 // `EBUSY`: the region must grow while another thread's transaction is open;
@@ -1030,8 +1063,7 @@ int xShutdown(void);
 //
 // # Safety
 // `name` is NULL or a NUL-terminated string.
-void *xMmap(const char *name,
-            size_t length);
+void *xMmap(const char *name, size_t length);
 
 // Unmaps the region `name` and closes it (the last process to close it
 // checkpoints it, as `xShutdown`). Returns 0, or -1 with errno `EINVAL`

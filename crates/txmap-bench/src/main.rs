@@ -12,6 +12,7 @@ mod fairness;
 mod longreader;
 mod ordered;
 mod procs;
+mod regions;
 mod report;
 mod rounds;
 mod sharedpages;
@@ -111,6 +112,8 @@ enum Section {
     Fairness,
     /// Rounds: one 256 MiB round made durable, beside dd (not part of core).
     Rounds,
+    /// Several regions in one transaction: durable transfers between two regions vs one (not part of core).
+    Regions,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -124,7 +127,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 15] = [
+const PARTS: [Part; 16] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -214,6 +217,12 @@ const PARTS: [Part; 15] = [
         in_core: false,
         steps: rounds::steps,
         run: rounds::run,
+    },
+    Part {
+        section: Section::Regions,
+        in_core: false,
+        steps: regions::steps,
+        run: regions::run,
     },
 ];
 

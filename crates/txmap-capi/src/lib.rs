@@ -126,6 +126,11 @@ pub const TXMAP_ESKIPPED: c_int = -24;
 /// txmap last closed it (its length or modification time differs); nothing
 /// was written. `TXMAP_ACCEPT_CHANGES` takes it as it is.
 pub const TXMAP_ECHANGED: c_int = -25;
+/// A commit across several regions cannot be decided or made: a region it
+/// wrote is missing, renamed or damaged, a process died inside it (close
+/// the region everywhere and reopen it), or another region holds it in
+/// doubt (open that region first).
+pub const TXMAP_EGROUP: c_int = -26;
 
 /// Why an exported call failed: its return code, the `errno` the LIBXAC calls
 /// set, and the message for `txmap_errmsg`.
@@ -180,6 +185,7 @@ impl From<Error> for Failure {
             Error::OrderSkipped { .. } => (TXMAP_ESKIPPED, libc::ECANCELED),
             Error::PlainFileChanged { .. } => (TXMAP_ECHANGED, libc::ESTALE),
             Error::Unsupported { .. } => (TXMAP_ENOTSUP, libc::ENOTSUP),
+            Error::Group { .. } => (TXMAP_EGROUP, libc::EIO),
         };
         Failure::new(code, errno, e.to_string())
     }
@@ -276,7 +282,7 @@ pub extern "C" fn txmap_errmsg() -> *const c_char {
 
 /// Every `TXMAP_*` return code with its description: the one table
 /// `txmap_strerror` reads (a test checks it covers every code).
-const CODES: [(c_int, &CStr); 26] = [
+const CODES: [(c_int, &CStr); 27] = [
     (TXMAP_OK, c"success"),
     (
         TXMAP_CONFLICT,
@@ -339,6 +345,10 @@ const CODES: [(c_int, &CStr); 26] = [
         TXMAP_ECHANGED,
         c"the plain file was changed by another program while no one had it open",
     ),
+    (
+        TXMAP_EGROUP,
+        c"a commit across several regions is in doubt or its regions are missing",
+    ),
 ];
 
 /// A static description of a `TXMAP_*` return code ("unknown code" for
@@ -364,11 +374,11 @@ mod tests {
             unsafe { CStr::from_ptr(txmap_strerror(c)) }
         };
         let mut seen = std::collections::HashSet::new();
-        for c in (TXMAP_ECHANGED..=TXMAP_OK).rev() {
+        for c in (TXMAP_EGROUP..=TXMAP_OK).rev() {
             assert_ne!(text(c), c"unknown code", "code {c}");
             assert!(seen.insert(text(c)), "code {c} shares its text");
         }
-        assert_eq!(text(TXMAP_ECHANGED - 1), c"unknown code");
+        assert_eq!(text(TXMAP_EGROUP - 1), c"unknown code");
         assert_eq!(CODES.len(), seen.len());
     }
 

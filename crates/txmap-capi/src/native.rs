@@ -407,6 +407,23 @@ pub unsafe extern "C" fn txmap_view_grow(view: *mut txmap_view, size: u64) -> c_
     }))
 }
 
+/// The transaction options `flags` names (`txmap_begin`).
+fn txn_flags(flags: c_int) -> Result<TxnOptions, Failure> {
+    if flags & !(TXMAP_READ_ONLY | TXMAP_SNAPSHOT) != 0 {
+        return Err(Failure::invalid(format!(
+            "unknown transaction flags {flags:#x}"
+        )));
+    }
+    Ok(TxnOptions {
+        read_only: flags & TXMAP_READ_ONLY != 0,
+        isolation: if flags & TXMAP_SNAPSHOT != 0 {
+            Isolation::Snapshot
+        } else {
+            Isolation::Serializable
+        },
+    })
+}
+
 /// Begins a transaction on the view. `flags`: 0 (serializable read-write),
 /// `TXMAP_READ_ONLY`, `TXMAP_SNAPSHOT`. A nested begin is folded into the
 /// outermost transaction (its flags are ignored).
@@ -416,19 +433,7 @@ pub unsafe extern "C" fn txmap_view_grow(view: *mut txmap_view, size: u64) -> c_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn txmap_begin(view: *mut txmap_view, flags: c_int) -> c_int {
     status(guarded("txmap_begin", || {
-        if flags & !(TXMAP_READ_ONLY | TXMAP_SNAPSHOT) != 0 {
-            return Err(Failure::invalid(format!(
-                "unknown transaction flags {flags:#x}"
-            )));
-        }
-        let opts = TxnOptions {
-            read_only: flags & TXMAP_READ_ONLY != 0,
-            isolation: if flags & TXMAP_SNAPSHOT != 0 {
-                Isolation::Snapshot
-            } else {
-                Isolation::Serializable
-            },
-        };
+        let opts = txn_flags(flags)?;
         // SAFETY: per this function's contract.
         Ok(unsafe { view_mut(view) }?.begin_with(opts)?)
     }))
@@ -479,6 +484,70 @@ pub unsafe extern "C" fn txmap_rollback(view: *mut txmap_view) -> c_int {
         // SAFETY: per this function's contract.
         unsafe { view_mut(view) }?.rollback();
         Ok(())
+    }))
+}
+
+/// The `n` views at `views`, each a distinct live view handle.
+///
+/// # Safety
+/// `views` is NULL or points to `n` pointers, each NULL or a live view
+/// handle, all distinct and not in use by another thread.
+unsafe fn views_mut<'a>(
+    views: *const *mut txmap_view,
+    n: usize,
+) -> Result<Vec<&'a mut View>, Failure> {
+    if views.is_null() || n == 0 {
+        return Err(Failure::invalid("no views given"));
+    }
+    // SAFETY: per this function's contract.
+    let ptrs = unsafe { std::slice::from_raw_parts(views, n) };
+    for (i, p) in ptrs.iter().enumerate() {
+        if ptrs[..i].contains(p) {
+            return Err(Failure::invalid("the same view is given twice"));
+        }
+    }
+    // SAFETY: per this function's contract (distinct handles: no aliasing).
+    ptrs.iter().map(|&v| unsafe { view_mut(v) }).collect()
+}
+
+/// Begins one serializable transaction over `n` views, each of a different
+/// region of one directory: it reads one snapshot of all of them (a commit
+/// across them is seen in all or none). `flags` as `txmap_begin`. A nested
+/// call (every view already in the transaction) is folded into it.
+///
+/// # Safety
+/// `views` is NULL or points to `n` distinct live view handles, not in use
+/// by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_group_begin(
+    views: *const *mut txmap_view,
+    n: usize,
+    flags: c_int,
+) -> c_int {
+    status(guarded("txmap_group_begin", || {
+        let opts = txn_flags(flags)?;
+        // SAFETY: per this function's contract.
+        let mut v = unsafe { views_mut(views, n) }?;
+        Ok(View::begin_group_with(&mut v, opts)?)
+    }))
+}
+
+/// Commits a transaction begun by `txmap_group_begin` atomically across
+/// its regions: after a crash at any point all of it is there or none.
+/// Returns as `txmap_commit` (`TXMAP_CONFLICT`: nothing of it is visible in
+/// any region); `TXMAP_EGROUP` if a process died inside a commit across
+/// these regions (close them everywhere and reopen to recover). In every
+/// case the outermost transaction is over on every view.
+///
+/// # Safety
+/// `views` is NULL or points to `n` distinct live view handles, not in use
+/// by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_group_commit(views: *const *mut txmap_view, n: usize) -> c_int {
+    status(guarded("txmap_group_commit", || {
+        // SAFETY: per this function's contract.
+        let mut v = unsafe { views_mut(views, n) }?;
+        Ok(View::commit_group(&mut v)?)
     }))
 }
 

@@ -59,6 +59,33 @@ struct Mapped {
     owner: Option<ThreadId>,
     /// Transactions paused by `xpause`, each with its thread (the newest last).
     paused: Vec<(ThreadId, Paused)>,
+    /// Regions mapped after the first, in order: a transaction spans them
+    /// all and commits atomically across them (issue 19 point 1).
+    more: Vec<(OsString, View)>,
+}
+
+impl Mapped {
+    /// Every mapped region's view, the first mapped first.
+    fn views(&mut self) -> Vec<&mut View> {
+        std::iter::once(&mut self.view)
+            .chain(self.more.iter_mut().map(|(_, v)| v))
+            .collect()
+    }
+
+    /// Fails with `ENOTSUP` for `call` while several regions are mapped.
+    fn one_region(&self, call: &str) -> Result<(), Failure> {
+        if self.more.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::new(
+            TXMAP_ENOTSUP,
+            libc::ENOTSUP,
+            format!(
+                "{call} works with one region mapped, not {}",
+                self.more.len() + 1
+            ),
+        ))
+    }
 }
 
 struct Xac {
@@ -106,7 +133,7 @@ fn roll_back_for_exited(id: ThreadId) {
         && let Some(m) = st.mapped.as_mut()
         && m.owner == Some(id)
     {
-        m.view.rollback();
+        View::rollback_group(&mut m.views());
         m.owner = None;
         ENDED.notify_all();
     }
@@ -245,9 +272,14 @@ pub extern "C" fn xShutdown() -> c_int {
 /// (`name-txmap`, `name-log`, `name-sums`), the file keeps its length (a
 /// `length` beyond it grows it to `length` rounded up to 4096), and when
 /// no process has it mapped it holds the committed bytes; a plain file
-/// another program changed meanwhile fails with errno `ESTALE`. Mapping the same name again returns the same
-/// address. Only one region may be mapped at a time: another name fails with
-/// errno `ENOTSUP` (atomic commit across regions is not supported yet). On
+/// another program changed meanwhile fails with errno `ESTALE`. Mapping the
+/// same name again returns the same address. Several regions may be mapped
+/// (other names, outside a transaction: else `EBUSY`): every transaction
+/// (`xbegin` … `xend`) then spans all of them, reads one snapshot of them
+/// all, and commits atomically across them (after a crash at any point, all
+/// of its changes are there or none); `xpause`, `xorder` and `xorderNext`
+/// need one region mapped (`ENOTSUP`), and `xMalloc`, `xFree` and `xRoot`
+/// use the first region mapped. On
 /// failure returns NULL with errno (`EINVAL`: not initialized, or a bad
 /// name: it must be a plain file name not ending in "-log";
 /// `EBUSY`: the region must grow while another thread's transaction is open;
@@ -289,21 +321,28 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
         let mut g = state();
         let st = initialized(&mut g)?;
         if let Some(m) = &mut st.mapped {
-            if m.name != name {
-                return Err(Failure::new(
-                    TXMAP_ENOTSUP,
-                    libc::ENOTSUP,
-                    format!(
-                        "cannot map {name:?} while {:?} is mapped: atomic commit across \
-                         regions is not supported yet (xMunmap it first)",
-                        m.name
-                    ),
-                ));
-            }
+            let owner = m.owner;
+            let known = if m.name == name {
+                Some(&mut m.view)
+            } else {
+                m.more.iter_mut().find(|(n, _)| n == name).map(|(_, v)| v)
+            };
+            let Some(view) = known else {
+                // Another region: the next transactions span it too.
+                if owner.is_some() || !m.paused.is_empty() {
+                    return Err(busy(format!(
+                        "cannot map {name:?} while a transaction is open or paused"
+                    )));
+                }
+                let view = open_view(&st.dir, name, size, &st.opts)?;
+                let base = view.base().cast::<c_void>();
+                m.more.push((name.to_owned(), view));
+                return Ok(base);
+            };
             // Compared with what this view maps (another process may have
             // grown the region already): growing maps the new pages here.
-            if size > m.view.len() as u64 {
-                if m.owner.is_some_and(|o| o != std::thread::current().id()) {
+            if size > view.len() as u64 {
+                if owner.is_some_and(|o| o != std::thread::current().id()) {
                     return Err(busy(format!(
                         "cannot grow {name:?} while another thread's transaction is open"
                     )));
@@ -311,42 +350,18 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
                 // Inside the caller's own transaction too: the base stays
                 // (the view reserved the maximum size), and growth is not
                 // undone if the transaction aborts.
-                m.view.grow(size)?;
+                view.grow(size)?;
             }
-            return Ok(m.view.base().cast::<c_void>());
+            return Ok(view.base().cast::<c_void>());
         }
-        let path = st.dir.join(name);
-        let exists = path.try_exists().map_err(|e| io_error("stat", &path, e))?;
-        let region = if exists {
-            // A file that is no txmap region is mapped as a plain file.
-            Region::open_or_adopt(&path, st.opts.clone())?
-        } else if size == 0 {
-            return Err(Failure::invalid(format!(
-                "{} does not exist and length is 0",
-                path.display()
-            )));
-        } else {
-            match Region::create(&path, size, st.opts.clone()) {
-                Ok(r) => r,
-                // Another process is creating it: open it once it is in place.
-                Err(Error::Exists { .. }) if log_path(&path).exists() => {
-                    open_when_created(&path, &st.opts)?
-                }
-                Err(e) => return Err(e.into()),
-            }
-        };
-        if region.size() < size {
-            region.grow(size)?;
-        }
-        // The same address in every process and execution: pointers stored
-        // in the region stay valid.
-        let view = region.view_fixed()?;
+        let view = open_view(&st.dir, name, size, &st.opts)?;
         let base = view.base().cast::<c_void>();
         st.mapped = Some(Mapped {
             name: name.to_owned(),
             view,
             owner: None,
             paused: Vec::new(),
+            more: Vec::new(),
         });
         Ok(base)
     });
@@ -354,6 +369,42 @@ pub unsafe extern "C" fn xMmap(name: *const c_char, length: usize) -> *mut c_voi
         set_errno(e.errno);
         std::ptr::null_mut()
     })
+}
+
+/// Opens (or creates, zero-filled, `size` bytes) region `dir/name`, grows
+/// it to `size`, and maps a view of it at its fixed address.
+fn open_view(
+    dir: &std::path::Path,
+    name: &OsStr,
+    size: u64,
+    opts: &Options,
+) -> Result<View, Failure> {
+    let path = dir.join(name);
+    let exists = path.try_exists().map_err(|e| io_error("stat", &path, e))?;
+    let region = if exists {
+        // A file that is no txmap region is mapped as a plain file.
+        Region::open_or_adopt(&path, opts.clone())?
+    } else if size == 0 {
+        return Err(Failure::invalid(format!(
+            "{} does not exist and length is 0",
+            path.display()
+        )));
+    } else {
+        match Region::create(&path, size, opts.clone()) {
+            Ok(r) => r,
+            // Another process is creating it: open it once it is in place.
+            Err(Error::Exists { .. }) if log_path(&path).exists() => {
+                open_when_created(&path, opts)?
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if region.size() < size {
+        region.grow(size)?;
+    }
+    // The same address in every process and execution: pointers stored
+    // in the region stay valid.
+    Ok(region.view_fixed()?)
 }
 
 /// Opens a region another process is creating (its data file appears last,
@@ -387,17 +438,33 @@ pub unsafe extern "C" fn xMunmap(name: *const c_char) -> c_int {
         let name: &OsStr = unsafe { path_arg(name, "name") }?.as_os_str();
         let mut g = state();
         let st = initialized(&mut g)?;
-        match &st.mapped {
-            Some(m) if m.name == name => {
-                if m.owner.is_some() {
+        let Some(m) = &mut st.mapped else {
+            return Err(Failure::invalid(format!("{name:?} is not mapped")));
+        };
+        let at = m.more.iter().position(|(n, _)| n == name);
+        if m.name != name && at.is_none() {
+            return Err(Failure::invalid(format!("{name:?} is not mapped")));
+        }
+        if m.owner.is_some() {
+            return Err(busy(format!(
+                "cannot unmap {name:?} while a transaction is open"
+            )));
+        }
+        // The last process out checkpoints as it closes.
+        match at {
+            Some(i) => drop(m.more.remove(i)),
+            None if m.more.is_empty() => drop(st.mapped.take()),
+            None => {
+                if !m.paused.is_empty() {
                     return Err(busy(format!(
-                        "cannot unmap {name:?} while a transaction is open"
+                        "cannot unmap {name:?} while a transaction is paused"
                     )));
                 }
+                let (n, v) = m.more.remove(0);
+                m.name = n;
+                drop(std::mem::replace(&mut m.view, v));
             }
-            _ => return Err(Failure::invalid(format!("{name:?} is not mapped"))),
         }
-        drop(st.mapped.take()); // the last process out checkpoints as it closes
         Ok(0)
     })
 }
@@ -439,6 +506,7 @@ pub extern "C" fn xpause() -> c_int {
     int_call("xpause", || {
         let mut g = state();
         let m = in_transaction(&mut g, "xpause")?;
+        m.one_region("xpause")?;
         let p = m.view.pause()?;
         m.paused.push((std::thread::current().id(), p));
         m.owner = None;
@@ -516,7 +584,13 @@ pub fn xbegin_waiters() -> usize {
 
 /// Begins (or nests) the calling thread's transaction, waiting per `wait`.
 fn begin(wait: Wait) -> Result<c_int, Failure> {
-    begin_then(wait, |m| Ok(m.view.begin()?))
+    begin_then(wait, |m| {
+        if m.more.is_empty() {
+            Ok(m.view.begin()?)
+        } else {
+            Ok(View::begin_group(&mut m.views())?)
+        }
+    })
 }
 
 /// Waits per `wait` for the calling thread's turn, then runs `start` (which
@@ -629,7 +703,11 @@ pub extern "C" fn xend() -> c_int {
         let mut g = state();
         let m = mapped(&mut g)?;
         own_transaction(m, "xend")?;
-        let r = m.view.commit();
+        let r = if m.more.is_empty() {
+            m.view.commit()
+        } else {
+            View::commit_group(&mut m.views())
+        };
         if !m.view.in_transaction() {
             m.owner = None;
             ENDED.notify_all();
@@ -653,7 +731,9 @@ pub extern "C" fn xabort() -> c_int {
         let mut g = state();
         let m = mapped(&mut g)?;
         own_transaction(m, "xabort")?;
-        m.view.abort()?;
+        for v in m.views() {
+            v.abort()?;
+        }
         Ok(0)
     })
 }
@@ -670,7 +750,13 @@ pub extern "C" fn setPageAccess(addr: *mut c_void, length: usize, access: c_int)
         let mut g = state();
         let m = mapped(&mut g)?;
         own_transaction(m, "setPageAccess")?;
-        native::set_page_access(&mut m.view, addr, length, access)?;
+        let a = addr as usize;
+        let mut views = m.views();
+        let i = views
+            .iter()
+            .position(|v| a >= v.base() as usize && a - (v.base() as usize) < v.len())
+            .unwrap_or(0);
+        native::set_page_access(views.swap_remove(i), addr, length, access)?;
         Ok(0)
     })
 }
@@ -853,6 +939,7 @@ pub extern "C" fn xorder(group: u32, number: u64) -> c_int {
         let mut g = state();
         let m = mapped(&mut g)?;
         not_another_threads(m, "xorder")?;
+        m.one_region("xorder")?;
         m.view.order(group, number)?;
         Ok(0)
     })
@@ -876,6 +963,7 @@ pub unsafe extern "C" fn xorderNext(group: u32, number: *mut u64) -> c_int {
         let mut g = state();
         let m = mapped(&mut g)?;
         not_another_threads(m, "xorderNext")?;
+        m.one_region("xorderNext")?;
         let n = m.view.order_next(group)?;
         // SAFETY: checked non-NULL; writable per the contract.
         unsafe { number.write(n) };

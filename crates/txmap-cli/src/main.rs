@@ -352,6 +352,15 @@ fn info_text(r: &Report) -> String {
             ),
         ));
     }
+    if r.log_group_records > 0 {
+        lines.push((
+            "group commits",
+            format!(
+                "{} of commits across several regions",
+                plural(r.log_group_records, "record", "records")
+            ),
+        ));
+    }
     let recovery = match (r.pending_commits, r.open_by.is_empty()) {
         (0, _) => "not needed".to_string(),
         (n, false) => format!(
@@ -525,6 +534,7 @@ fn info_json(r: &Report) -> String {
         ("log_start_seq", r.log_start_seq.to_string()),
         ("log_records", r.log_records.to_string()),
         ("log_op_records", r.log_op_records.to_string()),
+        ("log_group_records", r.log_group_records.to_string()),
         (
             "log_operations",
             format!(

@@ -53,6 +53,8 @@ unsafe extern "C" {
     pub fn ctest_native_priority(dir: *const c_char) -> c_int;
     pub fn ctest_native_rounds(dir: *const c_char) -> c_int;
     pub fn ctest_xac_processes_ordered(dir: *const c_char) -> c_int;
+    pub fn ctest_xac_regions(dir: *const c_char) -> c_int;
+    pub fn ctest_native_group(dir: *const c_char) -> c_int;
 
     pub fn ctest_xac_addr_forks(
         dir: *const c_char,

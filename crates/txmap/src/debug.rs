@@ -75,11 +75,20 @@ pub enum CrashPoint {
     /// The same round: its pages written into the region file, before the
     /// region header.
     RoundWriting = 21,
+    /// A commit across several regions, holding their commit locks: the
+    /// first writer's record appended, before the next one's.
+    GroupAppended = 22,
+    /// A commit across several regions: every writer's record appended and
+    /// synced, before anything is published.
+    GroupSynced = 23,
+    /// A commit across several regions: published in the first writer,
+    /// before the next.
+    GroupPublished = 24,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 21] = [
+    pub const ALL: [CrashPoint; 24] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -101,6 +110,9 @@ impl CrashPoint {
         CrashPoint::RecoveryWriting,
         CrashPoint::RoundJournaled,
         CrashPoint::RoundWriting,
+        CrashPoint::GroupAppended,
+        CrashPoint::GroupSynced,
+        CrashPoint::GroupPublished,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -145,6 +157,9 @@ mod tests {
             | CrashPoint::RecoveryWriting
             | CrashPoint::RoundJournaled
             | CrashPoint::RoundWriting => p as u32,
+            CrashPoint::GroupAppended | CrashPoint::GroupSynced | CrashPoint::GroupPublished => {
+                p as u32
+            }
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

@@ -170,12 +170,12 @@ pub(crate) struct CommitRequest<'a> {
     /// Serializable without a read set: tells which pages the transaction
     /// may have read; it conflicts if a commit after the snapshot changed
     /// one of them (or the change journal no longer reaches back).
-    pub untracked_reads: Option<&'a dyn Fn(u32) -> bool>,
+    pub untracked_reads: Option<Box<dyn Fn(u32) -> bool + 'a>>,
     /// Pages written, each with its new content.
     pub pages: Vec<(u32, &'a [u8])>,
     pub ranges: Vec<Range<'a>>,
     /// Registered operations, interleaved with `ranges` (`crate::ops`).
-    pub ops: &'a [crate::wal::format::LoggedOp<'a>],
+    pub ops: Vec<crate::wal::format::LoggedOp<'a>>,
     /// Commutative operations (page, id, arguments) on pages not in
     /// `pages`, in order: applied under the commit lock to each page's
     /// newest committed version, which is then published.
@@ -274,6 +274,7 @@ impl RegionInner {
     /// - a page listed twice in the dirty list is listed once.
     fn repair(&self, l: &crate::mvcc::Locked<'_>) -> Result<()> {
         let h = self.mvcc.hdr();
+        crate::group::check_repair(self)?;
         let storage = self.log.storage();
         let mut page = vec![0u8; HEADER_BYTES as usize];
         storage
@@ -315,7 +316,7 @@ impl RegionInner {
 
     /// The version store could not take more versions: expire the oldest
     /// snapshot holding old ones, so memory comes back when it ends.
-    fn version_store_full(&self, e: std::io::Error) -> Error {
+    pub(crate) fn version_store_full(&self, e: std::io::Error) -> Error {
         self.mvcc
             .expire_oldest(Log::synced_seq(&self.mvcc.hdr().log));
         Error::VersionStoreFull {
@@ -326,7 +327,7 @@ impl RegionInner {
     }
 
     /// Fails if this handle may not write the region's files.
-    fn check_writable(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn check_writable(&self, op: &'static str) -> Result<()> {
         if self.opts.read_only {
             return Err(Error::ReadOnly {
                 op,
@@ -387,20 +388,7 @@ impl RegionInner {
             if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
                 return Err(self.order_skipped(req.slot));
             }
-            let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
-            if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
-                return Err(Error::Conflict);
-            }
-            if let Some(maybe_read) = req.untracked_reads {
-                let mut hit = false;
-                let now = self.mvcc.commit_seq();
-                let complete = self
-                    .mvcc
-                    .changed_pages(req.snapshot, now, |p| hit |= maybe_read(p));
-                if hit || !complete {
-                    return Err(Error::Conflict);
-                }
-            }
+            self.validate(&req)?;
             let commuted = self.commute_pages(&req.commute)?;
             let with_commuted;
             let pages: &[(u32, &[u8])] = if commuted.is_empty() {
@@ -422,13 +410,13 @@ impl RegionInner {
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
             let (check, checked);
-            let ops = if crate::ops::changes_bytes(req.ops) {
+            let ops = if crate::ops::changes_bytes(&req.ops) {
                 h.file.note_ops(seq);
-                check = page_check_args(req.ops, pages);
-                checked = with_page_check(req.ops, req.ranges.len(), &check);
+                check = page_check_args(&req.ops, pages);
+                checked = with_page_check(&req.ops, req.ranges.len(), &check);
                 &checked[..]
             } else {
-                req.ops
+                &req.ops[..]
             };
             let logged = self.log.append(
                 &h.log,
@@ -677,10 +665,30 @@ impl RegionInner {
         Ok(())
     }
 
+    /// Invariant 5: `Err(Conflict)` if a commit after the transaction's
+    /// snapshot changed a page it read or wrote. Caller holds the commit lock.
+    pub(crate) fn validate(&self, req: &CommitRequest<'_>) -> Result<()> {
+        let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
+        if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
+            return Err(Error::Conflict);
+        }
+        if let Some(maybe_read) = &req.untracked_reads {
+            let mut hit = false;
+            let now = self.mvcc.commit_seq();
+            let complete = self
+                .mvcc
+                .changed_pages(req.snapshot, now, |p| hit |= maybe_read(p));
+            if hit || !complete {
+                return Err(Error::Conflict);
+            }
+        }
+        Ok(())
+    }
+
     /// The pages commutative operations change, from each page's newest
     /// committed version. Called under the commit lock (so no pruning or
     /// commit changes the versions meanwhile).
-    fn commute_pages(&self, ops: &[(u32, u32, &[u8])]) -> Result<Vec<(u32, Vec<u8>)>> {
+    pub(crate) fn commute_pages(&self, ops: &[(u32, u32, &[u8])]) -> Result<Vec<(u32, Vec<u8>)>> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
@@ -718,7 +726,7 @@ impl RegionInner {
     /// A checkpoint unless one is under way: the automatic checkpoint of a
     /// commit must not wait for another process's (it may be stopped, and
     /// its checkpoint empties the log all the same).
-    fn checkpoint_unless_busy(&self) -> Result<()> {
+    pub(crate) fn checkpoint_unless_busy(&self) -> Result<()> {
         let g = self
             .mvcc
             .hdr()

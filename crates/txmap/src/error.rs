@@ -134,6 +134,12 @@ pub enum Error {
          next number is {next}); nothing of the transaction is visible"
     )]
     OrderSkipped { group: u32, number: u64, next: u64 },
+    /// A commit across several regions cannot be decided or made: a
+    /// region it wrote is missing, renamed or damaged, a process died inside
+    /// it (the region must be reopened to recover), or another region holds
+    /// it in doubt. `path` names the region concerned.
+    #[error("{}: commit across several regions: {what}", path.display())]
+    Group { path: PathBuf, what: String },
     /// An earlier write or sync failed; the data on disk may be behind memory.
     /// Close and reopen the region to recover from the log.
     #[error("region unusable after an earlier I/O failure ({0}); reopen it to recover")]

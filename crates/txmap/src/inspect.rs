@@ -57,6 +57,9 @@ pub struct Report {
     pub log_op_records: u64,
     /// Registered operations in those records: (id, how many), by id.
     pub log_operations: Vec<(u32, u64)>,
+    /// Records of the current epoch that belong to a commit across several
+    /// regions (a group trailer, docs/FORMAT.md).
+    pub log_group_records: u64,
     /// The last commit: the newest logged record, or the checkpoint if later.
     pub last_seq: u64,
     /// Bytes of valid records in the current epoch.
@@ -863,6 +866,7 @@ fn examine(path: &Path) -> Result<Examined> {
         Ok(_) => {}
         Err(e) => problems.push(e),
     }
+    crate::group::examine(&records, &rh, path, &mut warnings, &mut problems);
     let checksummed_pages = check_sums(
         &data,
         path,
@@ -925,6 +929,7 @@ fn examine(path: &Path) -> Result<Examined> {
         log_records: records.len() as u64,
         log_op_records: records.iter().filter(|r| !r.ops.is_empty()).count() as u64,
         log_operations: log_operations.into_iter().collect(),
+        log_group_records: records.iter().filter(|r| r.group.is_some()).count() as u64,
         last_seq: log_last.max(rh.checkpoint_seq),
         log_bytes_used: end as u64 - HEADER_BYTES,
         torn_tail,

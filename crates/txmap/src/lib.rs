@@ -43,6 +43,7 @@ mod engine;
 mod error;
 mod fencectl;
 mod filestate;
+mod group;
 pub mod inspect;
 pub mod io;
 mod journal;

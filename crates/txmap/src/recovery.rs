@@ -157,8 +157,9 @@ pub(crate) fn recover(
             .map_or(header.checkpoint_seq, |j| j.head.as_of),
         ..header
     };
-    let (reading, mut loss) =
+    let (mut reading, mut loss) =
         read_log(image.bytes(), &page, &reading_from, log.path(), accept_loss)?;
+    crate::group::resolve(&mut reading.scan.records, &header, data.path())?;
     if let (Some(j), Some(path)) = (&pending, journal) {
         finish_checkpoint(files, path, j, &mut header)?;
     }

@@ -574,6 +574,7 @@ impl Region {
             s.allocate()
                 .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
         }
+        crate::group::settle_inbound(data.path())?;
         let mut rec = recover(files, opts.on_recovery_progress, opts.accept_loss)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
@@ -658,7 +659,8 @@ impl Region {
         let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
         let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
             .map_err(|e| Error::os("map log", e))?;
-        let (reading, loss) = read_log(image.bytes(), &page, &header, log.path(), false)?;
+        let (mut reading, loss) = read_log(image.bytes(), &page, &header, log.path(), false)?;
+        crate::group::resolve(&mut reading.scan.records, &header, data.path())?;
         debug_assert!(loss.is_empty(), "damage is an error without accept_loss");
         let lh = reading.header;
         let base = header.checkpoint_seq;

@@ -16,6 +16,7 @@ mod apply;
 mod fair;
 mod fault;
 mod fence;
+mod group;
 mod nta;
 mod ordered;
 mod pause;
@@ -527,6 +528,12 @@ impl View {
         }
         self.nta_before_commit();
         let r = self.commit_outermost();
+        self.end_outermost(r)
+    }
+
+    /// Ends the outermost transaction after its commit returned `r`: read
+    /// tracking's penalty, the view's pages, priority, nested top actions.
+    pub(crate) fn end_outermost(&mut self, r: Result<()>) -> Result<()> {
         let v = &*self.inner;
         if v.untracked_reads.load(Ordering::Relaxed) {
             let penalty = v.tracked_penalty.load(Ordering::Relaxed);
@@ -546,6 +553,22 @@ impl View {
     }
 
     fn commit_outermost(&mut self) -> Result<()> {
+        let v = &*self.inner;
+        let Some(req) = self.prepare_commit(false)? else {
+            // An ordered transaction still waits for its turn and moves its group on.
+            return v.region.order_pass(v.slot(), true);
+        };
+        let seq = v.region.commit(req)?;
+        v.last_commit.store(seq, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The outermost commit's request: the diffs of the pages written
+    /// (outside any lock), the read set or untracked reads. `None` when the
+    /// transaction changed nothing, unless `validate` (a part of a commit
+    /// across several regions: what it read is still validated), or for a
+    /// read-only transaction.
+    pub(crate) fn prepare_commit(&self, validate: bool) -> Result<Option<CommitRequest<'_>>> {
         self.check_expired()?;
         let v = &*self.inner;
         match v.doomed.load(Ordering::Relaxed) {
@@ -565,9 +588,9 @@ impl View {
             }
         }
         let n = v.write_n.load(Ordering::Relaxed);
-        if n == 0 && self.op_log.is_none() {
-            // An ordered transaction still waits for its turn and moves its group on.
-            return v.region.order_pass(v.slot(), true);
+        let validate = validate && !v.read_only.load(Ordering::Relaxed);
+        if n == 0 && self.op_log.is_none() && !validate {
+            return Ok(None);
         }
         // SAFETY: the first n entries were written by `touch`.
         let pages = unsafe { std::slice::from_raw_parts(v.mem.write_set.as_ptr(), n) };
@@ -615,16 +638,17 @@ impl View {
         if versions.is_empty()
             && commute.is_empty()
             && !op_log.is_some_and(apply::OpLog::has_marker)
+            && !validate
         {
             // Stores that changed nothing.
-            return v.region.order_pass(v.slot(), true);
+            return Ok(None);
         }
         // Untracked reads: a page touched in this transaction may have been
         // read, and so may any valid page while anything is accessible at
         // the user address (plain loads of such pages take no fault).
         let exposed = v.islands.load(Ordering::Relaxed) > 0;
         let paused_reads = &self.paused_reads;
-        let maybe_read = |p: u32| {
+        let maybe_read = move |p: u32| {
             v.touch_bits(p as usize) != 0
                 || paused_reads.binary_search(&p).is_ok()
                 || (exposed
@@ -633,22 +657,20 @@ impl View {
                         .get(p as usize)
                         .is_none_or(|x| x.load(Ordering::Relaxed) != page_state::NONE))
         };
-        let seq = v.region.commit(CommitRequest {
+        Ok(Some(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
             read_pages,
             untracked_reads: v
                 .untracked_reads
                 .load(Ordering::Relaxed)
-                .then_some(&maybe_read as &dyn Fn(u32) -> bool),
+                .then(|| Box::new(maybe_read) as Box<dyn Fn(u32) -> bool + '_>),
             pages: versions,
             ranges,
-            ops: &op_log.map_or_else(Vec::new, apply::OpLog::logged),
+            ops: op_log.map_or_else(Vec::new, apply::OpLog::logged),
             commute,
             slot: v.slot(),
             round: self.rounds,
-        })?;
-        v.last_commit.store(seq, Ordering::Relaxed);
-        Ok(())
+        }))
     }
 
     /// Ends the outermost transaction: written pages become readable

@@ -29,6 +29,11 @@ pub const KIND_COMMIT: u8 = 1;
 pub const KIND_COMMIT_OPS: u8 = 2;
 /// Record flag (byte 9): the payload starts with the commit's time.
 pub const FLAG_TIME: u8 = 1;
+/// Record flag (byte 9): the payload ends with a group trailer (one record
+/// of a commit across several regions, docs/design/multi-region.md).
+pub const FLAG_GROUP: u8 = 2;
+/// Most writers a group trailer may list.
+pub const MAX_GROUP: usize = 64;
 /// Largest payload a record may claim; larger claims are corruption.
 pub const MAX_PAYLOAD: usize = 1 << 31;
 
@@ -283,6 +288,107 @@ pub fn encode_commit_ops<'a>(
     ops: &[LoggedOp<'_>],
     time: Option<u64>,
 ) {
+    encode_record(out, salt, seq, synced, data_size, ranges, ops, time, None);
+}
+
+/// One writer of a commit across several regions, as its group trailer
+/// lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMember {
+    pub region_id: u64,
+    /// The sequence number of the group's record in that region's log.
+    pub seq: u64,
+    /// The salt of that log's epoch when the record was written.
+    pub salt: u64,
+    /// The region file's name in the directory (no `/`).
+    pub name: String,
+}
+
+/// The trailer of a group record: the group's random id and its writers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupTrailer {
+    pub id: u64,
+    pub members: Vec<GroupMember>,
+}
+
+impl GroupTrailer {
+    fn encoded_len(&self) -> usize {
+        12 + self
+            .members
+            .iter()
+            .map(|m| 26 + m.name.len())
+            .sum::<usize>()
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&(self.members.len() as u32).to_le_bytes());
+        for m in &self.members {
+            for v in [m.region_id, m.seq, m.salt] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&(m.name.len() as u16).to_le_bytes());
+            out.extend_from_slice(m.name.as_bytes());
+        }
+    }
+
+    /// Decodes a trailer that fills `p` exactly.
+    fn decode(p: &[u8]) -> Result<GroupTrailer, RecordError> {
+        let short = RecordError::Malformed("group trailer past payload end");
+        if p.len() < 12 {
+            return Err(short);
+        }
+        let id = get(p, 0);
+        let n = get32(p, 8) as usize;
+        if !(2..=MAX_GROUP).contains(&n) || id == 0 {
+            return Err(RecordError::Malformed(
+                "group trailer with a bad id or count",
+            ));
+        }
+        let mut at = 12;
+        let mut members = Vec::with_capacity(n);
+        for _ in 0..n {
+            if at + 26 > p.len() {
+                return Err(short);
+            }
+            let (region_id, seq, salt) = (get(p, at), get(p, at + 8), get(p, at + 16));
+            let len = u16::from_le_bytes([p[at + 24], p[at + 25]]) as usize;
+            at += 26;
+            if at + len > p.len() {
+                return Err(short);
+            }
+            let name = std::str::from_utf8(&p[at..at + len])
+                .ok()
+                .filter(|s| !s.is_empty() && !s.contains('/') && *s != "." && *s != "..")
+                .ok_or(RecordError::Malformed("group member with a bad file name"))?;
+            members.push(GroupMember {
+                region_id,
+                seq,
+                salt,
+                name: name.to_string(),
+            });
+            at += len;
+        }
+        if at != p.len() {
+            return Err(RecordError::Malformed("trailing bytes in payload"));
+        }
+        Ok(GroupTrailer { id, members })
+    }
+}
+
+/// Encodes a record, with a group trailer when `group` is given.
+#[allow(clippy::too_many_arguments)] // the record's fields, in their order
+pub fn encode_record<'a>(
+    out: &mut Vec<u8>,
+    salt: u64,
+    seq: u64,
+    synced: u64,
+    data_size: u64,
+    ranges: impl Iterator<Item = Range<'a>> + Clone,
+    ops: &[LoggedOp<'_>],
+    time: Option<u64>,
+    group: Option<&GroupTrailer>,
+) {
     let start = out.len();
     let n = ranges.clone().count();
     let ops_bytes: usize = if ops.is_empty() {
@@ -295,6 +401,7 @@ pub fn encode_commit_ops<'a>(
     };
     let payload: usize = 12
         + if time.is_some() { 8 } else { 0 }
+        + group.map_or(0, GroupTrailer::encoded_len)
         + ops_bytes
         + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
@@ -305,7 +412,9 @@ pub fn encode_commit_ops<'a>(
     } else {
         KIND_COMMIT_OPS
     });
-    out.push(if time.is_some() { FLAG_TIME } else { 0 });
+    out.push(
+        if time.is_some() { FLAG_TIME } else { 0 } | if group.is_some() { FLAG_GROUP } else { 0 },
+    );
     out.extend_from_slice(&[0; 2]);
     out.extend_from_slice(&(payload as u32).to_le_bytes());
     out.extend_from_slice(&salt.to_le_bytes());
@@ -333,6 +442,9 @@ pub fn encode_commit_ops<'a>(
         }
         out.extend_from_slice(o.args);
     }
+    if let Some(g) = group {
+        g.encode(out);
+    }
     let crc = crc32c::crc32c(&out[start + 8..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     out.resize(start + padded(RECORD_HEADER + payload), 0);
@@ -358,6 +470,8 @@ pub struct CommitRecord<'a> {
     pub ops: Vec<LoggedOp<'a>>,
     /// Bytes the record occupies in the log, with padding.
     pub len: usize,
+    /// One record of a commit across several regions (flag bit 1).
+    pub group: Option<GroupTrailer>,
 }
 
 /// Why bytes at an offset are not a record of this epoch.
@@ -403,9 +517,10 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
             "claims to have been synced before it was written",
         ));
     }
-    let timed = match (buf[9], buf[10], buf[11]) {
-        (0, 0, 0) => false,
-        (FLAG_TIME, 0, 0) => true,
+    let (timed, grouped) = match (buf[9], buf[10], buf[11]) {
+        (f, 0, 0) if f & !(FLAG_TIME | FLAG_GROUP) == 0 => {
+            (f & FLAG_TIME != 0, f & FLAG_GROUP != 0)
+        }
         _ => return Err(RecordError::Malformed("unknown record flags")),
     };
     let mut p = &buf[RECORD_HEADER..RECORD_HEADER + payload];
@@ -502,7 +617,12 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         });
         at += na;
     }
-    if at != p.len() {
+    let group = if grouped {
+        Some(GroupTrailer::decode(&p[at..])?)
+    } else {
+        None
+    };
+    if !grouped && at != p.len() {
         return Err(RecordError::Malformed("trailing bytes in payload"));
     }
     let len = padded(RECORD_HEADER + payload).min(buf.len());
@@ -514,6 +634,7 @@ pub fn decode_record(buf: &[u8], salt: u64) -> Result<CommitRecord<'_>, RecordEr
         ranges,
         ops,
         len,
+        group,
     })
 }
 
@@ -595,8 +716,9 @@ mod tests {
         encode_commit(&mut plain, 9, 5, 3, 16384, ranges.iter().cloned());
         assert_eq!(decode_record(&plain, 9).unwrap().time, None);
         assert_eq!(plain.len() + 8, out.len());
-        // Flags other than the time's, with a valid checksum, are damage.
-        for (at, v) in [(9, 2u8), (9, 3), (10, 1), (11, 0x80)] {
+        // Flags other than the time's and the group's, with a valid
+        // checksum, are damage.
+        for (at, v) in [(9, 4u8), (9, 0x83), (10, 1), (11, 0x80)] {
             let mut bad = out.clone();
             bad[at] = v;
             let end = RECORD_HEADER + get32(&bad, 12) as usize;
@@ -606,6 +728,76 @@ mod tests {
                 decode_record(&bad, 9).unwrap_err(),
                 RecordError::Malformed("unknown record flags"),
                 "byte {at} = {v}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_group_record_carries_its_trailer_and_a_bad_one_is_damage() {
+        let data = [7u8; 10];
+        let ranges = [Range {
+            offset: 4096,
+            bytes: &data,
+        }];
+        let member = |id, name: &str| GroupMember {
+            region_id: id,
+            seq: id + 100,
+            salt: id * 7,
+            name: name.to_string(),
+        };
+        let g = GroupTrailer {
+            id: 0xfeed,
+            members: vec![member(1, "a"), member(2, "bb")],
+        };
+        let mut out = Vec::new();
+        let r = ranges.iter().cloned();
+        encode_record(&mut out, 9, 5, 3, 16384, r, &[], Some(11), Some(&g));
+        let d = decode_record(&out, 9).unwrap();
+        assert_eq!(
+            (d.time, d.len, d.ranges.clone()),
+            (Some(11), out.len(), ranges.to_vec())
+        );
+        assert_eq!(d.group, Some(g.clone()));
+        // Group flag without a trailer, one member, a name with '/': damage.
+        let mut plain = Vec::new();
+        encode_commit_ops(
+            &mut plain,
+            9,
+            5,
+            3,
+            16384,
+            ranges.iter().cloned(),
+            &[],
+            Some(11),
+        );
+        plain[9] |= FLAG_GROUP;
+        let end = RECORD_HEADER + get32(&plain, 12) as usize;
+        let crc = crc32c::crc32c(&plain[8..end]);
+        plain[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode_record(&plain, 9),
+            Err(RecordError::Malformed(_))
+        ));
+        for bad in [
+            GroupTrailer {
+                id: 1,
+                members: vec![member(1, "a")],
+            },
+            GroupTrailer {
+                id: 1,
+                members: vec![member(1, "a"), member(2, "x/y")],
+            },
+            GroupTrailer {
+                id: 0,
+                members: vec![member(1, "a"), member(2, "b")],
+            },
+        ] {
+            let mut out = Vec::new();
+            let r = ranges.iter().cloned();
+            encode_record(&mut out, 9, 5, 3, 16384, r, &[], None, Some(&bad));
+            assert!(
+                matches!(decode_record(&out, 9), Err(RecordError::Malformed(_))),
+                "{bad:?}"
             );
         }
     }

@@ -209,11 +209,26 @@ impl Log {
     pub fn append<'a>(
         &self,
         h: &LogShared,
+        commit_lock: &Guard<'_>,
+        seq: u64,
+        data_size: u64,
+        ranges: impl Iterator<Item = Range<'a>> + Clone,
+        ops: &[format::LoggedOp<'_>],
+    ) -> Result<()> {
+        self.append_group(h, commit_lock, seq, data_size, ranges, ops, None)
+    }
+
+    /// `append`, with the trailer of a commit across several regions.
+    #[allow(clippy::too_many_arguments)] // `append`'s, and the trailer
+    pub fn append_group<'a>(
+        &self,
+        h: &LogShared,
         _commit_lock: &Guard<'_>,
         seq: u64,
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
         ops: &[format::LoggedOp<'_>],
+        group: Option<&format::GroupTrailer>,
     ) -> Result<()> {
         // Paired with the scan (wal/scan.rs), which calls a record out of
         // sequence damage: records go in sequence order, after what is
@@ -229,7 +244,7 @@ impl Log {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        format::encode_commit_ops(
+        format::encode_record(
             &mut buf,
             salt,
             seq,
@@ -238,6 +253,7 @@ impl Log {
             ranges,
             ops,
             Some(now),
+            group,
         );
         let off = h.log_end.load(Ordering::Acquire);
         assert!(

@@ -50,6 +50,10 @@ pub struct LogShared {
     /// Bytes of the log file made real with zeros.
     pub(super) log_allocated: AtomicU64,
     pub(super) poison_msg: [AtomicU8; POISON_MSG],
+    /// The id of a commit across several regions while its committer holds
+    /// this region's commit lock (0: none). A repair that finds it set
+    /// poisons the region: only recovery may decide such a commit.
+    pub(super) group_in_flight: AtomicU64,
     /// The group-commit leader (whoever syncs the log).
     pub(super) sync_lock: SharedMutex,
 }
@@ -143,6 +147,18 @@ impl LogShared {
             "the published end never passes the log end"
         );
         self.published_end.store(end, Ordering::Release);
+    }
+
+    /// Marks a commit across several regions in flight (`id` != 0) or
+    /// done (0). Caller holds the commit lock.
+    pub fn set_group_in_flight(&self, id: u64) {
+        self.group_in_flight.store(id, Ordering::SeqCst);
+    }
+
+    /// The commit across several regions a holder of the commit lock left
+    /// in flight (0: none).
+    pub fn group_in_flight(&self) -> u64 {
+        self.group_in_flight.load(Ordering::SeqCst)
     }
 
     /// The epoch generation shared memory knows (the file's may be newer

@@ -1,0 +1,581 @@
+//! Commits across several regions of one directory (issue 19 point 1,
+//! docs/design/multi-region.md): the engine's side (commit locks in
+//! region-id order, one record per writer with a group trailer, the logs
+//! synced in parallel before anything is published), the repair's refusal
+//! of a group a dead committer left, and recovery's rule (a group record is
+//! replayed only if every writer has it; a first opener that lacks a group
+//! another region holds has that region recover first).
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+
+use crate::engine::{CommitRequest, RegionInner};
+use crate::error::{Error, Result};
+use crate::mvcc::Locked;
+use crate::wal::format::{
+    CommitRecord, GroupMember, GroupTrailer, LogHeader, MAX_GROUP, RegionHeader,
+};
+use crate::wal::log::Log;
+
+/// The region's id (from the log's part of the shared state).
+pub(crate) fn region_id(r: &RegionInner) -> u64 {
+    Log::header(&r.mvcc.hdr().log).region_id
+}
+
+fn group_err(path: &Path, what: String) -> Error {
+    Error::Group {
+        path: path.to_path_buf(),
+        what,
+    }
+}
+
+/// The region file's name in its directory, for a group trailer.
+fn file_name(r: &RegionInner) -> Result<String> {
+    r.path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| n.len() <= u16::MAX as usize)
+        .map(str::to_string)
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: a region in a commit across several regions needs a UTF-8 file name",
+                r.path.display()
+            ))
+        })
+}
+
+/// Checks that `regions` are distinct regions of one directory, and
+/// returns their indices in region-id order (the lock order).
+pub(crate) fn lock_order(regions: &[&RegionInner]) -> Result<Vec<usize>> {
+    if regions.len() > MAX_GROUP {
+        return Err(Error::Invalid(format!(
+            "a transaction spans at most {MAX_GROUP} regions, not {}",
+            regions.len()
+        )));
+    }
+    let mut order: Vec<usize> = (0..regions.len()).collect();
+    order.sort_by_key(|&i| region_id(regions[i]));
+    for w in order.windows(2) {
+        if region_id(regions[w[0]]) == region_id(regions[w[1]]) {
+            return Err(Error::Invalid(format!(
+                "{} appears twice in one transaction (one view per region)",
+                regions[w[0]].path.display()
+            )));
+        }
+    }
+    let dir = |r: &RegionInner| r.path.parent().map(Path::to_path_buf);
+    if let Some(first) = regions.first()
+        && let Some(other) = regions.iter().find(|r| dir(r) != dir(first))
+    {
+        return Err(Error::Invalid(format!(
+            "{} and {} are in different directories: a transaction spans regions of one directory",
+            first.path.display(),
+            other.path.display()
+        )));
+    }
+    Ok(order)
+}
+
+/// Takes the commit locks of `regions` in region-id order. Holding all of
+/// them, no commit across any of them is half published.
+pub(crate) fn lock_all<'a>(regions: &[&'a RegionInner]) -> Result<Vec<Locked<'a>>> {
+    let order = lock_order(regions)?;
+    let mut locks = Vec::with_capacity(order.len());
+    for i in order {
+        locks.push(regions[i].lock_commit()?);
+    }
+    Ok(locks)
+}
+
+/// One region's part of a commit across several regions.
+pub(crate) struct Part<'a> {
+    pub region: &'a Arc<RegionInner>,
+    /// What the transaction did in it (a part that only read has no pages).
+    pub req: CommitRequest<'a>,
+}
+
+fn writes(req: &CommitRequest<'_>) -> bool {
+    !req.pages.is_empty() || !req.commute.is_empty() || !req.ops.is_empty()
+}
+
+/// Validates every part under all the commit locks and commits the writes
+/// atomically: returns each part's commit sequence (0 where it wrote
+/// nothing). With two or more writers, every writer's record carries the
+/// group trailer, and all logs are synced (in parallel) before anything is
+/// published, whatever the durability mode: no commit can depend on the
+/// group before it is durable in all of them.
+pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
+    for p in &parts {
+        p.region.check_owner()?;
+        if writes(&p.req) {
+            p.region.check_writable("commit")?;
+        }
+        crate::wal::log::check_poison(&p.region.mvcc.hdr().log)?;
+    }
+    let regions: Vec<&RegionInner> = parts.iter().map(|p| &**p.region).collect();
+    let order = lock_order(&regions)?;
+    let mut locks: Vec<Option<Locked<'_>>> = (0..parts.len()).map(|_| None).collect();
+    for &i in &order {
+        locks[i] = Some(parts[i].region.lock_commit()?);
+    }
+    let lock = |i: usize| locks[i].as_ref().expect("every part's lock is held");
+    for p in &parts {
+        p.region.validate(&p.req)?;
+    }
+    // Each writer's pages (its own and those commutative operations
+    // change), room for their versions, and its sequence number.
+    let mut writers = Vec::new();
+    let mut owned: Vec<Vec<(u32, Vec<u8>)>> = Vec::new();
+    for &i in &order {
+        let p = &parts[i];
+        if !writes(&p.req) {
+            continue;
+        }
+        owned.push(p.region.commute_pages(&p.req.commute)?);
+        writers.push(i);
+    }
+    let mut pages: Vec<Vec<(u32, &[u8])>> = Vec::new();
+    for (k, &i) in writers.iter().enumerate() {
+        let mut all = parts[i].req.pages.clone();
+        all.extend(owned[k].iter().map(|(p, b)| (*p, &b[..])));
+        let r = parts[i].region;
+        r.mvcc
+            .reserve(lock(i), all.len())
+            .map_err(|e| r.version_store_full(e))?;
+        pages.push(all);
+    }
+    let seqs: Vec<u64> = writers
+        .iter()
+        .map(|&i| parts[i].region.mvcc.commit_seq() + 1)
+        .collect();
+    let trailer = if writers.len() >= 2 {
+        let mut members = Vec::with_capacity(writers.len());
+        for (k, &i) in writers.iter().enumerate() {
+            let r = parts[i].region;
+            members.push(GroupMember {
+                region_id: region_id(r),
+                seq: seqs[k],
+                salt: Log::header(&r.mvcc.hdr().log).salt,
+                name: file_name(r)?,
+            });
+        }
+        Some(GroupTrailer {
+            id: crate::rand::fresh().max(1),
+            members,
+        })
+    } else {
+        None
+    };
+    if let Some(t) = &trailer {
+        for &i in &writers {
+            parts[i].region.mvcc.hdr().log.set_group_in_flight(t.id);
+        }
+    }
+    // Any failure from here on may leave the group in some logs: every
+    // writer is poisoned, and the next first opener's recovery decides.
+    let fail = |e: Error| {
+        if trailer.is_some() {
+            for &i in &writers {
+                crate::wal::log::poison(&parts[i].region.mvcc.hdr().log, &e);
+            }
+        }
+        e
+    };
+    for (k, &i) in writers.iter().enumerate() {
+        let r = parts[i].region;
+        let h = r.mvcc.hdr();
+        if k == 1 {
+            crate::debug::hit(crate::debug::CrashPoint::GroupAppended);
+        }
+        if crate::ops::changes_bytes(&parts[i].req.ops) {
+            // Its checkpoint journals the pages first (`journal.rs`).
+            h.file.note_ops(seqs[k]);
+        }
+        r.log
+            .append_group(
+                &h.log,
+                lock(i).guard(),
+                seqs[k],
+                r.size(),
+                parts[i].req.ranges.iter().cloned(),
+                &parts[i].req.ops,
+                trailer.as_ref(),
+            )
+            .map_err(fail)?;
+    }
+    if trailer.is_some() {
+        let logs: Vec<&Arc<RegionInner>> = writers.iter().map(|&i| parts[i].region).collect();
+        sync_all(&logs, &seqs).map_err(fail)?;
+        crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
+    }
+    for (k, &i) in writers.iter().enumerate() {
+        let r = parts[i].region;
+        let h = r.mvcc.hdr();
+        if k == 1 {
+            crate::debug::hit(crate::debug::CrashPoint::GroupPublished);
+        }
+        let published = r
+            .mvcc
+            .publish(lock(i), seqs[k], &pages[k], Log::synced_seq(&h.log));
+        assert!(
+            published.is_ok(),
+            "publishing a logged commit failed after space was reserved: {published:?}"
+        );
+        h.log.mark_published();
+        h.log.set_group_in_flight(0);
+    }
+    drop(pages);
+    drop(locks);
+    let mut out = vec![0; parts.len()];
+    for (k, &i) in writers.iter().enumerate() {
+        out[i] = seqs[k];
+        let r = parts[i].region;
+        let h = r.mvcc.hdr();
+        if trailer.is_none() && r.opts.durability == crate::options::Durability::Durable {
+            r.log.flush(&h.log, seqs[k])?;
+        }
+        if Log::epoch_bytes(&h.log) > r.opts.checkpoint_bytes {
+            // As in `RegionInner::commit`: durable already, and the
+            // transaction's snapshot must not hold the checkpoint back.
+            r.mvcc.end(parts[i].req.slot);
+            let _ = r.checkpoint_unless_busy();
+        }
+    }
+    Ok(out)
+}
+
+/// Syncs every writer's log up to its record: all but the first on helper
+/// threads (kept for the next commits: starting a thread per commit cost
+/// more than the sync on a fast device), so the commit waits about one sync.
+fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
+    let mut waits = Vec::with_capacity(writers.len().saturating_sub(1));
+    for k in 1..writers.len() {
+        let (done, wait) = channel();
+        let job = SyncJob {
+            region: Arc::clone(writers[k]),
+            seq: seqs[k],
+            done,
+        };
+        let sent = match helper(k - 1) {
+            Some(h) => h.send(job).is_ok(),
+            None => false,
+        };
+        if sent {
+            waits.push(wait);
+        } else {
+            // No helper: synced here, one after the other.
+            let r = writers[k];
+            r.log.flush(&r.mvcc.hdr().log, seqs[k])?;
+        }
+    }
+    let mut r = writers[0].log.flush(&writers[0].mvcc.hdr().log, seqs[0]);
+    for w in waits {
+        let got = w
+            .recv()
+            .unwrap_or_else(|_| Err(Error::Invalid("a log sync helper thread ended".into())));
+        r = r.and(got);
+    }
+    r
+}
+
+/// A log to sync for a commit across several regions, and where to answer.
+struct SyncJob {
+    region: Arc<RegionInner>,
+    seq: u64,
+    done: Sender<Result<()>>,
+}
+
+/// This process's sync helpers (a forked child starts its own).
+static HELPERS: Mutex<(u32, Vec<Sender<SyncJob>>)> = Mutex::new((0, Vec::new()));
+
+/// Helper thread `k`, started when first needed (`None` if it cannot be).
+fn helper(k: usize) -> Option<Sender<SyncJob>> {
+    let mut g = HELPERS.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if g.0 != pid {
+        *g = (pid, Vec::new());
+    }
+    while g.1.len() <= k {
+        let (tx, rx) = channel::<SyncJob>();
+        std::thread::Builder::new()
+            .name("txmap-group-sync".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                for job in rx {
+                    let r = job.region.log.flush(&job.region.mvcc.hdr().log, job.seq);
+                    // The region is let go before the committer is answered.
+                    drop(job.region);
+                    let _ = job.done.send(r);
+                }
+            })
+            .ok()?;
+        g.1.push(tx);
+    }
+    Some(g.1[k].clone())
+}
+
+/// The repair after a holder of the commit lock died: a commit across
+/// several regions it left in flight may be in some of their logs and not
+/// in others, and only recovery, which reads all of them, may decide it.
+pub(crate) fn check_repair(r: &RegionInner) -> Result<()> {
+    let id = r.mvcc.hdr().log.group_in_flight();
+    if id == 0 {
+        return Ok(());
+    }
+    Err(group_err(
+        &r.path,
+        format!(
+            "a process died inside commit {id:016x} across several regions; close the region \
+             in every process and open it again to recover"
+        ),
+    ))
+}
+
+/// A region's files as a group check reads them: its header, its log's
+/// header, and the log's bytes.
+struct Files {
+    header: RegionHeader,
+    log_header: LogHeader,
+    log: crate::os::mem::FileImage,
+}
+
+fn read_files(path: &Path) -> Result<Files> {
+    use crate::io::{FileStorage, Storage};
+    let open = |p: &Path| FileStorage::open_read_only(p).map_err(|e| Error::io("open", p, e));
+    let data = open(path)?;
+    let log = open(&crate::wal::log_path(path))?;
+    let (header, log_header) = crate::recovery::read_headers(&data, &log)?;
+    let ll = log.len().map_err(|e| Error::io("stat", log.path(), e))?;
+    let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
+        .map_err(|e| Error::os("map log", e))?;
+    Ok(Files {
+        header,
+        log_header,
+        log: image,
+    })
+}
+
+/// Whether writer `m` of group `gid` has the group: its log, still in the
+/// epoch the trailer names, holds the listed commit with the same group id;
+/// or its log has left that epoch (docs/design/multi-region.md: a region
+/// leaves the epoch of a group it lacks only after every region holding
+/// the group has recovered). `from` is the record that names it.
+fn member_has(dir: &Path, m: &GroupMember, gid: u64, from: &Path, seq: u64) -> Result<bool> {
+    let path = dir.join(&m.name);
+    let names = || {
+        format!(
+            "commit {seq} of {} belongs to commit {gid:016x} across several regions, which \
+             also wrote region {} ({:016x})",
+            from.display(),
+            path.display(),
+            m.region_id
+        )
+    };
+    if !path.exists() {
+        return Err(group_err(
+            &path,
+            format!(
+                "{}: that file is missing (restore or move it back)",
+                names()
+            ),
+        ));
+    }
+    let f = read_files(&path).map_err(|e| group_err(&path, format!("{}: {e}", names())))?;
+    if f.header.region_id != m.region_id {
+        return Err(group_err(
+            &path,
+            format!(
+                "{}: that file is region {:016x} (renamed or replaced; put the region back under its name)",
+                names(),
+                f.header.region_id
+            ),
+        ));
+    }
+    if f.log_header.salt != m.salt {
+        return Ok(true);
+    }
+    let s = crate::wal::scan::scan(f.log.bytes(), &f.log_header);
+    if let Some(r) = s.records.iter().find(|r| r.seq == m.seq) {
+        return Ok(r.group.as_ref().is_some_and(|g| g.id == gid));
+    }
+    if let Some(d) = s.damage {
+        return Err(group_err(
+            &path,
+            format!(
+                "{}: its log is damaged at offset {} ({})",
+                names(),
+                d.offset,
+                d.what
+            ),
+        ));
+    }
+    Ok(false)
+}
+
+/// Recovery's rule for the records of one log after its checkpoint: a
+/// group record every other writer has is kept; any other is emptied (its
+/// sequence number stays used, nothing of it is replayed). Returns the
+/// commits emptied.
+pub(crate) fn resolve(
+    records: &mut [CommitRecord<'_>],
+    header: &RegionHeader,
+    path: &Path,
+) -> Result<Vec<u64>> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut skipped = Vec::new();
+    for r in records.iter_mut().filter(|r| r.seq > header.checkpoint_seq) {
+        let Some(g) = &r.group else { continue };
+        let me = g
+            .members
+            .iter()
+            .any(|m| m.region_id == header.region_id && m.seq == r.seq);
+        if !me {
+            return Err(Error::corrupt(
+                path,
+                0,
+                format!(
+                    "commit {} carries group {:016x}, whose writers do not list this region at it",
+                    r.seq, g.id
+                ),
+            ));
+        }
+        let mut all = true;
+        for m in g.members.iter().filter(|m| m.region_id != header.region_id) {
+            if !member_has(dir, m, g.id, path, r.seq)? {
+                all = false;
+                break;
+            }
+        }
+        if !all {
+            r.ranges.clear();
+            r.ops.clear();
+            skipped.push(r.seq);
+        }
+    }
+    Ok(skipped)
+}
+
+/// For `txmap info`/`check`: what recovery would do with the group records
+/// after the checkpoint (read only). A writer that lacks one is a warning
+/// (recovery drops the group: it was never acknowledged); a writer that is
+/// missing, replaced or unreadable is a problem (recovery refuses).
+pub(crate) fn examine(
+    records: &[CommitRecord<'_>],
+    header: &RegionHeader,
+    path: &Path,
+    warnings: &mut Vec<String>,
+    problems: &mut Vec<Error>,
+) {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for r in records.iter().filter(|r| r.seq > header.checkpoint_seq) {
+        let Some(g) = &r.group else { continue };
+        for m in g.members.iter().filter(|m| m.region_id != header.region_id) {
+            match member_has(dir, m, g.id, path, r.seq) {
+                Ok(true) => {}
+                Ok(false) => warnings.push(format!(
+                    "{}: commit {} is part of commit {:016x} across several regions, which \
+                     region {} lacks: recovery drops it (it was never acknowledged)",
+                    path.display(),
+                    r.seq,
+                    g.id,
+                    dir.join(&m.name).display()
+                )),
+                Err(e) => problems.push(e),
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Set while a first opener has other regions recover (no recursion).
+    static SETTLING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Before a first opener of `path` recovers: every group record in the
+/// live log of another region of the directory that names this region at
+/// a commit this region lacks is in doubt, and this region must not go on
+/// (reuse that commit's number) until that region has recovered (and
+/// dropped it). So that region is opened and closed here, which recovers
+/// it when nobody has it open; if the group is still there after that, the
+/// open fails naming it.
+pub(crate) fn settle_inbound(path: &Path) -> Result<()> {
+    if SETTLING.with(Cell::get) {
+        return Ok(());
+    }
+    let Ok(own) = read_files(path) else {
+        return Ok(()); // recovery reports what is wrong with our own files
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut doubtful = Vec::new();
+    for other in regions_in(dir, path) {
+        if in_doubt(&other, path, own.header.region_id)?.is_some() {
+            doubtful.push(other);
+        }
+    }
+    for other in doubtful {
+        SETTLING.with(|s| s.set(true));
+        let opened = crate::Region::open(&other, crate::Options::default());
+        SETTLING.with(|s| s.set(false));
+        drop(opened);
+        if let Some((seq, gid)) = in_doubt(&other, path, own.header.region_id)? {
+            return Err(group_err(
+                path,
+                format!(
+                    "{} holds commit {seq}, part of commit {gid:016x} across several regions, \
+                     which this region lacks; it is open elsewhere (or could not recover): \
+                     close it everywhere and open it first",
+                    other.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Region files of `dir` other than `me` (those with a log beside them).
+fn regions_in(dir: &Path, me: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.file_name() == me.file_name() || !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        if crate::wal::log_path(&p).is_file() {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The first group record in `other`'s live log (after its checkpoint)
+/// that names region `id` (file `me`) at a commit `me` lacks.
+fn in_doubt(other: &Path, me: &Path, id: u64) -> Result<Option<(u64, u64)>> {
+    let Ok(f) = read_files(other) else {
+        return Ok(None); // not a region, or its own opener reports it
+    };
+    let dir = me.parent().unwrap_or(Path::new("."));
+    let s = crate::wal::scan::scan(f.log.bytes(), &f.log_header);
+    for r in s.records.iter().filter(|r| r.seq > f.header.checkpoint_seq) {
+        let Some(g) = &r.group else { continue };
+        // Checked at our own path, whatever name the group recorded.
+        let Some(m) = g.members.iter().find(|m| m.region_id == id) else {
+            continue;
+        };
+        let m = GroupMember {
+            name: me
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into()),
+            ..m.clone()
+        };
+        if !member_has(dir, &m, g.id, other, r.seq)? {
+            return Ok(Some((r.seq, g.id)));
+        }
+    }
+    Ok(None)
+}
