@@ -192,6 +192,8 @@ impl RegionInner {
         self.image
             .map_shared(from, to - from, self.data.fd(), from as u64, Access::Read)
             .map_err(|e| Error::os("map region file", e))?;
+        // Installs read single pages at random (read-ahead: view.rs sync_size).
+        self.image.advise_random(from, to - from);
         *mapped = size;
         Ok(())
     }
