@@ -41,7 +41,7 @@ pub(crate) struct ViewMemory {
     pub(crate) resident: ReservedArray<AtomicU8>,
     /// The resident pages, oldest first (`resident_n` of them): what
     /// [`ViewMemory::trim`] gives back, without scanning the region.
-    pub(crate) resident_list: ReservedArray<u32>,
+    pub(crate) resident_list: ReservedArray<AtomicU32>,
     pub(crate) resident_n: AtomicUsize,
 }
 
@@ -112,13 +112,12 @@ impl ViewMemory {
             return;
         }
         let n = self.resident_n.load(Ordering::Relaxed);
-        if n >= self.resident_list.capacity() {
-            return; // cannot happen: one entry per page at most
+        // Always there: one entry per page at most.
+        if let Some(e) = self.resident_list.get(n) {
+            r.store(1, Ordering::Relaxed);
+            e.store(page as u32, Ordering::Relaxed);
+            self.resident_n.store(n + 1, Ordering::Relaxed);
         }
-        r.store(1, Ordering::Relaxed);
-        // SAFETY: n < capacity of the reserved array.
-        unsafe { *self.resident_list.as_ptr().add(n) = page as u32 };
-        self.resident_n.store(n + 1, Ordering::Relaxed);
     }
 
     /// Gives resident pages back to the system, oldest first, until at
@@ -132,14 +131,16 @@ impl ViewMemory {
         if n <= target {
             return n;
         }
-        let list = self.resident_list.as_ptr();
         let mut left = n;
         let mut w = 0;
         let mut run: Option<(usize, usize)> = None;
+        // Entries below resident_n (within the capacity: one per page) were
+        // written by `note_resident` or by this loop (w <= i).
         for i in 0..n {
-            // SAFETY: entries below resident_n were written by `note_resident`
-            // or by this loop (w <= i).
-            let p = unsafe { *list.add(i) } as usize;
+            let Some(p) = self.resident_list.get(i).map(|e| e.load(Ordering::Relaxed)) else {
+                break;
+            };
+            let p = p as usize;
             if left > target && !keep(p) {
                 left -= 1;
                 run = match run {
@@ -149,9 +150,8 @@ impl ViewMemory {
                         Some((p, p + 1))
                     }
                 };
-            } else {
-                // SAFETY: w <= i < capacity.
-                unsafe { *list.add(w) = p as u32 };
+            } else if let Some(e) = self.resident_list.get(w) {
+                e.store(p as u32, Ordering::Relaxed);
                 w += 1;
             }
         }
@@ -171,8 +171,9 @@ impl ViewMemory {
         let (off, len) = (start * PAGE, (end - start) * PAGE);
         if exposed && self.user.protect(off, len, Access::None).is_err() {
             for p in start..end {
-                // SAFETY: see above: w stays below the entries read so far.
-                unsafe { *self.resident_list.as_ptr().add(w) = p as u32 };
+                if let Some(e) = self.resident_list.get(w) {
+                    e.store(p as u32, Ordering::Relaxed);
+                }
                 w += 1;
             }
             return w;
