@@ -244,6 +244,8 @@ impl RegionInner {
                 Access::Read,
             )
             .map_err(|e| Error::os("map region file", e))?;
+        // Installs read single pages at random (read-ahead: view.rs sync_size).
+        self.image.advise_random(from, to - from);
         *mapped = size;
         Ok(())
     }

@@ -96,6 +96,16 @@ pub struct Options {
     /// at a time; at most 1 s; a holder whose process died makes nobody
     /// wait). 0: never. Default 3 (docs/benchmarks.md, "Fairness").
     pub priority_after: u32,
+    /// Private pages (4 KiB each) a view keeps as a cache between
+    /// transactions, beyond what its open transaction touched: pages copied
+    /// into the view (its write set, pages read through raw pointers or by
+    /// read-write transactions, versions newer than the region file). Past
+    /// it the view gives the oldest back to the system (their content
+    /// stays in the version store or the file, so they are installed again
+    /// when touched), and a closed view's memory kept for reuse holds at
+    /// most this. Default 4,096 (16 MiB); 0 keeps nothing between
+    /// transactions. ARCHITECTURE.md, "Memory a region costs".
+    pub view_private_pages: usize,
 }
 
 /// How far behind long-running transactions may fall.
@@ -168,6 +178,7 @@ impl Default for Options {
             log_reserve: 4 << 20,
             log_archive: None,
             priority_after: 3,
+            view_private_pages: 4096,
         }
     }
 }

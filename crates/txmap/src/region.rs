@@ -892,6 +892,17 @@ impl Region {
         Ok(())
     }
 
+    /// Bytes of private memory the closed views' memory kept for reuse
+    /// holds (at most `POOLED_VIEWS` views, each bounded by
+    /// [`Options::view_private_pages`] and 64 MiB).
+    pub fn pooled_view_bytes(&self) -> u64 {
+        self.inner
+            .view_pool()
+            .iter()
+            .map(|m| m.private_bytes())
+            .sum()
+    }
+
     pub fn stats(&self) -> Stats {
         let i = &self.inner;
         let h = i.mvcc.hdr();

@@ -39,6 +39,13 @@ pub(crate) struct ViewMemory {
     pub(crate) touched: ReservedArray<AtomicU32>,
     pub(crate) read_set: ReservedArray<u32>,
     pub(crate) write_set: ReservedArray<u32>,
+    /// Per page, 1 while the memfd holds a page for it (allocated by an
+    /// install); a page valid in any state but `SHARED` is resident.
+    pub(crate) resident: ReservedArray<AtomicU8>,
+    /// The resident pages, oldest first (`resident_n` of them): what
+    /// [`ViewMemory::trim`] gives back, without scanning the region.
+    pub(crate) resident_list: ReservedArray<AtomicU32>,
+    pub(crate) resident_n: AtomicUsize,
 }
 
 /// A view's state of one page (its `valid` entry). A page is *valid* in
@@ -59,8 +66,9 @@ pub(crate) mod page_state {
 
 /// Most closed views' memory a region keeps for reuse.
 pub(crate) const POOLED_VIEWS: usize = 4;
-/// A closed view's memory is kept only if its private pages take at most this.
-const POOLED_BYTES: u64 = 64 << 20;
+/// A closed view's memory keeps at most this many bytes of private pages
+/// (and at most `Options::view_private_pages`) while it waits in the pool.
+const POOLED_BYTES: usize = 64 << 20;
 
 impl ViewMemory {
     /// `path` names the region in the error when `at` is taken.
@@ -86,22 +94,123 @@ impl ViewMemory {
             touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
             write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
+            resident: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            resident_list: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            resident_n: AtomicUsize::new(0),
         })
+    }
+
+    /// Bytes the memfd holds (0 if it cannot be asked).
+    pub(crate) fn private_bytes(&self) -> u64 {
+        rustix::fs::fstat(&self.memfd).map_or(0, |st| st.st_blocks as u64 * 512)
+    }
+
+    /// Notes that the memfd holds a page for `page` (an install wrote it).
+    /// Async-signal-safe; called by the view's own thread only.
+    pub(crate) fn note_resident(&self, page: usize) {
+        let Some(r) = self.resident.get(page) else {
+            return;
+        };
+        if r.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let n = self.resident_n.load(Ordering::Relaxed);
+        // Always there: one entry per page at most.
+        if let Some(e) = self.resident_list.get(n) {
+            r.store(1, Ordering::Relaxed);
+            e.store(page as u32, Ordering::Relaxed);
+            self.resident_n.store(n + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Gives resident pages back to the system, oldest first, until at
+    /// most `target` remain, skipping pages for which `keep` is true: each
+    /// becomes invalid (state none), inaccessible at the user address if
+    /// `exposed` (so the next touch installs it again), and its memfd page
+    /// is punched out. Allocation-free and async-signal-safe (raw system
+    /// calls), so the fault handler may call it. Returns the pages left.
+    pub(crate) fn trim(&self, target: usize, exposed: bool, keep: impl Fn(usize) -> bool) -> usize {
+        let n = self.resident_n.load(Ordering::Relaxed);
+        if n <= target {
+            return n;
+        }
+        let mut left = n;
+        let mut w = 0;
+        let mut run: Option<(usize, usize)> = None;
+        // Entries below resident_n (within the capacity: one per page) were
+        // written by `note_resident` or by this loop (w <= i).
+        for i in 0..n {
+            let Some(p) = self.resident_list.get(i).map(|e| e.load(Ordering::Relaxed)) else {
+                break;
+            };
+            let p = p as usize;
+            if left > target && !keep(p) {
+                left -= 1;
+                run = match run {
+                    Some((start, end)) if end == p => Some((start, p + 1)),
+                    r => {
+                        w = self.evict_run(r, w, exposed);
+                        Some((p, p + 1))
+                    }
+                };
+            } else if let Some(e) = self.resident_list.get(w) {
+                e.store(p as u32, Ordering::Relaxed);
+                w += 1;
+            }
+        }
+        w = self.evict_run(run, w, exposed);
+        self.resident_n.store(w, Ordering::Relaxed);
+        w
+    }
+
+    /// Evicts pages `[start, end)` (see `trim`); if they cannot be made
+    /// inaccessible they stay resident and valid, written back to the list
+    /// at `w` (their entries were read from positions at or after `w`, so
+    /// they fit). Returns the list's next free position.
+    fn evict_run(&self, run: Option<(usize, usize)>, mut w: usize, exposed: bool) -> usize {
+        let Some((start, end)) = run else {
+            return w;
+        };
+        let (off, len) = (start * PAGE, (end - start) * PAGE);
+        if exposed && self.user.protect(off, len, Access::None).is_err() {
+            for p in start..end {
+                if let Some(e) = self.resident_list.get(w) {
+                    e.store(p as u32, Ordering::Relaxed);
+                }
+                w += 1;
+            }
+            return w;
+        }
+        for p in start..end {
+            if let Some(v) = self.valid.get(p) {
+                v.store(page_state::NONE, Ordering::Release);
+            }
+            if let Some(r) = self.resident.get(p) {
+                r.store(0, Ordering::Relaxed);
+            }
+        }
+        // A page that cannot be punched stays allocated but invalid: its
+        // next install overwrites it (only its memory is not given back).
+        let _ = rustix::fs::fallocate(
+            &self.memfd,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            off as u64,
+            len as u64,
+        );
+        w
     }
 
     /// Makes the memory of a closed view fit for the next one: no page valid
     /// or touched, nothing accessible at the user address. Returns `None`
     /// (the memory is freed) if that fails or the memory is too large to keep.
-    pub(crate) fn recycle(mut self, exposed: bool) -> Option<ViewMemory> {
-        let used = rustix::fs::fstat(&self.memfd).ok()?.st_blocks as u64 * 512;
-        if used > POOLED_BYTES {
-            return None;
-        }
+    /// At most `keep` private pages (and `POOLED_BYTES`) stay allocated.
+    pub(crate) fn recycle(mut self, exposed: bool, keep: usize) -> Option<ViewMemory> {
         if exposed {
             self.user
                 .protect(0, self.mapped.load(Ordering::Relaxed), Access::None)
                 .ok()?;
         }
+        self.trim(keep.min(POOLED_BYTES / PAGE), false, |_| false);
         self.valid.clear().ok()?;
         self.touched.clear().ok()?;
         Some(self)

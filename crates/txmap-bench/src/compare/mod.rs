@@ -288,7 +288,7 @@ pub fn steps(reps: usize, quick: bool, only: &[String], workloads: &[String]) ->
             + plan.abc_durabilities.len() * 9 * want("abc"))
         + want("touch"))
         + want("python")
-        + want("shared") * (reps + 2)
+        + want("shared") * (reps + 3)
 }
 
 /// The workloads, in report order.

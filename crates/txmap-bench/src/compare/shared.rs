@@ -94,13 +94,11 @@ pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
     Ok(())
 }
 
-/// Resident memory of readers that each read every page of one region.
-fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
-    let mib: usize = if ctx.quick { 64 } else { 1024 };
+/// Makes a region of `mib` MiB with every page written once (none reads
+/// as a hole), checkpointed.
+fn filled(path: &Path, mib: usize, opts: Options) -> Res<Region> {
     let pages = (mib << 20) / PAGE;
-    let path = dir.join("memory.txm");
-    let region = Region::create(&path, (mib << 20) as u64, opts())?;
-    // Write every page once, so none reads as a hole.
+    let region = Region::create(path, (mib << 20) as u64, opts)?;
     {
         let mut v = region.view()?;
         for chunk in (0..pages).collect::<Vec<_>>().chunks(4096) {
@@ -113,32 +111,68 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         }
     }
     region.checkpoint()?;
+    Ok(region)
+}
 
-    ctx.progress(format!("shared: memory of {THREADS} reader threads"));
+/// The change of this process's memory while `THREADS` readers hold a
+/// view each after reading every page of `region` with `read`.
+fn threads_memory(
+    region: &Region,
+    pages: usize,
+    read: fn(&mut txmap::View, usize) -> txmap::Result<()>,
+) -> Res<Mem> {
     let before = mem()?;
-    let read = Arc::new(Barrier::new(THREADS + 1));
+    let ready = Arc::new(Barrier::new(THREADS + 1));
     let done = Arc::new(Barrier::new(THREADS + 1));
     let threads: Vec<_> = (0..THREADS)
         .map(|_| {
-            let (region, read, done) = (region.clone(), read.clone(), done.clone());
+            let (region, ready, done) = (region.clone(), ready.clone(), done.clone());
             std::thread::spawn(move || -> txmap::Result<()> {
                 let r = (|| {
                     let mut v = region.view()?;
-                    read_all(&mut v, pages)?;
+                    read(&mut v, pages)?;
                     Ok(v)
                 })();
-                read.wait();
+                ready.wait();
                 done.wait();
                 r.map(drop)
             })
         })
         .collect();
-    read.wait();
-    let threads_mem = mem()?.plus(before, -1);
+    ready.wait();
+    let m = mem()?.plus(before, -1);
     done.wait();
     for t in threads {
         t.join().map_err(|_| "a reader thread panicked")??;
     }
+    Ok(m)
+}
+
+/// Resident memory of readers that each read every page of one region.
+fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
+    let mib: usize = if ctx.quick { 64 } else { 1024 };
+    let pages = (mib << 20) / PAGE;
+    let path = dir.join("memory.txm");
+    let region = filled(&path, mib, opts())?;
+
+    ctx.progress(format!("shared: memory of {THREADS} reader threads"));
+    let threads_mem = threads_memory(&region, pages, read_all)?;
+    ctx.progress(format!(
+        "shared: memory of {THREADS} plain-load reader threads"
+    ));
+    let plain_mem = threads_memory(&region, pages, load_all)?;
+    // The same without a bound on private pages, as views were before it
+    // (quick mode only: at 1 GiB that is 8 GiB of private copies).
+    let unbounded_mem = if ctx.quick {
+        let unbounded = Options {
+            view_private_pages: usize::MAX,
+            ..opts()
+        };
+        let other = filled(&dir.join("unbounded.txm"), mib, unbounded)?;
+        Some(threads_memory(&other, pages, load_all)?)
+    } else {
+        None
+    };
 
     ctx.progress(format!("shared: memory of {PROCESSES} reader processes"));
     let exe = std::env::current_exe()?;
@@ -163,11 +197,14 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
     let procs_mem = reap(workers, procs_mem)?;
     drop(region);
 
+    let cache = Options::default().view_private_pages;
     let _ = writeln!(
         r.md,
         "### Memory of readers over a {mib} MiB region\n\n\
-         Each reader opens a view, reads every page once (`View::read` in one read-only transaction) \
-         and keeps the view open while the memory is sampled. Threads: the change of this process's \
+         Each reader opens a view, reads every page once (`View::read` in one read-only transaction; \
+         plain loads: a load through `View::base()` of every page, in read-only transactions of \
+         {LOAD_CHUNK} pages, with the default `view_private_pages` ({cache}) or none) and keeps the \
+         view open while the memory is sampled. Threads: the change of this process's \
          `/proc/self/smaps_rollup` Pss and `VmPTE` across the readers; processes: the sum of the \
          {PROCESSES} reader processes' whole counts (their program and libraries included). MiB.\n"
     );
@@ -181,10 +218,15 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         "× region size",
     ]);
     let m = |kib: i64| num(kib as f64 / 1024.0);
-    for (what, d) in [
+    let mut rows = vec![
         (format!("{THREADS} threads, a view each"), threads_mem),
         (format!("{PROCESSES} processes, a view each"), procs_mem),
-    ] {
+        (format!("{THREADS} threads, plain loads"), plain_mem),
+    ];
+    if let Some(m) = unbounded_mem {
+        rows.push((format!("{THREADS} threads, plain loads, no bound"), m));
+    }
+    for (what, d) in rows {
         t.row(vec![
             what,
             m(d.pss_anon),
@@ -221,6 +263,25 @@ fn read_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
         black_box(v.read::<u8>((p * PAGE) as u64)?);
     }
     v.commit()
+}
+
+/// Pages per read-only transaction in `load_all`.
+const LOAD_CHUNK: usize = 4096;
+
+/// Loads one byte of every page through the view's own address, in
+/// read-only transactions of `LOAD_CHUNK` pages.
+fn load_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
+    for start in (0..pages).step_by(LOAD_CHUNK) {
+        v.begin_read()?;
+        for p in start..(start + LOAD_CHUNK).min(pages) {
+            assert!((p + 1) * PAGE <= v.len());
+            // SAFETY: inside the view's mapping (checked); the first load of
+            // each page faults into txmap's handler.
+            black_box(unsafe { std::ptr::read_volatile(v.base().add(p * PAGE)) });
+        }
+        v.commit()?;
+    }
+    Ok(())
 }
 
 /// `--peer-worker memread|PATH|PAGES`: opens the region, reads every page

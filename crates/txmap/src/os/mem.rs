@@ -184,6 +184,19 @@ impl Reservation {
         let _ = unsafe { rustix::mm::madvise(self.base().add(offset).cast(), len, advice) };
     }
 
+    /// Advises the kernel that a file mapping is read at random
+    /// (`MADV_RANDOM`): a fault on a page not in the page cache reads that
+    /// page, not the device's whole read-ahead window around it. Only a
+    /// hint: errors are ignored.
+    pub fn advise_random(&self, offset: usize, len: usize) {
+        self.check(offset, len);
+        if len == 0 {
+            return;
+        }
+        // SAFETY: inside our own reservation; advice does not change contents.
+        let _ = unsafe { rustix::mm::madvise(self.base().add(offset).cast(), len, Advice::Random) };
+    }
+
     /// Gives pages back to the kernel; anonymous memory reads as zeros afterwards.
     pub fn discard(&self, offset: usize, len: usize) -> rustix::io::Result<()> {
         self.check(offset, len);

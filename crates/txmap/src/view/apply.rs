@@ -266,6 +266,7 @@ impl View {
         log.ops.push((at, id, vec![page as u32], args.to_vec()));
         log.commutes.push((page as u32, log.ops.len() - 1));
         self.op_log = Some(log);
+        v.commuted.store(true, Ordering::Relaxed);
         r
     }
 
@@ -286,6 +287,7 @@ impl View {
         if let Some(log) = self.op_log.take() {
             self.inner.forget_pages(&log.commuted_pages());
         }
+        self.inner.commuted.store(false, Ordering::Relaxed);
     }
 }
 

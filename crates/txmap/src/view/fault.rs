@@ -70,9 +70,55 @@ impl ViewInner {
     /// Makes the private copy of `page` the version visible at `snapshot`.
     pub(super) fn install(&self, page: usize, snapshot: u64) {
         self.copy_snapshot(page, snapshot);
+        self.mem.note_resident(page);
         if let Some(v) = self.mem.valid.get(page) {
             v.store(page_state::PRIVATE, Ordering::Release);
         }
+    }
+
+    /// Bounds the view's private memory (`Options::view_private_pages`,
+    /// docs/design/shared-pages.md "Bounded memory"). Inside a transaction
+    /// (`in_txn`), once the resident pages reach `trim_at`, gives back the
+    /// pages this transaction has not touched: their content is also in the
+    /// version chains or the region file, so the next touch installs them
+    /// again, and nothing can point into them (accessor slices borrow the
+    /// view within one transaction; raw loads fault again). Not while an
+    /// untracked transaction has pages exposed (a plain load of a valid
+    /// page takes no fault, so commit counts every valid page as read) or
+    /// commutative operations left results in untouched pages. At the end
+    /// of a transaction, trims to the bound, pages the transaction touched
+    /// last. Async-signal-safe.
+    /// `keep` (a page being installed outside a transaction) stays.
+    pub(super) fn trim_private(&self, in_txn: bool, keep: Option<usize>) {
+        let cache = self.region.opts.view_private_pages;
+        let n = self.mem.resident_n.load(Ordering::Relaxed);
+        let exposed = self.islands.load(Ordering::Relaxed) > 0;
+        let left = if in_txn {
+            let active = self.active.load(Ordering::Relaxed);
+            if n < self.trim_at.load(Ordering::Relaxed)
+                || (active && exposed && self.untracked_reads.load(Ordering::Relaxed))
+                || self.commuted.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            // Outside a transaction no page is the transaction's.
+            self.mem.trim(cache, exposed, |p| {
+                Some(p) == keep || (active && self.touch_bits(p) != 0)
+            })
+        } else {
+            if n <= cache {
+                return;
+            }
+            // Pages of the transaction that just ended are the likeliest
+            // to be touched again: they go last.
+            self.mem
+                .trim(cache - cache / 4, exposed, |p| self.touch_bits(p) != 0);
+            self.mem.trim(cache, exposed, |_| false)
+        };
+        // Amortised: the next in-transaction trim waits until as many pages
+        // again became resident.
+        self.trim_at
+            .store((2 * left).max(2 * cache).max(64), Ordering::Relaxed);
     }
 
     /// Discards this transaction's stores to `page`: it reads its snapshot again.
@@ -166,6 +212,7 @@ impl ViewInner {
                     self.touch(page, write);
                 }
             }
+            self.trim_private(true, None);
         }
         // SAFETY: off + len is within the mapped size, which the alias maps.
         unsafe { self.mem.alias.base().add(off) }
@@ -278,6 +325,8 @@ impl ViewInner {
             self.install(page, self.region.mvcc.commit_seq());
             Access::Read
         };
+        // Before the page becomes accessible (kept: it is touched, or `keep`).
+        self.trim_private(true, Some(page));
         match protect_raw(page_addr, PAGE, access) {
             Ok(()) => FaultOutcome::Handled,
             Err(_) => FaultOutcome::ProtectFailed,

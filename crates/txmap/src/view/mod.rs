@@ -134,6 +134,12 @@ pub(crate) struct ViewInner {
     /// The view may hand out pages of its file mapping (false once pages
     /// the fence made private could not be given back).
     file_ok: AtomicBool,
+    /// Resident private pages at which a transaction trims the ones it has
+    /// not touched (`fault.rs`, `trim_private`).
+    trim_at: AtomicUsize,
+    /// Commutative operations of the open transaction left their local
+    /// results in pages it did not touch: nothing is trimmed until it ends.
+    commuted: AtomicBool,
 }
 
 impl ViewInner {
@@ -154,7 +160,8 @@ impl Drop for ViewInner {
             return;
         }
         // Reset outside the pool's lock: it takes a few system calls.
-        if let Some(m) = mem.recycle(self.islands.load(Ordering::Relaxed) > 0) {
+        let keep = self.region.opts.view_private_pages;
+        if let Some(m) = mem.recycle(self.islands.load(Ordering::Relaxed) > 0, keep) {
             let mut pool = self.region.view_pool();
             if pool.len() < POOLED_VIEWS {
                 pool.push(m);
@@ -263,6 +270,8 @@ impl View {
                 file_n: AtomicUsize::new(0),
                 file_private: Default::default(),
                 file_ok: AtomicBool::new(false),
+                trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
+                commuted: AtomicBool::new(false),
                 slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
@@ -345,6 +354,11 @@ impl View {
                 rustix::mm::MapFlags::PRIVATE,
             )
             .map_err(|e| Error::os("map the region file in a view", e))?;
+        // Without it a fault on a page not in the page cache reads the
+        // device's whole read-ahead window (8 MiB on this machine's disk):
+        // a process reading at random under a memory limit smaller than the
+        // region then spends its time re-reading what it just evicted.
+        v.mem.file.advise_random(old, size - old);
         v.mem.mapped.store(size, Ordering::Release);
         Ok(())
     }
@@ -372,6 +386,14 @@ impl View {
     /// open at once in every process (lowest free first).
     pub fn slot(&self) -> usize {
         self.inner.slot()
+    }
+
+    /// Bytes of private memory this view holds now: the pages of its
+    /// memory file (copies and written pages), as the kernel counts them.
+    /// Bounded by the open transaction's pages plus
+    /// [`crate::Options::view_private_pages`].
+    pub fn private_bytes(&self) -> u64 {
+        self.inner.mem.private_bytes()
     }
 
     /// Page faults this view has handled (first touches).
@@ -707,6 +729,7 @@ impl View {
         self.depth = 0;
         self.paused_reads.clear();
         self.drop_op_log();
+        self.inner.trim_private(false, None);
     }
 
     /// Dooms the whole transaction: its stores are discarded at once (later

@@ -93,6 +93,7 @@ impl super::ViewInner {
                 PAGE,
             )
         };
+        self.mem.note_resident(page);
         if let Some(x) = self.mem.valid.get(page) {
             x.store(1, Ordering::Release);
         }
@@ -274,6 +275,14 @@ impl View {
         v.track_reads.store(paused.track_reads, Ordering::Relaxed);
         v.untracked_reads
             .store(paused.untracked_reads, Ordering::Relaxed);
+        // Pages of commutative operations hold local results: not trimmed.
+        v.commuted.store(
+            paused
+                .op_log
+                .as_ref()
+                .is_some_and(|l| !l.commuted_pages().is_empty()),
+            Ordering::Relaxed,
+        );
         v.active.store(true, Ordering::Release);
         self.paused_reads = std::mem::take(&mut paused.maybe_read);
         self.op_log = paused.op_log.take();
