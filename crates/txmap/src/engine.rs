@@ -276,7 +276,7 @@ impl RegionInner {
     /// - a page listed twice in the dirty list is listed once.
     fn repair(&self, l: &crate::mvcc::Locked<'_>) -> Result<()> {
         let h = self.mvcc.hdr();
-        crate::group::check_repair(self)?;
+        self.check_group_repair()?;
         let storage = self.log.storage();
         let mut page = vec![0u8; HEADER_BYTES as usize];
         storage
@@ -601,6 +601,51 @@ impl RegionInner {
             crate::wal::log::poison(&h.log, e);
         }
         r
+    }
+
+    /// The repair after a holder of the commit lock died: a commit across
+    /// several regions it left in flight may be in some of their logs and not
+    /// in others, and only recovery, which reads all of them, may decide it.
+    fn check_group_repair(&self) -> Result<()> {
+        let id = self.mvcc.hdr().log.group_in_flight();
+        if id == 0 {
+            return Ok(());
+        }
+        Err(crate::grouplog::group_err(
+            &self.path,
+            format!(
+                "a process died inside commit {id:016x} across several regions; close the region \
+                 in every process and open it again to recover"
+            ),
+        ))
+    }
+
+    /// The last close, after a checkpoint: once every commit is in the file,
+    /// it is cut back to its length and the record says it was closed cleanly,
+    /// with the length and modification time it has now.
+    fn close_plain_clean(&self, p: &crate::io::plain::PlainStorage) -> Result<()> {
+        use crate::io::plain::{PlainRecord, logical_len, stamp};
+        let r = self;
+        if r.mvcc.hdr().file.checkpoint_seq() != r.mvcc.commit_seq() {
+            return Ok(()); // commits only in the log: the next open recovers
+        }
+        let rec = p.record()?;
+        let len = logical_len(r.size(), rec.len);
+        let d = p.data();
+        let e = |op, x| Error::io(op, d.path(), x);
+        if d.len().map_err(|x| e("stat", x))? != len {
+            let partial = len == 0 || !len.is_multiple_of(PAGE as u64);
+            if let Some(s) = r.sums.as_ref().filter(|_| partial) {
+                // The last page's checksum covers bytes past the length: it goes
+                // before the cut, so a crash between them leaves no mismatch.
+                s.forget(len / PAGE as u64)?;
+                s.sync()?;
+            }
+            d.set_len(len).map_err(|x| e("cut to its length", x))?;
+            d.sync().map_err(|x| e("sync", x))?;
+        }
+        let now = stamp(d.fd()).map_err(|x| e("stat", x))?;
+        p.write_record(&PlainRecord::closed(rec.generation + 1, now))
     }
 
     /// Runs the undo of every pending nested top action whose parent no
@@ -957,7 +1002,7 @@ impl Drop for RegionInner {
             if self.checkpoint().is_ok()
                 && let Some(p) = &self.plain
             {
-                let _ = crate::plainfile::close_clean(self, p);
+                let _ = self.close_plain_clean(p);
             }
             let _ = std::fs::remove_file(self.mvcc.path());
             let _ = rustix::fs::flock(&l.users, F::Unlock);

@@ -866,7 +866,7 @@ fn examine(path: &Path) -> Result<Examined> {
         Ok(_) => {}
         Err(e) => problems.push(e),
     }
-    crate::group::examine(&records, &rh, path, &mut warnings, &mut problems);
+    crate::grouplog::examine(&records, &rh, path, &mut warnings, &mut problems);
     let checksummed_pages = check_sums(
         &data,
         path,

@@ -7,13 +7,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::engine::{OpenLocks, RegionInner};
+use crate::engine::OpenLocks;
 use crate::error::{Error, Result};
-use crate::io::plain::{PlainRecord, PlainStorage, logical_len, meta_path, pages_for, stamp};
+use crate::io::plain::{PlainRecord, PlainStorage, meta_path, pages_for, stamp};
 use crate::io::{FileStorage, Storage};
 use crate::options::Options;
 use crate::os::mem::PAGE;
-use crate::recovery::{read_headers, write_region_header};
 use crate::region::{CREATING, Region, log_path, open_rw, region_header_page};
 use crate::wal::format::{HEADER_BYTES, RegionHeader};
 
@@ -217,99 +216,4 @@ fn adopt(path: &Path, opts: &Options) -> Result<()> {
         return Err(e);
     }
     Ok(())
-}
-
-/// On the first open: unless a process had the file open when it ended
-/// (a crash, which recovery repairs from the log), the file must be as the
-/// last clean close left it (length and modification time). A changed file
-/// is refused, or with `accept_outside_changes` taken as it is: the region
-/// gets the pages its new length needs and a new header generation (so the
-/// page checksums, which no longer match, are reset).
-pub(crate) fn check_unchanged(p: &PlainStorage, log: &dyn Storage, opts: &Options) -> Result<()> {
-    let rec = p.record()?;
-    let path = p.data().path();
-    let (len, sec, nsec) = stamp(p.data().fd()).map_err(|e| Error::io("stat", path, e))?;
-    if len == 0 && opts.read_only {
-        // Its one page lies wholly past the end: a mapping of it faults.
-        return Err(Error::Unsupported {
-            op: "opening read-only",
-            path: path.to_path_buf(),
-            why: "an empty plain file has no page to map (open it writable)",
-        });
-    }
-    if rec.open {
-        return Ok(());
-    }
-    if (len, sec, nsec) == (rec.len, rec.mtime_sec, rec.mtime_nsec) {
-        return Ok(());
-    }
-    let what = if len != rec.len {
-        format!("it is {len} bytes long, not {} as txmap left it", rec.len)
-    } else {
-        "its modification time is not the one txmap recorded when it closed it".into()
-    };
-    if !opts.accept_outside_changes {
-        return Err(Error::PlainFileChanged {
-            path: path.to_path_buf(),
-            what,
-        });
-    }
-    if opts.read_only {
-        return Err(Error::ReadOnly {
-            op: "taking a plain file changed by another program",
-            path: path.to_path_buf(),
-        });
-    }
-    let (mut h, _) = read_headers(p, log)?;
-    h.data_size = pages_for(len) * PAGE as u64;
-    h.generation += 1;
-    write_region_header(p, None, &h)?;
-    p.write_record(&PlainRecord::closed(rec.generation + 1, (len, sec, nsec)))
-}
-
-/// After the first writable open recovered the region (`size` bytes): the
-/// record says a process has the file open, with the length it has now.
-/// An empty file gets one page of zeros while open (a mapping past a
-/// file's end faults); the last close cuts it back.
-pub(crate) fn mark_open(p: &PlainStorage, size: u64) -> Result<()> {
-    let rec = p.record()?;
-    let len = logical_len(size, rec.len);
-    p.write_record(&PlainRecord {
-        generation: rec.generation + 1,
-        open: true,
-        len,
-        ..rec
-    })?;
-    let d = p.data();
-    if d.len().map_err(|e| Error::io("stat", d.path(), e))? == 0 {
-        d.set_len(PAGE as u64)
-            .map_err(|e| Error::io("extend", d.path(), e))?;
-    }
-    Ok(())
-}
-
-/// The last close, after a checkpoint: once every commit is in the file,
-/// it is cut back to its length and the record says it was closed cleanly,
-/// with the length and modification time it has now.
-pub(crate) fn close_clean(r: &RegionInner, p: &PlainStorage) -> Result<()> {
-    if r.mvcc.hdr().file.checkpoint_seq() != r.mvcc.commit_seq() {
-        return Ok(()); // commits only in the log: the next open recovers
-    }
-    let rec = p.record()?;
-    let len = logical_len(r.size(), rec.len);
-    let d = p.data();
-    let e = |op, x| Error::io(op, d.path(), x);
-    if d.len().map_err(|x| e("stat", x))? != len {
-        let partial = len == 0 || !len.is_multiple_of(PAGE as u64);
-        if let Some(s) = r.sums.as_ref().filter(|_| partial) {
-            // The last page's checksum covers bytes past the length: it goes
-            // before the cut, so a crash between them leaves no mismatch.
-            s.forget(len / PAGE as u64)?;
-            s.sync()?;
-        }
-        d.set_len(len).map_err(|x| e("cut to its length", x))?;
-        d.sync().map_err(|x| e("sync", x))?;
-    }
-    let now = stamp(d.fd()).map_err(|x| e("stat", x))?;
-    p.write_record(&PlainRecord::closed(rec.generation + 1, now))
 }

@@ -18,10 +18,9 @@ use crate::wal::format::{HEADER_BYTES, LogHeader, RegionHeader};
 use crate::wal::log::Log;
 
 use crate::engine::{OpenLocks, RegionInner, RegionRef, check_size, lock};
+use crate::headers::{read_headers, read_headers_raw};
 pub use crate::options::{Durability, Options, SnapshotLimit};
-use crate::recovery::{
-    Files, publish_record, read_headers, read_headers_raw, read_log, recover, write_region_header,
-};
+use crate::recovery::{Files, publish_record, read_log, recover, write_region_header};
 
 /// Counters for `txmap info` and benchmarks.
 #[derive(Clone, Debug, Default)]
@@ -471,7 +470,7 @@ impl Region {
             };
             let journal = journal_path.as_deref();
             if let Some(p) = plain.as_deref().filter(|_| alone) {
-                crate::plainfile::check_unchanged(p, &*log, &opts)?;
+                crate::plaincheck::check_unchanged(p, &*log, &opts)?;
             }
             let (mvcc, recovered, address, loss) = if alone && opts.read_only {
                 Self::first_open_read_only(&*data, &*log, journal, &opts, locks.is_some())?
@@ -488,7 +487,7 @@ impl Region {
                 (mvcc, 0, address, Vec::new())
             };
             if let Some(p) = plain.as_deref().filter(|_| alone && !opts.read_only) {
-                crate::plainfile::mark_open(p, mvcc.hdr().file.data_size())?;
+                crate::plaincheck::mark_open(p, mvcc.hdr().file.data_size())?;
             }
             let recovered = (recovered, alone, address, loss, sums);
             if let Some(l) = &locks {
@@ -574,7 +573,7 @@ impl Region {
             s.allocate()
                 .map_err(|e| Error::io("allocate disk space for holes in", s.path(), e))?;
         }
-        crate::group::settle_inbound(data.path())?;
+        settle_inbound(data.path())?;
         let mut rec = recover(files, opts.on_recovery_progress, opts.accept_loss)?;
         let max_size = opts.max_size.max(rec.header.data_size);
         if let Some(a) = opts.address {
@@ -660,7 +659,7 @@ impl Region {
         let image = crate::os::mem::FileImage::map(log.fd(), ll as usize)
             .map_err(|e| Error::os("map log", e))?;
         let (mut reading, loss) = read_log(image.bytes(), &page, &header, log.path(), false)?;
-        crate::group::resolve(&mut reading.scan.records, &header, data.path())?;
+        crate::grouplog::resolve(&mut reading.scan.records, &header, data.path())?;
         debug_assert!(loss.is_empty(), "damage is an error without accept_loss");
         let lh = reading.header;
         let base = header.checkpoint_seq;
@@ -1039,4 +1038,50 @@ pub(crate) fn write_new_log_header(log: &dyn Storage, region_id: u64) -> Result<
     log.write_at(&page, 0)
         .and_then(|_| log.sync())
         .map_err(|x| Error::io("write log header", log.path(), x))
+}
+
+thread_local! {
+    /// Set while a first opener has other regions recover (no recursion).
+    static SETTLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Before a first opener of `path` recovers: every group record in the
+/// live log of another region of the directory that names this region at
+/// a commit this region lacks is in doubt, and this region must not go on
+/// (reuse that commit's number) until that region has recovered (and
+/// dropped it). So that region is opened and closed here, which recovers
+/// it when nobody has it open; if the group is still there after that, the
+/// open fails naming it.
+fn settle_inbound(path: &Path) -> Result<()> {
+    if SETTLING.with(std::cell::Cell::get) {
+        return Ok(());
+    }
+    let Some(own) = crate::grouplog::region_id_of(path) else {
+        return Ok(()); // recovery reports what is wrong with our own files
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut doubtful = Vec::new();
+    for other in crate::grouplog::regions_in(dir, path) {
+        if crate::grouplog::in_doubt(&other, path, own)?.is_some() {
+            doubtful.push(other);
+        }
+    }
+    for other in doubtful {
+        SETTLING.with(|s| s.set(true));
+        let opened = Region::open(&other, Options::default());
+        SETTLING.with(|s| s.set(false));
+        drop(opened);
+        if let Some((seq, gid)) = crate::grouplog::in_doubt(&other, path, own)? {
+            return Err(crate::grouplog::group_err(
+                path,
+                format!(
+                    "{} holds commit {seq}, part of commit {gid:016x} across several regions, \
+                     which this region lacks; it is open elsewhere (or could not recover): \
+                     close it everywhere and open it first",
+                    other.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
