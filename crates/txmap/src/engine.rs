@@ -540,13 +540,28 @@ impl RegionInner {
             } else {
                 0
             });
-            for &(page, bytes) in &req.pages {
-                self.data
-                    .write_at(bytes, HEADER_BYTES + u64::from(page) * PAGE as u64)
-                    .map_err(|e| Error::io("write a round into", &self.path, e))?;
-                if self.sums.is_some() {
-                    crcs.push((u64::from(page), crate::sums::page_crc(bytes)));
+            // Runs of consecutive pages, each in one vectored write.
+            let mut start = 0;
+            while start < req.pages.len() {
+                let first = req.pages[start].0;
+                let mut end = start + 1;
+                while end < req.pages.len()
+                    && u64::from(req.pages[end].0) == u64::from(first) + (end - start) as u64
+                {
+                    end += 1;
                 }
+                let run: Vec<&[u8]> = req.pages[start..end].iter().map(|&(_, b)| b).collect();
+                self.data
+                    .write_all_vectored_at(&run, HEADER_BYTES + u64::from(first) * PAGE as u64)
+                    .map_err(|e| Error::io("write a round into", &self.path, e))?;
+                start = end;
+            }
+            if self.sums.is_some() {
+                crcs.extend(
+                    req.pages
+                        .iter()
+                        .map(|&(page, bytes)| (u64::from(page), crate::sums::page_crc(bytes))),
+                );
             }
             if let Some(s) = &self.sums {
                 s.record(&mut crcs)?;

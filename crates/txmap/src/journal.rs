@@ -116,17 +116,13 @@ pub(crate) fn write(path: &Path, head: &Head, pages: &[(u32, &[u8])]) -> Result<
     let mut crc = crc32c::crc32c(&slot);
     crc = crc32c::crc32c_append(crc, &list);
     f.write_at(&list, HEADER_BYTES).map_err(io)?;
-    let mut at = HEADER_BYTES + list.len() as u64;
-    let mut buf = Vec::with_capacity(BATCH.min(pages.len()) * PAGE);
-    for batch in pages.chunks(BATCH) {
-        buf.clear();
-        for (_, image) in batch {
-            buf.extend_from_slice(image);
-        }
-        crc = crc32c::crc32c_append(crc, &buf);
-        f.write_at(&buf, at).map_err(io)?;
-        at += buf.len() as u64;
+    // Straight from where the images are (a view's memory, versions).
+    let images: Vec<&[u8]> = pages.iter().map(|&(_, b)| b).collect();
+    for image in &images {
+        crc = crc32c::crc32c_append(crc, image);
     }
+    f.write_all_vectored_at(&images, HEADER_BYTES + list.len() as u64)
+        .map_err(io)?;
     slot.extend_from_slice(&crc.to_le_bytes());
     slot.extend_from_slice(&[0u8; 4]);
     f.write_at(&slot, 0).map_err(io)?;
