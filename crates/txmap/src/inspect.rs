@@ -825,10 +825,12 @@ fn examine(path: &Path) -> Result<Examined> {
         )),
         // Operations replay as recovery would run them (in memory), when
         // the pages they touch are few enough to hold, and the file is at
-        // its checkpoint (nobody has it open, no checkpoint to finish).
+        // its checkpoint (nobody has it open, no checkpoint to finish; a
+        // region file, not a plain file, which only its storage reads).
         Ok(())
             if open_by.is_empty()
                 && journal.is_none()
+                && data.head.is_none()
                 && pending_records
                     .clone()
                     .any(|r| crate::ops::changes_bytes(&r.ops)) =>
