@@ -219,6 +219,25 @@ fn a_paused_parent_keeps_its_nested_actions_until_it_ends() {
     check(&r, &[]);
 }
 
+#[test]
+fn a_paused_parent_dropped_without_resuming_is_compensated_by_the_next_checkpoint() {
+    register();
+    let d = ext4_dir("nta-pause-dropped");
+    let r = Region::create(&d.join("r.txm"), PAGES * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    v.write(FLAGS, &1u64).unwrap();
+    nested_add(&mut v, 0, 5, true).unwrap();
+    let paused = v.pause().unwrap();
+    assert_eq!(state(&r).0[0], 5);
+    // Nobody can resume it any more: its slot goes, and with it the token
+    // that kept checkpoints from compensating its action.
+    drop(paused);
+    assert_eq!(state(&r).0[0], 5, "not before a checkpoint");
+    r.checkpoint().unwrap();
+    check(&r, &[]);
+}
+
 /// Runs parents `from..to` as the child process: acknowledges each nested
 /// action (`n P I`), commit (`c P`) and abort (`a P`); with `NTA_HOLD=P`
 /// it stops for good after parent P's last nested action (`hold`).
