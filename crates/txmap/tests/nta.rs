@@ -200,18 +200,25 @@ fn threads_parents_commit_abort_conflict_and_pause_only_committed_effects_stay()
     check(&r, &committed);
 }
 
-#[test]
-fn a_paused_parent_keeps_its_nested_actions_until_it_ends() {
+/// A fresh region in `dir` whose parent transaction (its own store, one
+/// nested action adding 5 to cell 0) is paused; the action is visible to
+/// everyone meanwhile.
+fn paused_parent(dir: &str) -> (TestDir, Region, txmap::Paused) {
     register();
-    let d = ext4_dir("nta-pause");
+    let d = ext4_dir(dir);
     let r = Region::create(&d.join("r.txm"), PAGES * PAGE, Options::default()).unwrap();
     let mut v = r.view().unwrap();
     v.begin().unwrap();
     v.write(FLAGS, &1u64).unwrap();
     nested_add(&mut v, 0, 5, true).unwrap();
     let paused = v.pause().unwrap();
-    // The nested action is visible to everyone meanwhile.
     assert_eq!(state(&r).0[0], 5);
+    (d, r, paused)
+}
+
+#[test]
+fn a_paused_parent_keeps_its_nested_actions_until_it_ends() {
+    let (_d, r, paused) = paused_parent("nta-pause");
     let mut w = r.view().unwrap();
     w.resume(paused).unwrap();
     w.abort().unwrap();
@@ -221,15 +228,7 @@ fn a_paused_parent_keeps_its_nested_actions_until_it_ends() {
 
 #[test]
 fn a_paused_parent_dropped_without_resuming_is_compensated_by_the_next_checkpoint() {
-    register();
-    let d = ext4_dir("nta-pause-dropped");
-    let r = Region::create(&d.join("r.txm"), PAGES * PAGE, Options::default()).unwrap();
-    let mut v = r.view().unwrap();
-    v.begin().unwrap();
-    v.write(FLAGS, &1u64).unwrap();
-    nested_add(&mut v, 0, 5, true).unwrap();
-    let paused = v.pause().unwrap();
-    assert_eq!(state(&r).0[0], 5);
+    let (_d, r, paused) = paused_parent("nta-pause-dropped");
     // Nobody can resume it any more: its slot goes, and with it the token
     // that kept checkpoints from compensating its action.
     drop(paused);
