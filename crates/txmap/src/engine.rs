@@ -113,6 +113,20 @@ pub(crate) struct RegionInner {
     pub(crate) plain: Option<Arc<crate::io::plain::PlainStorage>>,
 }
 
+/// `flock(2)` on `f` (a lock file of the region at `path`): false if a
+/// non-blocking request would block.
+pub(crate) fn flock(
+    f: &std::fs::File,
+    op: rustix::fs::FlockOperation,
+    path: &Path,
+) -> Result<bool> {
+    match rustix::fs::flock(f, op) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(Error::io("lock", path, e.into())),
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -477,22 +491,17 @@ impl RegionInner {
         if self.opts.log_archive.is_some() || !req.ops.is_empty() || !req.commute.is_empty() {
             return Ok(None);
         }
-        let flock = |f: &std::fs::File, op| match rustix::fs::flock(f, op) {
-            Ok(()) => Ok(true),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
-            Err(e) => Err(Error::io("lock", &self.path, e.into())),
-        };
         // Nobody opens or closes meanwhile; converting our shared hold to
         // an exclusive one tells whether another process has it open (a
         // failed conversion drops the shared hold: it is taken again).
-        flock(&locks.transition, F::LockExclusive)?;
-        let alone = flock(&locks.users, F::NonBlockingLockExclusive);
+        flock(&locks.transition, F::LockExclusive, &self.path)?;
+        let alone = flock(&locks.users, F::NonBlockingLockExclusive, &self.path);
         let r = match alone {
             Ok(true) => self.round_alone(req, journal),
             Ok(false) => Ok(None),
             Err(e) => Err(e),
         };
-        let back = flock(&locks.users, F::LockShared);
+        let back = flock(&locks.users, F::LockShared, &self.path);
         let _ = rustix::fs::flock(&locks.transition, F::Unlock);
         back?;
         r
@@ -526,46 +535,9 @@ impl RegionInner {
         }
         let seq = c + 1;
         let r = (|| {
-            let head = crate::journal::Head {
-                region_id: h.region_id.load(Ordering::Acquire),
-                generation: h.file.region_generation(),
-                from: c,
-                as_of: seq,
-                data_size: self.size(),
-            };
-            crate::journal::write(journal, &head, &req.pages)?;
+            self.journal_pages(journal, c, seq, &req.pages)?;
             crate::debug::hit(crate::debug::CrashPoint::RoundJournaled);
-            let mut crcs = Vec::with_capacity(if self.sums.is_some() {
-                req.pages.len()
-            } else {
-                0
-            });
-            // Runs of consecutive pages, each in one vectored write.
-            let mut start = 0;
-            while start < req.pages.len() {
-                let first = req.pages[start].0;
-                let mut end = start + 1;
-                while end < req.pages.len()
-                    && u64::from(req.pages[end].0) == u64::from(first) + (end - start) as u64
-                {
-                    end += 1;
-                }
-                let run: Vec<&[u8]> = req.pages[start..end].iter().map(|&(_, b)| b).collect();
-                self.data
-                    .write_all_vectored_at(&run, HEADER_BYTES + u64::from(first) * PAGE as u64)
-                    .map_err(|e| Error::io("write a round into", &self.path, e))?;
-                start = end;
-            }
-            if self.sums.is_some() {
-                crcs.extend(
-                    req.pages
-                        .iter()
-                        .map(|&(page, bytes)| (u64::from(page), crate::sums::page_crc(bytes))),
-                );
-            }
-            if let Some(s) = &self.sums {
-                s.record(&mut crcs)?;
-            }
+            self.write_pages(&req.pages, "write a round into")?;
             crate::debug::hit(crate::debug::CrashPoint::RoundWriting);
             // Durable in the journal: the file's sync and header wait for
             // the next checkpoint (`catch_up_header`), so a round costs one
@@ -587,6 +559,80 @@ impl RegionInner {
         Ok(Some(seq))
     }
 
+    /// Writes and syncs the page journal of `pages`: the state at commit
+    /// `as_of` over the checkpoint `from` on disk (caller holds the
+    /// checkpoint lock).
+    fn journal_pages(
+        &self,
+        path: &Path,
+        from: u64,
+        as_of: u64,
+        pages: &[(u32, &[u8])],
+    ) -> Result<()> {
+        let h = self.mvcc.hdr();
+        let head = crate::journal::Head {
+            region_id: h.region_id.load(Ordering::Acquire),
+            generation: h.file.region_generation(),
+            from,
+            as_of,
+            data_size: self.size(),
+        };
+        crate::journal::write(path, &head, pages)
+    }
+
+    /// Writes `pages` into the region file, each run of consecutive pages
+    /// in one vectored write, and records their checksums (nothing synced).
+    fn write_pages(&self, pages: &[(u32, &[u8])], op: &'static str) -> Result<()> {
+        let mut start = 0;
+        while start < pages.len() {
+            let first = pages[start].0;
+            let mut end = start + 1;
+            while end < pages.len()
+                && u64::from(pages[end].0) == u64::from(first) + (end - start) as u64
+            {
+                end += 1;
+            }
+            let run: Vec<&[u8]> = pages[start..end].iter().map(|&(_, b)| b).collect();
+            self.data
+                .write_all_vectored_at(&run, HEADER_BYTES + u64::from(first) * PAGE as u64)
+                .map_err(|e| Error::io(op, &self.path, e))?;
+            start = end;
+        }
+        if let Some(s) = &self.sums {
+            let mut crcs: Vec<(u64, u32)> = pages
+                .iter()
+                .map(|&(page, bytes)| (u64::from(page), crate::sums::page_crc(bytes)))
+                .collect();
+            s.record(&mut crcs)?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the region file, writes a region header at checkpoint `seq`,
+    /// records it in shared memory, and empties `journal` (its pages are
+    /// under that header now). Caller holds the checkpoint lock `g`.
+    fn write_checkpoint_header(
+        &self,
+        g: &crate::os::lock::Guard<'_>,
+        seq: u64,
+        journal: Option<&Path>,
+    ) -> Result<()> {
+        let h = self.mvcc.hdr();
+        let next = RegionHeader {
+            region_id: h.region_id.load(Ordering::Acquire),
+            generation: h.file.region_generation() + 1,
+            checkpoint_seq: seq,
+            data_size: self.size(),
+            address: self.address as u64,
+        };
+        write_region_header(&*self.data, self.sums.as_ref(), &next)?;
+        h.file.checkpointed(g, next.generation, seq);
+        match journal {
+            Some(j) => crate::journal::clear(j),
+            None => Ok(()),
+        }
+    }
+
     /// Writes the region header of a round put in the file through the
     /// page journal (`FileShared::journaled`), after syncing the file:
     /// before anything else may overwrite that journal. Caller holds the
@@ -597,21 +643,7 @@ impl RegionInner {
         if seq == 0 {
             return Ok(());
         }
-        let r = (|| {
-            let next = RegionHeader {
-                region_id: h.region_id.load(Ordering::Acquire),
-                generation: h.file.region_generation() + 1,
-                checkpoint_seq: seq,
-                data_size: self.size(),
-                address: self.address as u64,
-            };
-            write_region_header(&*self.data, self.sums.as_ref(), &next)?;
-            h.file.checkpointed(g, next.generation, seq);
-            match self.journal.as_deref() {
-                Some(j) => crate::journal::clear(j),
-                None => Ok(()),
-            }
-        })();
+        let r = self.write_checkpoint_header(g, seq, self.journal.as_deref());
         if let Err(e) = &r {
             crate::wal::log::poison(&h.log, e);
         }
@@ -879,46 +911,15 @@ impl RegionInner {
                 // their effect would apply them twice: such pages are
                 // journaled before any is written (`journal.rs`).
                 let journal = self.journal.as_deref().filter(|_| h.file.ops_after(ckpt));
+                let images: Vec<(u32, &[u8])> =
+                    pages.iter().map(|(p, v)| (*p, &v.data[..])).collect();
                 if let Some(path) = journal {
-                    let head = crate::journal::Head {
-                        region_id: h.region_id.load(Ordering::Acquire),
-                        generation: h.file.region_generation(),
-                        from: ckpt,
-                        as_of: t,
-                        data_size: self.size(),
-                    };
-                    let images: Vec<(u32, &[u8])> =
-                        pages.iter().map(|(p, v)| (*p, &v.data[..])).collect();
-                    crate::journal::write(path, &head, &images)?;
+                    self.journal_pages(path, ckpt, t, &images)?;
                     crate::debug::hit(crate::debug::CrashPoint::CheckpointJournaled);
                 }
-                let mut crcs =
-                    Vec::with_capacity(if self.sums.is_some() { pages.len() } else { 0 });
-                for (page, v) in pages {
-                    self.data
-                        .write_at(&v.data[..], HEADER_BYTES + page as u64 * PAGE as u64)
-                        .map_err(|e| Error::io("checkpoint", &self.path, e))?;
-                    if self.sums.is_some() {
-                        crcs.push((u64::from(page), crate::sums::page_crc(&v.data[..])));
-                    }
-                }
-                if let Some(s) = &self.sums {
-                    s.record(&mut crcs)?;
-                }
+                self.write_pages(&images, "checkpoint")?;
                 crate::debug::hit(crate::debug::CrashPoint::CheckpointWriting);
-                let next = RegionHeader {
-                    region_id: h.region_id.load(Ordering::Acquire),
-                    generation: h.file.region_generation() + 1,
-                    checkpoint_seq: t,
-                    data_size: self.size(),
-                    address: self.address as u64,
-                };
-                write_region_header(&*self.data, self.sums.as_ref(), &next)?;
-                h.file.checkpointed(&g, next.generation, t);
-                if let Some(path) = journal {
-                    crate::journal::clear(path)?;
-                }
-                Ok(())
+                self.write_checkpoint_header(&g, t, journal)
             })();
             if let Err(e) = r {
                 crate::wal::log::poison(&h.log, &e);

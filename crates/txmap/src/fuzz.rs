@@ -437,7 +437,7 @@ fn seal_journal(b: &mut [u8]) {
         return;
     }
     let count = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")) as u64;
-    let list = (count * 4).div_ceil(PAGE as u64) * PAGE as u64;
+    let list = crate::journal::list_bytes(count as usize);
     let end = HEADER_BYTES + list + count * PAGE as u64;
     if end > b.len() as u64 {
         return;

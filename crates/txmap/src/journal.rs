@@ -89,7 +89,7 @@ impl Head {
 }
 
 /// Bytes of the page-number list, padded to whole pages.
-fn list_bytes(count: usize) -> u64 {
+pub(crate) fn list_bytes(count: usize) -> u64 {
     (count as u64 * 4).div_ceil(PAGE as u64) * PAGE as u64
 }
 

@@ -220,15 +220,30 @@ fn finish_checkpoint(
     header: &mut RegionHeader,
 ) -> Result<()> {
     let pages = j.apply(files.data)?;
+    let size = header.data_size.max(j.head.data_size);
+    journaled_header(files, path, header, j.head.as_of, size, &pages)
+}
+
+/// After the journaled pages (`pages`) of the state at commit `as_of` are
+/// in the region file: their checksums from the file, a region header at
+/// `as_of` (the file synced first), and the journal emptied.
+fn journaled_header(
+    files: Files<'_>,
+    path: &Path,
+    header: &mut RegionHeader,
+    as_of: u64,
+    size: u64,
+    pages: &std::collections::BTreeSet<u64>,
+) -> Result<()> {
     header.generation += 1;
-    header.checkpoint_seq = j.head.as_of;
-    header.data_size = header.data_size.max(j.head.data_size);
+    header.checkpoint_seq = as_of;
+    header.data_size = size;
     if let Some(s) = files.sums {
         files
             .data
             .sync()
             .map_err(|e| Error::io("sync", files.data.path(), e))?;
-        crate::sums::record_from_file(s, files.data, &pages, header.data_size)?;
+        crate::sums::record_from_file(s, files.data, pages, size)?;
     }
     write_region_header(files.data, files.sums, header)?;
     crate::journal::clear(path)
@@ -287,15 +302,7 @@ fn replay_journaled(
         }
         let written = pages.keys().map(|&p| u64::from(p)).collect();
         crate::debug::hit(crate::debug::CrashPoint::RecoveryWriting);
-        header.generation += 1;
-        header.checkpoint_seq = as_of;
-        header.data_size = size;
-        if let Some(s) = files.sums {
-            data.sync().map_err(|e| Error::io("sync", data.path(), e))?;
-            crate::sums::record_from_file(s, data, &written, size)?;
-        }
-        write_region_header(data, files.sums, header)?;
-        crate::journal::clear(path)?;
+        journaled_header(files, path, header, as_of, size, &written)?;
     }
     Ok(())
 }

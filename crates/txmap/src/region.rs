@@ -17,7 +17,7 @@ use crate::os::mem::{PAGE, Reservation};
 use crate::wal::format::{HEADER_BYTES, LogHeader, RegionHeader};
 use crate::wal::log::Log;
 
-use crate::engine::{OpenLocks, RegionInner, RegionRef, check_size, lock};
+use crate::engine::{OpenLocks, RegionInner, RegionRef, check_size, flock, lock};
 use crate::headers::{read_headers, read_headers_raw};
 pub use crate::options::{Durability, Options, SnapshotLimit};
 use crate::recovery::{Files, publish_record, read_log, recover, write_region_header};
@@ -64,18 +64,6 @@ pub struct Stats {
 #[derive(Clone)]
 pub struct Region {
     pub(crate) inner: RegionRef,
-}
-
-pub(crate) fn flock(
-    f: &std::fs::File,
-    op: rustix::fs::FlockOperation,
-    path: &Path,
-) -> Result<bool> {
-    match rustix::fs::flock(f, op) {
-        Ok(()) => Ok(true),
-        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
-        Err(e) => Err(Error::io("lock", path, e.into())),
-    }
 }
 
 /// The suffix (then the creator's pid) of a region file being formatted
