@@ -378,7 +378,7 @@ fn live_state(path: &Path, region_id: u64) -> Option<LiveState> {
     if !sp.exists() {
         return None;
     }
-    let m = crate::mvcc::Mvcc::attach(&sp, 0o600).ok()?;
+    let m = crate::mvcc::Mvcc::attach(&sp).ok()?;
     let h = m.hdr();
     if h.region_id.load(std::sync::atomic::Ordering::Acquire) != region_id {
         return None;

@@ -66,6 +66,13 @@ pub struct Region {
     pub(crate) inner: RegionRef,
 }
 
+/// How long an opener waits for the shared state of a region that other
+/// processes hold open to be ready. Within the open lock it is ready unless
+/// its first opener was killed while opening: the kernel then releases the
+/// open lock before the users lock (files close one at a time, the last
+/// opened first), and the next opener must wait for the second one.
+pub(crate) const JOIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The suffix (then the creator's pid) of a region file being formatted
 /// under its temporary name.
 pub(crate) const CREATING: &str = ".creating-";
@@ -428,76 +435,95 @@ impl Region {
         }
         use rustix::fs::FlockOperation as F;
         let path = data.path().to_path_buf();
-        if let Some(l) = &locks {
-            flock(&l.transition, F::LockExclusive, log.path())?;
-        }
         // Only a region opened by its path has a page journal beside it.
         let journal_path = locks.as_ref().map(|_| crate::journal::journal_path(&path));
-        // Everything below runs while no other process opens or closes.
-        let r = (|| {
-            let alone = match &locks {
-                Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
-                None => true,
-            };
-            // The first opener decides whether the session keeps page
-            // checksums; the others follow the table's presence.
-            let sums = match &locks {
-                // A read-only handle neither verifies nor writes checksums.
-                _ if opts.read_only => None,
-                None => None,
-                Some(_) if alone && !opts.page_checksums => {
-                    let p = crate::sums::sums_path(&path);
-                    match std::fs::remove_file(&p) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(Error::io("remove", p, e)),
-                    }
-                    None
-                }
-                Some(_) => crate::sums::PageSums::open(&path, alone)?,
-            };
-            let journal = journal_path.as_deref();
-            if let Some(p) = plain.as_deref().filter(|_| alone) {
-                crate::plaincheck::check_unchanged(p, &*log, &opts)?;
-            }
-            let (mvcc, recovered, address, loss) = if alone && opts.read_only {
-                Self::first_open_read_only(&*data, &*log, journal, &opts, locks.is_some())?
-            } else if alone {
-                let files = Files {
-                    data: &*data,
-                    log: &*log,
-                    sums: sums.as_ref(),
-                    journal,
-                };
-                Self::first_open(files, &opts, locks.is_some())?
-            } else {
-                let (mvcc, address) = Self::join(&*data, &*log, &opts)?;
-                (mvcc, 0, address, Vec::new())
-            };
-            if let Some(p) = plain.as_deref().filter(|_| alone && !opts.read_only) {
-                crate::plaincheck::mark_open(p, mvcc.hdr().file.data_size())?;
-            }
-            let recovered = (recovered, alone, address, loss, sums);
+        let patience = std::time::Instant::now() + JOIN_PATIENCE;
+        let (mvcc, recovered) = loop {
             if let Some(l) = &locks {
-                // Converting is not atomic, but nobody can look meanwhile:
-                // we hold the transition lock.
-                flock(&l.users, F::LockShared, &path)?;
+                flock(&l.transition, F::LockExclusive, log.path())?;
             }
-            Ok::<_, Error>((mvcc, recovered))
-        })();
-        let (mvcc, recovered) = match r {
-            Ok(x) => x,
-            Err(e) => {
-                if let Some(l) = &locks {
-                    let _ = rustix::fs::flock(&l.users, F::Unlock);
-                    let _ = rustix::fs::flock(&l.transition, F::Unlock);
+            let last_try = std::time::Instant::now() >= patience;
+            // Everything below runs while no other process opens or closes.
+            let r = (|| {
+                let alone = match &locks {
+                    Some(l) => flock(&l.users, F::NonBlockingLockExclusive, &path)?,
+                    None => true,
+                };
+                // The first opener decides whether the session keeps page
+                // checksums; the others follow the table's presence.
+                let sums = match &locks {
+                    // A read-only handle neither verifies nor writes checksums.
+                    _ if opts.read_only => None,
+                    None => None,
+                    Some(_) if alone && !opts.page_checksums => {
+                        let p = crate::sums::sums_path(&path);
+                        match std::fs::remove_file(&p) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(Error::io("remove", p, e)),
+                        }
+                        None
+                    }
+                    Some(_) => crate::sums::PageSums::open(&path, alone)?,
+                };
+                let journal = journal_path.as_deref();
+                if let Some(p) = plain.as_deref().filter(|_| alone) {
+                    crate::plaincheck::check_unchanged(p, &*log, &opts)?;
                 }
-                return Err(e);
+                let (mvcc, recovered, address, loss) = if alone && opts.read_only {
+                    Self::first_open_read_only(&*data, &*log, journal, &opts, locks.is_some())?
+                } else if alone {
+                    let files = Files {
+                        data: &*data,
+                        log: &*log,
+                        sums: sums.as_ref(),
+                        journal,
+                    };
+                    Self::first_open(files, &opts, locks.is_some())?
+                } else {
+                    let Some((mvcc, address)) = Self::join(&*data, &*log, &opts, last_try)? else {
+                        return Ok(None);
+                    };
+                    (mvcc, 0, address, Vec::new())
+                };
+                if let Some(p) = plain.as_deref().filter(|_| alone && !opts.read_only) {
+                    crate::plaincheck::mark_open(p, mvcc.hdr().file.data_size())?;
+                }
+                if alone {
+                    mvcc.mark_ready();
+                }
+                let recovered = (recovered, alone, address, loss, sums);
+                if let Some(l) = &locks {
+                    // Converting is not atomic, but nobody can look meanwhile:
+                    // we hold the transition lock.
+                    flock(&l.users, F::LockShared, &path)?;
+                }
+                Ok::<_, Error>(Some((mvcc, recovered)))
+            })();
+            match r {
+                Ok(Some(x)) => {
+                    if let Some(l) = &locks {
+                        let _ = rustix::fs::flock(&l.transition, F::Unlock);
+                    }
+                    break x;
+                }
+                Ok(None) => {
+                    // Not ready: its first opener is dying (its open lock went
+                    // first) and will soon release the users lock too.
+                    if let Some(l) = &locks {
+                        let _ = rustix::fs::flock(&l.transition, F::Unlock);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(e) => {
+                    if let Some(l) = &locks {
+                        let _ = rustix::fs::flock(&l.users, F::Unlock);
+                        let _ = rustix::fs::flock(&l.transition, F::Unlock);
+                    }
+                    return Err(e);
+                }
             }
         };
-        if let Some(l) = &locks {
-            let _ = rustix::fs::flock(&l.transition, F::Unlock);
-        }
         let mut opts = opts;
         opts.max_size = mvcc.max_pages() as u64 * PAGE as u64;
         let size = mvcc.hdr().file.data_size();
@@ -717,7 +743,13 @@ impl Region {
 
     /// Others have the region open: map their shared state and check that
     /// we agree with it.
-    fn join(data: &dyn Storage, log: &dyn Storage, opts: &Options) -> Result<(Mvcc, usize)> {
+    /// `None` while the shared state is not ready (see `JOIN_PATIENCE`).
+    fn join(
+        data: &dyn Storage,
+        log: &dyn Storage,
+        opts: &Options,
+        last_try: bool,
+    ) -> Result<Option<(Mvcc, usize)>> {
         let (header, _) = read_headers(data, log)?;
         if let Some(a) = opts.address
             && a as u64 != header.address
@@ -732,16 +764,32 @@ impl Region {
             });
         }
         let spath = shared_path(data.path(), header.region_id)?;
-        let mvcc = Mvcc::attach(&spath, file_mode(data)).map_err(|e| match e {
-            crate::mvcc::AttachError::Io(e) => Error::io("open shared state", &spath, e),
-            crate::mvcc::AttachError::Layout(what) => Error::Incompatible {
-                path: data.path().to_path_buf(),
-                what: format!(
-                    "open in other processes with incompatible shared state {}: {what}",
-                    spath.display()
-                ),
-            },
-        })?;
+        use crate::mvcc::AttachError as A;
+        let mvcc = match Mvcc::attach(&spath) {
+            Ok(m) => m,
+            Err(A::NotReady(_)) if !last_try => return Ok(None),
+            Err(A::NotReady(why)) => {
+                return Err(Error::Incompatible {
+                    path: data.path().to_path_buf(),
+                    what: format!(
+                        "other processes hold it open but its shared state {} is {why} \
+                         after {JOIN_PATIENCE:?} (removed while in use, e.g. by \
+                         systemd-logind's RemoveIPC?): close every process using it",
+                        spath.display()
+                    ),
+                });
+            }
+            Err(A::Io(e)) => return Err(Error::io("open shared state", &spath, e)),
+            Err(A::Layout(what)) => {
+                return Err(Error::Incompatible {
+                    path: data.path().to_path_buf(),
+                    what: format!(
+                        "open in other processes with incompatible shared state {}: {what}",
+                        spath.display()
+                    ),
+                });
+            }
+        };
         let h = mvcc.hdr();
         if h.region_id.load(Ordering::Acquire) != header.region_id {
             return Err(Error::Invalid(format!(
@@ -776,7 +824,7 @@ impl Region {
                 ),
             });
         }
-        Ok((mvcc, header.address as usize))
+        Ok(Some((mvcc, header.address as usize)))
     }
 
     /// Bytes in the region.

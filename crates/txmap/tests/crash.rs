@@ -491,6 +491,65 @@ fn a_create_killed_before_the_region_is_in_place_does_not_block_the_path() {
     assert!(txmap::log_path(&p).exists());
 }
 
+/// Holds the lock every process with `region` open holds (shared), as an
+/// opener killed while opening does for a moment after its open lock is
+/// released: the kernel closes a dead process's files one at a time.
+fn hold_users_lock(region: &std::path::Path) -> std::fs::File {
+    let f = std::fs::File::open(region).unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockShared).unwrap();
+    f
+}
+
+/// An opener that finds the region held open by someone whose shared state
+/// is missing, empty or unfinished (its first opener was killed while
+/// opening) waits for that holder to go, then opens and recovers, and never
+/// leaves a file of its own in /dev/shm.
+#[test]
+fn an_opener_waits_out_a_first_opener_killed_while_opening() {
+    let d = ext4_dir("open-race");
+    let p = d.join("r.txm");
+    let shm = {
+        let r = Region::create(&p, 4 * PAGE, Options::default()).unwrap();
+        r.view().unwrap().run(|v| v.write(0, &77u64)).unwrap();
+        r.stats().shared_path
+    };
+    assert!(!shm.exists(), "the last one out removes its shared state");
+    let zero_page = vec![0u8; PAGE as usize];
+    for (what, content) in [
+        ("missing", None),
+        ("empty", Some(&[][..])),
+        ("not marked ready", Some(&zero_page[..])),
+    ] {
+        if let Some(c) = content {
+            std::fs::write(&shm, c).unwrap();
+        }
+        let held = hold_users_lock(&p);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let r = Region::open(&p, Options::default())
+            .unwrap_or_else(|e| panic!("shared state {what}: {e}"));
+        release.join().unwrap();
+        let mut v = r.view().unwrap();
+        v.begin_read().unwrap();
+        assert_eq!(v.read::<u64>(0).unwrap(), 77, "shared state {what}");
+        v.commit().unwrap();
+        drop((v, r));
+        assert!(!shm.exists(), "shared state {what}: left in /dev/shm");
+    }
+    // Held for good (removed while in use): a clear error after a while,
+    // and still no file made by the opener.
+    let _held = hold_users_lock(&p);
+    let e = Region::open(&p, Options::default()).err().expect("opened");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&shm.display().to_string()) && msg.contains("missing"),
+        "{msg}"
+    );
+    assert!(!shm.exists(), "the opener created {}", shm.display());
+}
+
 /// A last user killed with SIGKILL leaves its shared state in /dev/shm;
 /// `remove_stale_shared_state` removes it, never one whose region is open,
 /// and the region then opens as after any crash.

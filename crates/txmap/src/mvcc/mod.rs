@@ -100,8 +100,12 @@ pub struct Init {
 #[derive(Debug)]
 pub enum AttachError {
     Io(std::io::Error),
-    /// Not (yet) a shared file of this format.
+    /// Not a shared file of this format.
     Layout(String),
+    /// Missing, empty or not yet marked ready by its first opener: that
+    /// opener is still at work, or was killed while opening (the kernel
+    /// releases a dead process's locks one file at a time).
+    NotReady(&'static str),
 }
 
 /// The multiversion state of one region, as mapped by this process.
@@ -228,21 +232,37 @@ impl Mvcc {
             f.store(v, Ordering::Relaxed);
         }
         m.back_tables(init.data_size / PAGE as u64)?;
-        h.ready.store(1, Ordering::Release);
         Ok(m)
     }
 
+    /// Lets other processes attach: the first opener calls it when the
+    /// whole state is in place (after any records are published), just
+    /// before it lets them in. Until then `attach` says `NotReady`.
+    pub fn mark_ready(&self) {
+        self.hdr().ready.store(1, Ordering::Release);
+    }
+
     /// Maps an existing shared file, checking its layout.
-    pub fn attach(path: &std::path::Path, mode: u32) -> Result<Mvcc, AttachError> {
-        let probe = SharedFile::open(path, PAGE, mode).map_err(AttachError::Io)?;
+    pub fn attach(path: &std::path::Path) -> Result<Mvcc, AttachError> {
+        // Never created here: a file made by a joiner would be empty.
+        let probe = match SharedFile::open_existing(path, PAGE) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(AttachError::NotReady("missing"));
+            }
+            r => r.map_err(AttachError::Io)?,
+        };
         let len = probe.file_len().map_err(AttachError::Io)?;
         if len < PAGE as u64 {
-            return Err(AttachError::Layout("shared state file is empty".into()));
+            return Err(AttachError::NotReady("empty"));
         }
         let h: &Header = probe.at(0);
-        if h.magic.load(Ordering::Acquire) != MAGIC || h.ready.load(Ordering::Acquire) != 1 {
-            return Err(AttachError::Layout(
-                "not an initialised txmap shared state file".into(),
+        let magic = h.magic.load(Ordering::Acquire);
+        if magic != MAGIC && magic != 0 {
+            return Err(AttachError::Layout("not a txmap shared state file".into()));
+        }
+        if magic == 0 || h.ready.load(Ordering::Acquire) != 1 {
+            return Err(AttachError::NotReady(
+                "not marked ready by its first opener",
             ));
         }
         let v = h.layout_version.load(Ordering::Relaxed);
@@ -267,7 +287,7 @@ impl Mvcc {
             ));
         }
         drop(probe);
-        let file = SharedFile::open(path, layout.total, mode).map_err(AttachError::Io)?;
+        let file = SharedFile::open_existing(path, layout.total).map_err(AttachError::Io)?;
         let held = file.share_byte(OPENER_BYTE).map_err(AttachError::Io)?;
         if !held || !file.still_at_path() {
             return Err(AttachError::Io(std::io::Error::new(

@@ -332,7 +332,7 @@ pub fn describe_crash_state(region: &Path) -> String {
     let Some(spath) = shared_state_of(region) else {
         return s + "no shared state";
     };
-    match txmap::mvcc::Mvcc::attach(&spath, 0o600) {
+    match txmap::mvcc::Mvcc::attach(&spath) {
         Ok(m) => {
             let h = m.hdr();
             let f = |a: &std::sync::atomic::AtomicU64| a.load(Acquire);
