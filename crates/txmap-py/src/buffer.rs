@@ -15,7 +15,7 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use crate::view::View;
+use crate::viewstate::View;
 
 /// CPython's `Py_buffer` (its layout has not changed since 3.3).
 #[repr(C)]

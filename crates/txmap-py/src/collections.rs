@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PySlice, PyTuple};
 use txmap::collections::{AnyMap, ArrayList, Kind, Map as _, alloc};
 
-use crate::view::{View, bytes_arg};
+use crate::viewstate::{View, bytes_arg};
 use crate::{invalid, to_py, txn_error};
 
 /// Entries fetched per step of an ordered iteration.

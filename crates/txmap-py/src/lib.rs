@@ -11,6 +11,7 @@ mod collections;
 mod ops;
 mod region;
 mod view;
+mod viewstate;
 
 use std::path::Path;
 
@@ -163,7 +164,7 @@ fn _debug_slow_syncs(us: u64) {
 #[pymodule]
 fn _txmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::Region>()?;
-    m.add_class::<view::View>()?;
+    m.add_class::<viewstate::View>()?;
     m.add_class::<view::Transaction>()?;
     m.add_class::<collections::Map>()?;
     m.add_class::<collections::MapIter>()?;

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 
-use crate::view::{Backoff, View, bytes_arg, is_retryable};
+use crate::viewstate::{Backoff, View, bytes_arg, is_retryable};
 use crate::{invalid, to_py, txn_error};
 
 /// A transaction taken off its view by ``View.pause``; ``View.resume``

@@ -175,13 +175,13 @@ impl Region {
     }
 
     /// Opens a view: one mapping of the region, for one thread at a time.
-    fn view(slf: &Bound<'_, Self>) -> PyResult<crate::view::View> {
+    fn view(slf: &Bound<'_, Self>) -> PyResult<crate::viewstate::View> {
         let py = slf.py();
         let me = slf.get();
         let r = me.handle(py)?;
         let v = r.view().map_err(|e| to_py(py, e, &me.path))?;
-        Ok(crate::view::View::new(
-            slf.clone().unbind(),
+        Ok(crate::viewstate::View::new(
+            slf.clone().into_any().unbind(),
             v,
             me.path.clone(),
         ))
