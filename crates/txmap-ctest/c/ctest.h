@@ -50,4 +50,13 @@ static inline const char *join(char *buf, size_t n, const char *dir, const char 
 
 #define PAGE_SIZE 4096
 
+/* Creates the region dir/name of `pages` pages and opens a view on it. */
+static inline int fresh_region(const char *dir, const char *name, uint64_t pages, txmap_region **r, txmap_view **v) {
+    char path[4096];
+    join(path, sizeof path, dir, name);
+    CHECK_EQ(txmap_region_create(path, pages * PAGE_SIZE, 0, r), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(*r, v), TXMAP_OK);
+    return 0;
+}
+
 #endif

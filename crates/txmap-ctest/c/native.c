@@ -7,14 +7,6 @@
 #include "ctest.h"
 
 /* Create, write, commit, reopen, read back, grow. */
-/* Creates the region dir/name of `pages` pages and opens a view on it. */
-static int fresh_region(const char *dir, const char *name, uint64_t pages, txmap_region **r, txmap_view **v) {
-    char path[4096];
-    join(path, sizeof path, dir, name);
-    CHECK_EQ(txmap_region_create(path, pages * PAGE_SIZE, 0, r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(*r, v), TXMAP_OK);
-    return 0;
-}
 
 int ctest_native_basic(const char *dir) {
     char path[4096];
@@ -196,12 +188,9 @@ static uint64_t committed(txmap_view *v, size_t i) {
 
 /* Conflicts between two views, interleaved on one thread. */
 int ctest_native_conflict(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "conflict.txm");
     txmap_region *r = NULL;
     txmap_view *a = NULL, *b = NULL;
-    CHECK_EQ(txmap_region_create(path, 4 * PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &a), TXMAP_OK);
+    CHECK_OK(fresh_region(dir, "conflict.txm", 4, &r, &a));
     CHECK_EQ(txmap_view_open(r, &b), TXMAP_OK);
     volatile uint64_t *xa = txmap_view_base(a), *xb = txmap_view_base(b);
     CHECK(xa != xb);

@@ -22,12 +22,9 @@ static int status_is(txmap_region *r, uint32_t g, uint64_t next, uint64_t commit
 }
 
 int ctest_native_ordered(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "ordered.txm");
     txmap_region *r = NULL;
     txmap_view *v = NULL;
-    CHECK_EQ(txmap_region_create(path, 4 * PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    CHECK_OK(fresh_region(dir, "ordered.txm", 4, &r, &v));
     volatile uint64_t *p = txmap_view_base(v);
 
     /* Number 0 commits; it cannot be claimed again. */

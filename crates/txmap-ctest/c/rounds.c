@@ -5,12 +5,9 @@
 #include "ctest.h"
 
 int ctest_native_rounds(const char *dir) {
-    char path[4096];
-    join(path, sizeof path, dir, "rounds.txm");
     txmap_region *r = NULL;
     txmap_view *v = NULL, *o = NULL;
-    CHECK_EQ(txmap_region_create(path, 4 * PAGE_SIZE, 0, &r), TXMAP_OK);
-    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    CHECK_OK(fresh_region(dir, "rounds.txm", 4, &r, &v));
     CHECK_EQ(txmap_view_open(r, &o), TXMAP_OK);
     volatile uint64_t *p = txmap_view_base(v);
     volatile uint64_t *q = txmap_view_base(o);
