@@ -46,9 +46,14 @@ const MIN_STALL: Duration = Duration::from_millis(50);
 const MAX_STALL: Duration = Duration::from_secs(1);
 
 /// How long the sync lock may be held before followers sync for themselves.
+/// Before the first sync of a session its time is unknown: the upper bound
+/// (a slow device's first sync would otherwise send every follower to sync
+/// on its own).
 fn stall_bound(h: &LogShared) -> Duration {
-    let last = h.sync_nanos.load(Ordering::Relaxed);
-    Duration::from_nanos(last.saturating_mul(STALL_FACTOR)).clamp(MIN_STALL, MAX_STALL)
+    match h.sync_nanos.load(Ordering::Relaxed) {
+        0 => MAX_STALL,
+        last => Duration::from_nanos(last.saturating_mul(STALL_FACTOR)).clamp(MIN_STALL, MAX_STALL),
+    }
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (one clock for every process of the
