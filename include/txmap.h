@@ -298,6 +298,11 @@ typedef struct {
   // A directory where every log epoch is kept (for `txmap_restore`), or
   // NULL for none. Every process opening the region should name the same.
   const char *log_archive;
+  // Pages of private memory each view keeps for later transactions
+  // beyond its open transaction's (`txmap_view_private_bytes`); the rest
+  // goes back to the system. 0: the default (4,096 pages, 16 MiB); the
+  // smallest cache is 1 page.
+  uint64_t view_private_pages;
 } txmap_options;
 
 // An operation: changes region bytes through `mem`, given `args_len`
@@ -686,6 +691,14 @@ void *txmap_view_base(txmap_view *view);
 // # Safety
 // `view` is NULL or a live view handle.
 size_t txmap_view_len(txmap_view *view);
+
+// Bytes of private memory this view holds now (0 if `view` is NULL): the
+// pages its open transaction touched plus at most the region's
+// `view_private_pages` (`txmap_options`) kept for later transactions.
+//
+// # Safety
+// `view` is NULL or a live view handle.
+uint64_t txmap_view_private_bytes(txmap_view *view);
 
 // Grows the region to at least `size` bytes and maps the new pages in this
 // view at once.

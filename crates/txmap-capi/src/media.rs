@@ -41,6 +41,11 @@ pub struct txmap_options {
     /// A directory where every log epoch is kept (for `txmap_restore`), or
     /// NULL for none. Every process opening the region should name the same.
     pub log_archive: *const c_char,
+    /// Pages of private memory each view keeps for later transactions
+    /// beyond its open transaction's (`txmap_view_private_bytes`); the rest
+    /// goes back to the system. 0: the default (4,096 pages, 16 MiB); the
+    /// smallest cache is 1 page.
+    pub view_private_pages: u64,
 }
 
 /// The Rust options for `o` (NULL: the defaults).
@@ -69,6 +74,9 @@ pub(crate) unsafe fn options(o: *const txmap_options) -> Result<txmap::Options, 
     }
     if o.log_reserve != 0 {
         opts.log_reserve = o.log_reserve;
+    }
+    if o.view_private_pages != 0 {
+        opts.view_private_pages = usize::try_from(o.view_private_pages).unwrap_or(usize::MAX);
     }
     if !o.log_archive.is_null() {
         // SAFETY: non-null, NUL-terminated per the caller's contract.

@@ -394,6 +394,21 @@ pub unsafe extern "C" fn txmap_view_len(view: *mut txmap_view) -> usize {
     .unwrap_or(0)
 }
 
+/// Bytes of private memory this view holds now (0 if `view` is NULL): the
+/// pages its open transaction touched plus at most the region's
+/// `view_private_pages` (`txmap_options`) kept for later transactions.
+///
+/// # Safety
+/// `view` is NULL or a live view handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_view_private_bytes(view: *mut txmap_view) -> u64 {
+    guarded("txmap_view_private_bytes", || {
+        // SAFETY: per this function's contract.
+        Ok(unsafe { view_mut(view) }?.private_bytes())
+    })
+    .unwrap_or(0)
+}
+
 /// Grows the region to at least `size` bytes and maps the new pages in this
 /// view at once.
 ///

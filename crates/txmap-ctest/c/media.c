@@ -79,7 +79,7 @@ int ctest_media_backup_restore(const char *dir) {
     join(backup, sizeof backup, dir, "backup.txm");
     CHECK_EQ(mkdir(archive, 0755), 0);
 
-    txmap_options opts = {0, 0, archive};
+    txmap_options opts = {.log_archive = archive};
     txmap_region *r = NULL;
     txmap_view *v = NULL;
     CHECK_EQ(txmap_region_create_options(src, PAGES * PAGE_SIZE, &opts, &r), TXMAP_OK);
@@ -166,11 +166,11 @@ int ctest_media_compact_and_options(const char *dir) {
     txmap_region *r = NULL;
     txmap_view *v = NULL;
     /* Unknown flags are refused. */
-    txmap_options bad = {64, 0, NULL};
+    txmap_options bad = {.flags = 64};
     CHECK_EQ(txmap_region_create_options(path, PAGES * PAGE_SIZE, &bad, &r), TXMAP_EINVAL);
     CHECK(r == NULL);
     /* Without page checksums: no table. */
-    txmap_options opts = {TXMAP_NO_PAGE_CHECKSUMS, 8 << 20, NULL};
+    txmap_options opts = {.flags = TXMAP_NO_PAGE_CHECKSUMS, .log_reserve = 8 << 20};
     CHECK_EQ(txmap_region_create_options(path, PAGES * PAGE_SIZE, &opts, &r), TXMAP_OK);
     join(side, sizeof side, dir, "r.txm-sums");
     CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
@@ -206,5 +206,44 @@ int ctest_media_compact_and_options(const char *dir) {
     join(side, sizeof side, dir, "none.txm");
     CHECK(txmap_compact(side, NULL) < 0);
     CHECK(errmsg_has("none.txm"));
+    return 0;
+}
+
+/* Reads every page of a fresh 256-page region dir/name (opened with
+ * `cache` as view_private_pages) by plain loads in one read-only
+ * transaction; `during`/`after`: the view's private pages then. */
+static int read_all(const char *dir, const char *name, uint64_t cache, uint64_t *during, uint64_t *after) {
+    char path[4096];
+    join(path, sizeof path, dir, name);
+    txmap_options o = {.view_private_pages = cache};
+    txmap_region *r = NULL;
+    txmap_view *v = NULL;
+    CHECK_EQ(txmap_region_create_options(path, 256 * PAGE_SIZE, &o, &r), TXMAP_OK);
+    CHECK_EQ(txmap_view_open(r, &v), TXMAP_OK);
+    volatile const uint64_t *p = txmap_view_base(v);
+    CHECK_EQ(txmap_begin(v, TXMAP_READ_ONLY), TXMAP_OK);
+    uint64_t sum = 0;
+    for (size_t pg = 0; pg < 256; pg++) {
+        sum += p[pg * PAGE_SIZE / 8];
+    }
+    CHECK_EQ(sum, 0);
+    *during = txmap_view_private_bytes(v) / PAGE_SIZE;
+    CHECK_EQ(txmap_commit(v), TXMAP_OK);
+    *after = txmap_view_private_bytes(v) / PAGE_SIZE;
+    CHECK_EQ(txmap_view_close(v), TXMAP_OK);
+    CHECK_EQ(txmap_region_close(r), TXMAP_OK);
+    return 0;
+}
+
+int ctest_media_view_private_pages(const char *dir) {
+    uint64_t during = 0, after = 0;
+    /* 8 pages: the transaction holds what it read, then 8 stay at most. */
+    CHECK_OK(read_all(dir, "small.txm", 8, &during, &after));
+    CHECK(during >= 256);
+    CHECK(after <= 8);
+    /* 0: the default (4,096 pages) keeps all 256. */
+    CHECK_OK(read_all(dir, "default.txm", 0, &during, &after));
+    CHECK(after >= 256);
+    CHECK_EQ(txmap_view_private_bytes(NULL), 0);
     return 0;
 }

@@ -97,7 +97,7 @@ int ctest_native_priority(const char *dir) {
     for (int off = 0; off < 2; off++) {
         char path[4096];
         join(path, sizeof path, dir, off ? "nopriority.txm" : "priority.txm");
-        txmap_options opts = {off ? TXMAP_NO_PRIORITY : 0, 0, NULL};
+        txmap_options opts = {.flags = off ? TXMAP_NO_PRIORITY : 0};
         txmap_region *r = NULL;
         txmap_view *a = NULL, *b = NULL;
         CHECK_EQ(txmap_region_create_options(path, 4 * PAGE_SIZE, &opts, &r), TXMAP_OK);

@@ -33,6 +33,7 @@ unsafe extern "C" {
 
     pub fn ctest_media_backup_restore(dir: *const c_char) -> c_int;
     pub fn ctest_media_compact_and_options(dir: *const c_char) -> c_int;
+    pub fn ctest_media_view_private_pages(dir: *const c_char) -> c_int;
 
     pub fn ctest_coll_btree(dir: *const c_char) -> c_int;
     pub fn ctest_coll_lhash(dir: *const c_char) -> c_int;

@@ -23,3 +23,8 @@ fn backup_then_restore_to_the_last_and_a_chosen_commit() {
 fn compact_and_region_options() {
     check("compact", ctest_media_compact_and_options);
 }
+
+#[test]
+fn views_keep_at_most_their_private_pages_option() {
+    check("private", ctest_media_view_private_pages);
+}

@@ -22,6 +22,7 @@ pub struct Region {
     pub(crate) path: PathBuf,
     durability: Durability,
     max_size: Option<u64>,
+    view_private_pages: Option<u64>,
 }
 
 fn parse_durability(py: Python<'_>, s: &str, path: &std::path::Path) -> PyResult<Durability> {
@@ -64,6 +65,7 @@ fn options(
     py: Python<'_>,
     durability: &str,
     max_size: Option<i128>,
+    view_private_pages: Option<i128>,
     path: &std::path::Path,
 ) -> PyResult<Options> {
     let mut o = Options {
@@ -72,6 +74,19 @@ fn options(
     };
     if let Some(m) = max_size {
         o.max_size = positive(py, "max_size", m, path)?;
+    }
+    if let Some(n) = view_private_pages {
+        if !(0..=i128::from(u32::MAX)).contains(&n) {
+            return Err(invalid(
+                py,
+                format!(
+                    "view_private_pages must be between 0 and {}, not {n}",
+                    u32::MAX
+                ),
+                path,
+            ));
+        }
+        o.view_private_pages = n as usize;
     }
     Ok(o)
 }
@@ -86,12 +101,19 @@ impl Region {
             .ok_or_else(|| txn_error(py, "the region is closed", &self.path))
     }
 
-    fn wrap(r: txmap::Region, path: PathBuf, o: &Options, max_size: Option<u64>) -> Region {
+    fn wrap(
+        r: txmap::Region,
+        path: PathBuf,
+        o: &Options,
+        max_size: Option<i128>,
+        view_private_pages: Option<i128>,
+    ) -> Region {
         Region {
             inner: Mutex::new(Some(r)),
             path,
             durability: o.durability,
-            max_size,
+            max_size: max_size.map(|m| m as u64),
+            view_private_pages: view_private_pages.map(|n| n as u64),
         }
     }
 }
@@ -104,30 +126,34 @@ impl Region {
     /// ``durability``: ``"durable"`` (a commit returns once its log record is
     /// on disk) or ``"async"`` (once written to the OS; synced every 50 ms).
     /// ``max_size``: the largest the region may grow to (address space only;
-    /// 64 GiB by default).
+    /// 64 GiB by default). ``view_private_pages``: pages of private memory
+    /// each view keeps for later transactions beyond its open
+    /// transaction's (4,096 = 16 MiB by default; see ``View.private_bytes``).
     #[staticmethod]
-    #[pyo3(signature = (path, size, *, durability = "durable", max_size = None))]
+    #[pyo3(signature = (path, size, *, durability = "durable", max_size = None, view_private_pages = None))]
     fn create(
         py: Python<'_>,
         path: PathBuf,
         size: i128,
         durability: &str,
         max_size: Option<i128>,
+        view_private_pages: Option<i128>,
     ) -> PyResult<Region> {
         let size = positive(py, "size", size, &path)?;
-        let o = options(py, durability, max_size, &path)?;
+        let o = options(py, durability, max_size, view_private_pages, &path)?;
         let r = py
             .detach(|| txmap::Region::create(&path, size, o.clone()))
             .map_err(|e| to_py(py, e, &path))?;
-        Ok(Region::wrap(r, path, &o, max_size.map(|m| m as u64)))
+        Ok(Region::wrap(r, path, &o, max_size, view_private_pages))
     }
 
     /// Opens the region at ``path``, recovering it from its log if a process
     /// died with it open. With ``create=True`` a missing region is created
     /// with ``size`` bytes (processes racing to create it all end with the
-    /// same one). A ``size`` larger than the region's grows it.
+    /// same one). A ``size`` larger than the region's grows it. The other
+    /// arguments are ``create``'s.
     #[staticmethod]
-    #[pyo3(signature = (path, size = None, *, durability = "durable", max_size = None, create = false))]
+    #[pyo3(signature = (path, size = None, *, durability = "durable", max_size = None, create = false, view_private_pages = None))]
     fn open(
         py: Python<'_>,
         path: PathBuf,
@@ -135,9 +161,10 @@ impl Region {
         durability: &str,
         max_size: Option<i128>,
         create: bool,
+        view_private_pages: Option<i128>,
     ) -> PyResult<Region> {
         let size = size.map(|s| positive(py, "size", s, &path)).transpose()?;
-        let o = options(py, durability, max_size, &path)?;
+        let o = options(py, durability, max_size, view_private_pages, &path)?;
         if create && size.is_none() {
             return Err(invalid(py, "create=True needs a size", &path));
         }
@@ -171,7 +198,7 @@ impl Region {
         {
             py.detach(|| r.grow(s)).map_err(|e| to_py(py, e, &path))?;
         }
-        Ok(Region::wrap(r, path, &o, max_size.map(|m| m as u64)))
+        Ok(Region::wrap(r, path, &o, max_size, view_private_pages))
     }
 
     /// Opens a view: one mapping of the region, for one thread at a time.
@@ -284,6 +311,7 @@ impl Region {
             me.path.to_string_lossy().into_owned(),
             durability_name(me.durability),
             me.max_size,
+            me.view_private_pages,
         );
         (open, args).into_pyobject(py)
     }
@@ -295,8 +323,17 @@ impl Region {
         path: PathBuf,
         durability: &str,
         max_size: Option<i128>,
+        view_private_pages: Option<i128>,
     ) -> PyResult<Region> {
-        Region::open(py, path, None, durability, max_size, false)
+        Region::open(
+            py,
+            path,
+            None,
+            durability,
+            max_size,
+            false,
+            view_private_pages,
+        )
     }
 
     fn __repr__(&self) -> String {

@@ -370,6 +370,15 @@ impl View {
         self.__len__(py)
     }
 
+    /// Bytes of private memory the view holds now: the pages its open
+    /// transaction touched plus at most the region's ``view_private_pages``
+    /// kept for later transactions.
+    #[getter]
+    fn private_bytes(&self, py: Python<'_>) -> PyResult<u64> {
+        let mut st = self.lock(py)?;
+        Ok(st.view(py, &self.path)?.private_bytes())
+    }
+
     /// Address of byte 0 of the region in this view (never changes).
     #[getter]
     fn address(&self) -> usize {

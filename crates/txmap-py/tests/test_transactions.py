@@ -3,6 +3,7 @@ between views and threads."""
 
 from __future__ import annotations
 
+import pickle
 import struct
 import threading
 
@@ -327,3 +328,33 @@ def test_gil_is_released_while_a_commit_waits_for_its_sync(region):
         _txmap._debug_slow_syncs(0)
     assert seen and "another thread" in seen[0]
     v.close()
+
+
+def _pages_held_after_reading(region, pages):
+    """Reads every page by plain loads (a memoryview) in one read-only
+    transaction of a fresh view; the view's private pages during and after."""
+    with region.view() as v:
+        with v.transaction(read_only=True):
+            mv = memoryview(v)
+            assert sum(mv[p * 4096] for p in range(pages)) == 0
+            during = v.private_bytes // 4096
+            mv.release()
+        return during, v.private_bytes // 4096
+
+
+def test_view_private_pages_bounds_what_a_view_keeps(tmp_path):
+    pages = 256
+    small = txmap.Region.create(
+        str(tmp_path / "small.txm"), pages * 4096, view_private_pages=8
+    )
+    during, after = _pages_held_after_reading(small, pages)
+    assert during >= pages and after <= 8
+    # The option travels with a pickled region.
+    again = pickle.loads(pickle.dumps(small))
+    assert _pages_held_after_reading(again, pages)[1] <= 8
+    again.close()
+    small.close()
+    with txmap.Region.create(str(tmp_path / "default.txm"), pages * 4096) as r:
+        assert _pages_held_after_reading(r, pages)[1] >= pages
+    with pytest.raises(ValueError):
+        txmap.Region.create(str(tmp_path / "bad.txm"), 4096, view_private_pages=-1)

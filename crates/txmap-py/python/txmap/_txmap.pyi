@@ -39,6 +39,7 @@ class Region:
         *,
         durability: Durability = "durable",
         max_size: int | None = None,
+        view_private_pages: int | None = None,
     ) -> Region: ...
     @staticmethod
     def open(
@@ -48,6 +49,7 @@ class Region:
         durability: Durability = "durable",
         max_size: int | None = None,
         create: bool = False,
+        view_private_pages: int | None = None,
     ) -> Region: ...
     def view(self) -> View: ...
     @property
@@ -111,6 +113,8 @@ class View:
     def __buffer__(self, flags: int) -> memoryview: ...  # wheels for CPython 3.11+
     @property
     def size(self) -> int: ...
+    @property
+    def private_bytes(self) -> int: ...
     @property
     def address(self) -> int: ...
     @property
