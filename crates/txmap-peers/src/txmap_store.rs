@@ -73,6 +73,10 @@ fn open(c: &Config, id: &'static str, kind: TxKind) -> Result<Box<dyn Store>> {
             Durability::Durable => TxDurability::Durable,
             Durability::Async => TxDurability::Async,
         },
+        priority_after: std::env::var("TXMAP_BENCH_PRIORITY_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(Options::default().priority_after),
         ..Options::default()
     };
     let path = c.dir.join("data.txm");

@@ -459,6 +459,9 @@ impl RegionInner {
             seq
         };
         drop(pass);
+        // Published: nothing can invalidate it any more, so a priority it
+        // held stops making others wait now, not after its sync.
+        self.mvcc.priority_release(req.slot);
         if self.opts.durability == Durability::Durable {
             self.log.flush(&h.log, seq)?;
         }

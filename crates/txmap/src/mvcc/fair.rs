@@ -1,8 +1,8 @@
 //! Priority for a transaction that conflicted repeatedly (LIBXAC's
 //! contention manager; `Options::priority_after`). One view at a time, in
 //! any process, holds priority: from the `begin` of its transaction after
-//! that many conflicts in a row until that view's transaction ends other
-//! than by a conflict. While it holds it, every other read-write commit
+//! that many conflicts in a row until its commit is published (before the
+//! log sync) or that view's transaction ends other than by a conflict. While it holds it, every other read-write commit
 //! waits before the commit lock; the holder, once it took priority, waits
 //! for the commits already past that point (at most [`DRAIN`]) before its
 //! snapshot, so nothing commits during its attempt and it commits. A
