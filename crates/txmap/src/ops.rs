@@ -20,7 +20,9 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 /// The first id a program may register; lower ids are txmap's own.
 pub const FIRST_USER_OP: u32 = 128;
 
-pub use builtin::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK};
+pub use builtin::{
+    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+};
 
 /// The bytes an operation works on: the transaction's memory when it runs
 /// in a transaction, the pages being rebuilt when the log is replayed.
@@ -334,9 +336,10 @@ pub(crate) fn touched_pages<'a>(
 }
 
 /// txmap's own registered operations (ids below `ops::FIRST_USER_OP`): the
-/// commutative updates of one aligned 8-byte word. Arguments: the word's
-/// region offset (u64, a multiple of 8) and the operand (8 bytes), both
-/// little-endian.
+/// commutative updates of one aligned 8-byte word (arguments: the word's
+/// region offset, u64, a multiple of 8, and the operand, 8 bytes, both
+/// little-endian), the nested-top-action markers, the page check, and the
+/// collections' logical changes (docs/FORMAT.md).
 pub(crate) mod builtin {
     use super::{OpMemory, Operation};
     use crate::error::{Error, Result};
@@ -368,6 +371,13 @@ pub(crate) mod builtin {
     /// fails if replay made other bytes (an operation that is not
     /// deterministic, or registered differently where it is replayed).
     pub const PAGE_CHECK: u32 = 18;
+    /// The collections' B+-tree (`collections::BTree`): inserts a new key
+    /// with an inline value into the free gap of a leaf. Arguments: the
+    /// leaf's region offset u64, key length u16, key, value (the rest).
+    pub const BTREE_INSERT: u32 = 32;
+    /// The B+-tree: takes a key's slot out of a leaf. Arguments as for
+    /// [`BTREE_INSERT`], with no value.
+    pub const BTREE_DELETE: u32 = 33;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -470,6 +480,8 @@ pub(crate) mod builtin {
             NTA_UNDO => ("nested top action", marker),
             NTA_DONE => ("nested top actions done", marker),
             PAGE_CHECK => ("page check", page_check),
+            BTREE_INSERT => ("B+-tree insert", crate::collections::btree::insert_op),
+            BTREE_DELETE => ("B+-tree delete", crate::collections::btree::delete_op),
             _ => return None,
         };
         Some(Operation { name, apply })
