@@ -21,7 +21,8 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 pub const FIRST_USER_OP: u32 = 128;
 
 pub use builtin::{
-    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, MAX_I64, MAX_U64, MIN_I64, MIN_U64,
+    PAGE_CHECK,
 };
 
 /// The bytes an operation works on: the transaction's memory when it runs
@@ -378,6 +379,10 @@ pub(crate) mod builtin {
     /// The B+-tree: takes a key's slot out of a leaf. Arguments as for
     /// [`BTREE_INSERT`], with no value.
     pub const BTREE_DELETE: u32 = 33;
+    /// The B+-tree: moves the upper half of a full leaf into a new leaf
+    /// linked after it. Arguments: the leaf's offset u64, the new leaf's
+    /// offset u64.
+    pub const BTREE_SPLIT: u32 = 34;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -482,6 +487,7 @@ pub(crate) mod builtin {
             PAGE_CHECK => ("page check", page_check),
             BTREE_INSERT => ("B+-tree insert", crate::collections::btree::insert_op),
             BTREE_DELETE => ("B+-tree delete", crate::collections::btree::delete_op),
+            BTREE_SPLIT => ("B+-tree leaf split", crate::collections::btree::split_op),
             _ => return None,
         };
         Some(Operation { name, apply })

@@ -317,6 +317,38 @@ pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     mem.write(node + at as u64, &b[at..at + cell])
 }
 
+/// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half
+/// (by bytes, [`split_point`]) of the leaf at `node` into the new leaf at
+/// `rnode`, linked after it, and repacks both. Arguments: `node` u64,
+/// `rnode` u64.
+pub(crate) fn split_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (Some(node), Some(rnode), 16) = (u64_at(args, 0), u64_at(args, 8), args.len()) else {
+        return Err(invalid(format!(
+            "B+-tree split: 16 argument bytes expected, got {}",
+            args.len()
+        )));
+    };
+    let b = op_leaf(mem, node)?;
+    let bad = |what: &str| invalid(format!("B+-tree split of leaf {node}: {what}"));
+    let mut leaf = Raw::parse(&b)
+        .and_then(|r| r.to_leaf())
+        .ok_or_else(|| bad("malformed leaf"))?;
+    if leaf.ents.len() < 2 {
+        return Err(bad("fewer than two entries"));
+    }
+    let at = split_point(&leaf.ents, leaf_cell);
+    let right = Leaf {
+        next: leaf.next,
+        ents: leaf.ents.split_off(at),
+    };
+    leaf.next = rnode;
+    let (Some(lb), Some(rb)) = (encode_leaf(&leaf), encode_leaf(&right)) else {
+        return Err(bad("halves do not fit"));
+    };
+    mem.write(node, &lb)?;
+    mem.write(rnode, &rb)
+}
+
 /// Built-in operation [`crate::ops::BTREE_DELETE`]: takes a key's slot out
 /// of a leaf, as [`BTree::delete`] does in place (a value block was
 /// released before). Fails if the key is absent.
@@ -518,6 +550,9 @@ impl BTree {
                 return Ok(TryPut::NeedsSplit);
             }
         }
+        if pos.is_err() && self.split_logically(v, node, &leaf, &path, key, value)? {
+            return Ok(TryPut::Inserted);
+        }
         let val = Val::store(v, value, INLINE_MAX)?;
         let out = match pos {
             Ok(i) => {
@@ -558,6 +593,49 @@ impl BTree {
             v.apply(crate::ops::BTREE_INSERT, &op_args(node, key, value))?;
         } else {
             put_in_place(v.slice_mut(node, NODE)?, spot, key, value);
+        }
+        Ok(true)
+    }
+
+    /// A new key with an inline value that does not fit in `leaf` (at
+    /// `node`): in a transaction that logs operations, splits the leaf by
+    /// the built-in operation [`crate::ops::BTREE_SPLIT`] (its halves are
+    /// not logged as bytes) and inserts the key in place into its half.
+    /// False (nothing changed) when the key would fit, operations are not
+    /// logged, or the key's half would have no room for it; the caller then
+    /// takes the general path (insert, then split the result).
+    fn split_logically(
+        &self,
+        v: &mut View,
+        node: u64,
+        leaf: &Leaf,
+        path: &[(u64, usize)],
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool> {
+        let cell = 10 + key.len() + value.len();
+        if value.len() > INLINE_MAX
+            || leaf.ents.len() < 2
+            || leaf_bytes(&leaf.ents) + cell <= NODE
+            || !v.logs_ops()
+        {
+            return Ok(false);
+        }
+        let at = split_point(&leaf.ents, leaf_cell);
+        let (left, right) = leaf.ents.split_at(at);
+        let sep = right[0].0.clone();
+        let goes_right = key >= sep.as_slice();
+        if leaf_bytes(if goes_right { right } else { left }) + cell > NODE {
+            return Ok(false);
+        }
+        let rnode = alloc::alloc(v, NODE as u64)?;
+        let mut args = node.to_le_bytes().to_vec();
+        args.extend_from_slice(&rnode.to_le_bytes());
+        v.apply(crate::ops::BTREE_SPLIT, &args)?;
+        self.insert_up(v, path.to_vec(), node, sep, rnode)?;
+        let target = if goes_right { rnode } else { node };
+        if !self.insert_in_place(v, target, key, value)? {
+            return Err(corrupt(v, target, "a freshly split leaf has no room"));
         }
         Ok(true)
     }
