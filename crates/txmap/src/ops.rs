@@ -21,8 +21,8 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 pub const FIRST_USER_OP: u32 = 128;
 
 pub use builtin::{
-    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, MAX_I64, MAX_U64, MIN_I64, MIN_U64,
-    PAGE_CHECK,
+    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT, COBTREE_REMOVE,
+    MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
 };
 
 /// The bytes an operation works on: the transaction's memory when it runs
@@ -383,6 +383,14 @@ pub(crate) mod builtin {
     /// linked after it. Arguments: the leaf's offset u64, the new leaf's
     /// offset u64.
     pub const BTREE_SPLIT: u32 = 34;
+    /// The collections' CO B-tree (`collections::CoBTree`): inserts a slot
+    /// into a segment, shifting the slots after it. Arguments: the
+    /// segment's offset u64, the slot index u32, the key prefix u64, the
+    /// record's offset u64.
+    pub const COBTREE_INSERT: u32 = 35;
+    /// The CO B-tree: removes a slot from a segment, shifting the slots
+    /// after it down. Arguments: the segment's offset u64, the index u32.
+    pub const COBTREE_REMOVE: u32 = 36;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -488,6 +496,14 @@ pub(crate) mod builtin {
             BTREE_INSERT => ("B+-tree insert", crate::collections::btree::insert_op),
             BTREE_DELETE => ("B+-tree delete", crate::collections::btree::delete_op),
             BTREE_SPLIT => ("B+-tree leaf split", crate::collections::btree::split_op),
+            COBTREE_INSERT => (
+                "CO B-tree slot insert",
+                crate::collections::cobtree::slot_op,
+            ),
+            COBTREE_REMOVE => (
+                "CO B-tree slot remove",
+                crate::collections::cobtree::slot_op,
+            ),
             _ => return None,
         };
         Some(Operation { name, apply })

@@ -1,8 +1,8 @@
-//! The B+-tree's logical log records (built-in operations `BTREE_INSERT`,
-//! `BTREE_DELETE`, `BTREE_SPLIT`): a one-key insert logs the operation, not
-//! the leaf's bytes; a split logs the operation, not the two halves; and
-//! recovery after a SIGKILLed writer replays them into the tree a model
-//! predicts.
+//! The collections' logical log records (built-in operations
+//! `BTREE_INSERT`, `BTREE_DELETE`, `BTREE_SPLIT`, `COBTREE_INSERT`): a
+//! one-key insert logs the operation, not the node's bytes; a split logs
+//! the operation, not the two halves; and recovery after a SIGKILLed writer
+//! replays them into the tree a model predicts.
 mod collections_common;
 mod common;
 use collections_common as coll;
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use common::*;
-use txmap::collections::{BTree, alloc};
+use txmap::collections::{BTree, CoBTree, Map, alloc};
 use txmap::{Region, View, ops};
 
 /// The i-th 8-byte key of a random sequence.
@@ -23,9 +23,9 @@ fn rkey(seed: u64, i: u64) -> [u8; 8] {
 }
 
 /// Every (key, value) of the tree, in order.
-fn contents(t: &BTree, v: &View) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn contents(t: &impl Map, v: &View) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
-    t.scan(v, Bound::Unbounded, Bound::Unbounded, |k, val| {
+    t.scan(v, Bound::Unbounded, Bound::Unbounded, &mut |k, val| {
         out.push((k.to_vec(), val.to_vec()));
         Ok(true)
     })
@@ -96,6 +96,31 @@ fn a_leaf_split_logs_the_operation_not_the_halves() {
     assert_eq!(logged_ops(&p, ops::BTREE_SPLIT), 1);
 }
 
+/// A key inserted at the front of a CO B-tree segment of 150 slots logs
+/// the slot operation and its record block, not the 2,400 bytes of slots
+/// that shift.
+#[test]
+fn a_cobtree_insert_logs_the_slot_operation_not_the_segment() {
+    let d = ext4_dir("logops-cobtree");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(CoBTree::create).unwrap();
+    let key = |i: u64| (1000 + i).to_be_bytes();
+    v.run(|v| (1..=150).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
+        .unwrap();
+    assert_eq!(v.run(|v| t.check(v)).unwrap().segments, 1);
+    let before = r.stats().log_bytes;
+    v.run(|v| t.put(v, &key(0), &[2; 8]).map(|_| ())).unwrap();
+    let logged = r.stats().log_bytes - before;
+    assert!(logged < 1024, "one insert logged {logged} bytes");
+    v.begin_read().unwrap();
+    assert_eq!(t.check(&v).unwrap().entries, 151);
+    assert_eq!(t.get(&v, &key(0)).unwrap().as_deref(), Some(&[2u8; 8][..]));
+    v.commit().unwrap();
+    assert!(logged_ops(&p, ops::COBTREE_INSERT) >= 1);
+}
+
 const WRITER_SEED: u64 = 0x005E_ED0F_1065;
 
 /// The writer's i-th step: insert key i, and every third step also delete
@@ -107,9 +132,9 @@ fn step(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, i: u64) {
     }
 }
 
-/// A writer inserts and deletes, one durable transaction per step, and is
-/// killed with SIGKILL; the log then holds inserts, deletes and splits as
-/// operations, and the reopened tree is the model after the acknowledged
+/// A writer inserts and deletes in a B+-tree and a CO B-tree, one durable
+/// transaction per step, and is killed with SIGKILL; the log then holds inserts, deletes and splits as
+/// operations, and each reopened tree is the model after the acknowledged
 /// steps (or one more, committed but not yet acknowledged).
 #[test]
 fn sigkill_writer_then_recovery_replays_the_logical_records() {
@@ -121,12 +146,16 @@ fn sigkill_writer_then_recovery_replays_the_logical_records() {
         v.begin_read().unwrap();
         let root = alloc::root_offset(&v).unwrap().unwrap();
         let t = BTree::open(&v, v.read(root).unwrap()).unwrap();
+        let co = CoBTree::open(&v, v.read(root + 8).unwrap()).unwrap();
         v.commit().unwrap();
         for i in 0.. {
             v.run(|v| {
-                t.put(v, &rkey(WRITER_SEED, i), &i.to_le_bytes())?;
+                let k = rkey(WRITER_SEED, i);
+                t.put(v, &k, &i.to_le_bytes())?;
+                co.put(v, &k, &i.to_le_bytes())?;
                 if i % 3 == 2 {
                     assert!(t.delete(v, &rkey(WRITER_SEED, i - 2))?);
+                    assert!(co.delete(v, &rkey(WRITER_SEED, i - 2))?);
                 }
                 Ok(())
             })
@@ -141,9 +170,11 @@ fn sigkill_writer_then_recovery_replays_the_logical_records() {
         let r = Region::create(&p, 1 << 20, coll::opts()).unwrap();
         let mut v = r.view().unwrap();
         v.run(|v| {
-            let root = alloc::root(v, 8)?;
+            let root = alloc::root(v, 16)?;
             let t = BTree::create(v)?;
-            v.write(root, &t.at)
+            let co = CoBTree::create(v)?;
+            v.write(root, &t.at)?;
+            v.write(root + 8, &co.at)
         })
         .unwrap();
     }
@@ -162,7 +193,13 @@ fn sigkill_writer_then_recovery_replays_the_logical_records() {
     c.kill(); // SIGKILL
     let acked = std::fs::read_to_string(&acks).unwrap().lines().count() as u64;
     // What recovery has to replay: the operations, not their pages' bytes.
-    for id in [ops::BTREE_INSERT, ops::BTREE_DELETE, ops::BTREE_SPLIT] {
+    for id in [
+        ops::BTREE_INSERT,
+        ops::BTREE_DELETE,
+        ops::BTREE_SPLIT,
+        ops::COBTREE_INSERT,
+        ops::COBTREE_REMOVE,
+    ] {
         assert!(logged_ops(&p, id) > 0, "no operation {id} in the log");
     }
     // `txmap check` replays them in memory and finds the page checks hold.
@@ -173,8 +210,11 @@ fn sigkill_writer_then_recovery_replays_the_logical_records() {
     v.begin_read().unwrap();
     let root = alloc::root_offset(&v).unwrap().unwrap();
     let t = BTree::open(&v, v.read(root).unwrap()).unwrap();
+    let co = CoBTree::open(&v, v.read(root + 8).unwrap()).unwrap();
     t.check(&v).unwrap();
+    co.check(&v).unwrap();
     let got = contents(&t, &v);
+    assert_eq!(contents(&co, &v), got, "the two trees differ");
     v.commit().unwrap();
     let mut model = BTreeMap::new();
     (0..acked).for_each(|i| step(&mut model, i));
