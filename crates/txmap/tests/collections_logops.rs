@@ -43,31 +43,42 @@ fn logged_ops(p: &std::path::Path, id: u32) -> u64 {
         .map_or(0, |&(_, n)| n)
 }
 
-/// A key inserted on its own into a leaf of 150 entries logs one record
-/// with the operation (leaf offset, key, value) and a page check: less than
-/// the 300 bytes of slots a byte diff would carry after shifting them.
-#[test]
-fn a_one_key_insert_logs_the_operation_not_the_leaf_bytes() {
-    let d = ext4_dir("logops-insert");
-    let p = d.join("r.txm");
-    let r = Region::create(&p, 1 << 20, coll::opts()).unwrap();
+/// Fills a new structure with 150 keys of 8 bytes (8-byte values), then
+/// inserts a smaller key on its own; returns the bytes that insert logged,
+/// with the region (still open) and the structure, read back and checked.
+fn insert_before_150<M: Map + Copy>(
+    name: &str,
+    create: fn(&mut View) -> txmap::Result<M>,
+) -> (TestDir, Region, M, u64) {
+    let d = ext4_dir(name);
+    let r = Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
     let mut v = r.view().unwrap();
-    let t = v.run(BTree::create).unwrap();
-    // 150 cells of 8 + 8 + 8 bytes and 150 slots: 3,916 of 4,080 bytes.
+    let t = v.run(create).unwrap();
     let key = |i: u64| (1000 + i).to_be_bytes();
     v.run(|v| (1..=150).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
         .unwrap();
-    assert_eq!(v.run(|v| t.check(v)).unwrap().leaves, 1);
     let before = r.stats().log_bytes;
-    // The smallest key: every slot shifts.
+    // The smallest key: every slot after it shifts.
     v.run(|v| t.put(v, &key(0), &[2; 8]).map(|_| ())).unwrap();
     let logged = r.stats().log_bytes - before;
-    assert!(logged < 300, "one insert logged {logged} bytes");
     v.begin_read().unwrap();
     assert_eq!(t.check(&v).unwrap().entries, 151);
     assert_eq!(t.get(&v, &key(0)).unwrap().as_deref(), Some(&[2u8; 8][..]));
     v.commit().unwrap();
-    assert!(logged_ops(&p, ops::BTREE_INSERT) >= 1);
+    (d, r, t, logged)
+}
+
+/// A key inserted on its own into a leaf of 150 entries (150 cells of
+/// 8 + 8 + 8 bytes and their slots: 3,916 of 4,080 bytes) logs one record
+/// with the operation (leaf offset, key, value) and a page check: less than
+/// the 300 bytes of slots a byte diff would carry after shifting them.
+#[test]
+fn a_one_key_insert_logs_the_operation_not_the_leaf_bytes() {
+    let (d, r, t, logged) = insert_before_150("logops-insert", BTree::create);
+    assert!(logged < 300, "one insert logged {logged} bytes");
+    let mut v = r.view().unwrap();
+    assert_eq!(v.run(|v| t.check(v)).unwrap().leaves, 1);
+    assert!(logged_ops(&d.join("r.txm"), ops::BTREE_INSERT) >= 1);
 }
 
 /// An insert into a full leaf splits it by the operation: the commit logs
@@ -101,24 +112,11 @@ fn a_leaf_split_logs_the_operation_not_the_halves() {
 /// that shift.
 #[test]
 fn a_cobtree_insert_logs_the_slot_operation_not_the_segment() {
-    let d = ext4_dir("logops-cobtree");
-    let p = d.join("r.txm");
-    let r = Region::create(&p, 1 << 20, coll::opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let t = v.run(CoBTree::create).unwrap();
-    let key = |i: u64| (1000 + i).to_be_bytes();
-    v.run(|v| (1..=150).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
-        .unwrap();
-    assert_eq!(v.run(|v| t.check(v)).unwrap().segments, 1);
-    let before = r.stats().log_bytes;
-    v.run(|v| t.put(v, &key(0), &[2; 8]).map(|_| ())).unwrap();
-    let logged = r.stats().log_bytes - before;
+    let (d, r, t, logged) = insert_before_150("logops-cobtree", CoBTree::create);
     assert!(logged < 1024, "one insert logged {logged} bytes");
-    v.begin_read().unwrap();
-    assert_eq!(t.check(&v).unwrap().entries, 151);
-    assert_eq!(t.get(&v, &key(0)).unwrap().as_deref(), Some(&[2u8; 8][..]));
-    v.commit().unwrap();
-    assert!(logged_ops(&p, ops::COBTREE_INSERT) >= 1);
+    let mut v = r.view().unwrap();
+    assert_eq!(v.run(|v| t.check(v)).unwrap().segments, 1);
+    assert!(logged_ops(&d.join("r.txm"), ops::COBTREE_INSERT) >= 1);
 }
 
 const WRITER_SEED: u64 = 0x005E_ED0F_1065;
