@@ -20,7 +20,10 @@ use crate::wal::format::{CommitRecord, HEADER_BYTES};
 /// The first id a program may register; lower ids are txmap's own.
 pub const FIRST_USER_OP: u32 = 128;
 
-pub use builtin::{ADD_I64, ADD_U64, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK};
+pub use builtin::{
+    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT, COBTREE_REMOVE,
+    MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+};
 
 /// The bytes an operation works on: the transaction's memory when it runs
 /// in a transaction, the pages being rebuilt when the log is replayed.
@@ -334,9 +337,10 @@ pub(crate) fn touched_pages<'a>(
 }
 
 /// txmap's own registered operations (ids below `ops::FIRST_USER_OP`): the
-/// commutative updates of one aligned 8-byte word. Arguments: the word's
-/// region offset (u64, a multiple of 8) and the operand (8 bytes), both
-/// little-endian.
+/// commutative updates of one aligned 8-byte word (arguments: the word's
+/// region offset, u64, a multiple of 8, and the operand, 8 bytes, both
+/// little-endian), the nested-top-action markers, the page check, and the
+/// collections' logical changes (docs/FORMAT.md).
 pub(crate) mod builtin {
     use super::{OpMemory, Operation};
     use crate::error::{Error, Result};
@@ -368,6 +372,25 @@ pub(crate) mod builtin {
     /// fails if replay made other bytes (an operation that is not
     /// deterministic, or registered differently where it is replayed).
     pub const PAGE_CHECK: u32 = 18;
+    /// The collections' B+-tree (`collections::BTree`): inserts a new key
+    /// with an inline value into the free gap of a leaf. Arguments: the
+    /// leaf's region offset u64, key length u16, key, value (the rest).
+    pub const BTREE_INSERT: u32 = 32;
+    /// The B+-tree: takes a key's slot out of a leaf. Arguments as for
+    /// [`BTREE_INSERT`], with no value.
+    pub const BTREE_DELETE: u32 = 33;
+    /// The B+-tree: moves the upper half of a full leaf into a new leaf
+    /// linked after it. Arguments: the leaf's offset u64, the new leaf's
+    /// offset u64.
+    pub const BTREE_SPLIT: u32 = 34;
+    /// The collections' CO B-tree (`collections::CoBTree`): inserts a slot
+    /// into a segment, shifting the slots after it. Arguments: the
+    /// segment's offset u64, the slot index u32, the key prefix u64, the
+    /// record's offset u64.
+    pub const COBTREE_INSERT: u32 = 35;
+    /// The CO B-tree: removes a slot from a segment, shifting the slots
+    /// after it down. Arguments: the segment's offset u64, the index u32.
+    pub const COBTREE_REMOVE: u32 = 36;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -470,6 +493,17 @@ pub(crate) mod builtin {
             NTA_UNDO => ("nested top action", marker),
             NTA_DONE => ("nested top actions done", marker),
             PAGE_CHECK => ("page check", page_check),
+            BTREE_INSERT => ("B+-tree insert", crate::collections::btree::insert_op),
+            BTREE_DELETE => ("B+-tree delete", crate::collections::btree::delete_op),
+            BTREE_SPLIT => ("B+-tree leaf split", crate::collections::btree::split_op),
+            COBTREE_INSERT => (
+                "CO B-tree slot insert",
+                crate::collections::cobtree::slot_op,
+            ),
+            COBTREE_REMOVE => (
+                "CO B-tree slot remove",
+                crate::collections::cobtree::slot_op,
+            ),
             _ => return None,
         };
         Some(Operation { name, apply })

@@ -23,6 +23,7 @@ use super::node::{
     Val, cell_at, cell_bytes, cell_end, check_key, inline_at, put_cell, put_inline_cell, put16,
     put64, u16_at, u64_at,
 };
+use crate::ops::OpMemory;
 use crate::{Result, View};
 
 /// Bytes of a node.
@@ -210,6 +211,165 @@ impl<'a> Raw<'a> {
     }
 }
 
+/// Where an in-place insert of `key` with an inline value of `vlen` bytes
+/// goes in leaf `r`: (slot index, entries, cell offset); `None` if the key
+/// is present or the gap between the slots and the cells is too small.
+fn in_place_spot(
+    r: &Raw<'_>,
+    key: &[u8],
+    vlen: usize,
+) -> std::result::Result<Option<(usize, usize, usize)>, &'static str> {
+    let pos = match r.search(key).ok_or("bad key")? {
+        Ok(_) => return Ok(None),
+        Err(i) => i,
+    };
+    let mut lowest = NODE;
+    for i in 0..r.n {
+        lowest = lowest.min(r.cell(i).ok_or("bad cell")?);
+    }
+    let cell = 8 + key.len() + vlen;
+    let slots_end = HDR + 2 * (r.n + 1);
+    if lowest < slots_end + cell {
+        return Ok(None);
+    }
+    // Every cell lies at or above `lowest`, so [slots_end, lowest) is free.
+    Ok(Some((pos, r.n, lowest - cell)))
+}
+
+/// Puts the cell at `at` and its slot at `pos` (of `n`) into node bytes `b`.
+fn put_in_place(b: &mut [u8], (pos, n, at): (usize, usize, usize), key: &[u8], value: &[u8]) {
+    b.copy_within(HDR + 2 * pos..HDR + 2 * n, HDR + 2 * pos + 2);
+    put16(b, HDR + 2 * pos, at as u16);
+    put16(b, 2, (n + 1) as u16);
+    put_inline_cell(b, at, key, value);
+}
+
+/// Takes slot `i` (of `n`) out of node bytes `b`; its cell becomes a hole.
+fn remove_slot(b: &mut [u8], i: usize, n: usize) {
+    b.copy_within(HDR + 2 * (i + 1)..HDR + 2 * n, HDR + 2 * i);
+    put16(b, 2, (n - 1) as u16);
+}
+
+/// The arguments of [`crate::ops::BTREE_INSERT`] and `BTREE_DELETE`
+/// (docs/FORMAT.md): node offset u64, key length u16, key, value.
+fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut a = Vec::with_capacity(10 + key.len() + value.len());
+    a.extend_from_slice(&node.to_le_bytes());
+    a.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    a.extend_from_slice(key);
+    a.extend_from_slice(value);
+    a
+}
+
+/// Splits [`op_args`] into (node, key, value), checking the lengths.
+fn parse_op_args(args: &[u8]) -> Result<(u64, &[u8], &[u8])> {
+    let bad = || {
+        invalid(format!(
+            "B+-tree operation: malformed arguments ({} bytes)",
+            args.len()
+        ))
+    };
+    let node = u64_at(args, 0).ok_or_else(bad)?;
+    let klen = u16_at(args, 8).ok_or_else(bad)? as usize;
+    let key = args.get(10..10 + klen).ok_or_else(bad)?;
+    let value = &args[10 + klen..];
+    if klen > MAX_KEY || value.len() > INLINE_MAX {
+        return Err(bad());
+    }
+    Ok((node, key, value))
+}
+
+/// The leaf at `node` in `mem`, copied.
+fn op_leaf(mem: &mut dyn OpMemory, node: u64) -> Result<Vec<u8>> {
+    let mut b = vec![0u8; NODE];
+    mem.read(node, &mut b)?;
+    if Raw::parse(&b).is_none_or(|r| r.kind != LEAF) {
+        return Err(invalid(format!(
+            "B+-tree operation: no leaf at offset {node}"
+        )));
+    }
+    Ok(b)
+}
+
+/// Built-in operation [`crate::ops::BTREE_INSERT`]: inserts a new key with
+/// an inline value into a leaf's free gap, as [`BTree::insert_in_place`]
+/// does. Fails (the caller checked first) if the key is present or the gap
+/// is too small.
+pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (node, key, value) = parse_op_args(args)?;
+    let mut b = op_leaf(mem, node)?;
+    let r = Raw::parse(&b).expect("checked by op_leaf");
+    let spot = in_place_spot(&r, key, value.len())
+        .map_err(|what| invalid(format!("B+-tree insert into leaf {node}: {what}")))?
+        .ok_or_else(|| {
+            invalid(format!(
+                "B+-tree insert into leaf {node}: the key is present or the leaf is full"
+            ))
+        })?;
+    put_in_place(&mut b, spot, key, value);
+    let (pos, n, at) = spot;
+    mem.write(node + 2, &b[2..4])?;
+    mem.write(
+        node + (HDR + 2 * pos) as u64,
+        &b[HDR + 2 * pos..HDR + 2 * (n + 1)],
+    )?;
+    let cell = 8 + key.len() + value.len();
+    mem.write(node + at as u64, &b[at..at + cell])
+}
+
+/// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half
+/// (by bytes, [`split_point`]) of the leaf at `node` into the new leaf at
+/// `rnode`, linked after it, and repacks both. Arguments: `node` u64,
+/// `rnode` u64.
+pub(crate) fn split_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (Some(node), Some(rnode), 16) = (u64_at(args, 0), u64_at(args, 8), args.len()) else {
+        return Err(invalid(format!(
+            "B+-tree split: 16 argument bytes expected, got {}",
+            args.len()
+        )));
+    };
+    let b = op_leaf(mem, node)?;
+    let bad = |what: &str| invalid(format!("B+-tree split of leaf {node}: {what}"));
+    let mut leaf = Raw::parse(&b)
+        .and_then(|r| r.to_leaf())
+        .ok_or_else(|| bad("malformed leaf"))?;
+    if leaf.ents.len() < 2 {
+        return Err(bad("fewer than two entries"));
+    }
+    let at = split_point(&leaf.ents, leaf_cell);
+    let right = Leaf {
+        next: leaf.next,
+        ents: leaf.ents.split_off(at),
+    };
+    leaf.next = rnode;
+    let (Some(lb), Some(rb)) = (encode_leaf(&leaf), encode_leaf(&right)) else {
+        return Err(bad("halves do not fit"));
+    };
+    mem.write(node, &lb)?;
+    mem.write(rnode, &rb)
+}
+
+/// Built-in operation [`crate::ops::BTREE_DELETE`]: takes a key's slot out
+/// of a leaf, as [`BTree::delete`] does in place (a value block was
+/// released before). Fails if the key is absent.
+pub(crate) fn delete_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (node, key, _) = parse_op_args(args)?;
+    let mut b = op_leaf(mem, node)?;
+    let r = Raw::parse(&b).expect("checked by op_leaf");
+    let n = r.n;
+    let Some(Ok(i)) = r.search(key) else {
+        return Err(invalid(format!(
+            "B+-tree delete from leaf {node}: the key is absent"
+        )));
+    };
+    remove_slot(&mut b, i, n);
+    mem.write(node + 2, &b[2..4])?;
+    mem.write(
+        node + (HDR + 2 * i) as u64,
+        &b[HDR + 2 * i..HDR + 2 * (n - 1)],
+    )
+}
+
 /// Splits entries in two halves by bytes, each non-empty.
 fn split_point<T>(ents: &[T], size: impl Fn(&T) -> usize) -> usize {
     let total: usize = ents.iter().map(&size).sum();
@@ -390,6 +550,9 @@ impl BTree {
                 return Ok(TryPut::NeedsSplit);
             }
         }
+        if pos.is_err() && self.split_logically(v, node, &leaf, &path, key, value)? {
+            return Ok(TryPut::Inserted);
+        }
         let val = Val::store(v, value, INLINE_MAX)?;
         let out = match pos {
             Ok(i) => {
@@ -412,34 +575,68 @@ impl BTree {
 
     /// Inserts a new key with an inline value into the free gap between the
     /// slot array and the cells, shifting only the slots after it: no
-    /// decoding, and the log records a few hundred bytes instead of a
-    /// repacked node. False (nothing changed) if the key is present or the
-    /// gap is too small; the caller then takes the general path.
+    /// decoding. In a small serializable transaction it is logged as the
+    /// built-in operation [`crate::ops::BTREE_INSERT`] (node, key, value),
+    /// not as the bytes it changed. False (nothing changed) if the key is
+    /// present or the gap is too small; the caller then takes the general
+    /// path.
     fn insert_in_place(&self, v: &mut View, node: u64, key: &[u8], value: &[u8]) -> Result<bool> {
-        let (pos, n, lowest) = {
+        let spot = {
             let r = self.raw(v, node, LEAF)?;
-            let pos = match r.search(key).ok_or_else(|| corrupt(v, node, "bad key"))? {
-                Ok(_) => return Ok(false),
-                Err(i) => i,
-            };
-            let mut lowest = NODE;
-            for i in 0..r.n {
-                lowest = lowest.min(r.cell(i).ok_or_else(|| corrupt(v, node, "bad cell"))?);
+            match in_place_spot(&r, key, value.len()) {
+                Ok(Some(s)) => s,
+                Ok(None) => return Ok(false),
+                Err(what) => return Err(corrupt(v, node, what)),
             }
-            (pos, r.n, lowest)
         };
-        let cell = 8 + key.len() + value.len();
-        let slots_end = HDR + 2 * (n + 1);
-        if lowest < slots_end + cell {
+        if v.logs_ops() {
+            v.apply(crate::ops::BTREE_INSERT, &op_args(node, key, value))?;
+        } else {
+            put_in_place(v.slice_mut(node, NODE)?, spot, key, value);
+        }
+        Ok(true)
+    }
+
+    /// A new key with an inline value that does not fit in `leaf` (at
+    /// `node`): in a transaction that logs operations, splits the leaf by
+    /// the built-in operation [`crate::ops::BTREE_SPLIT`] (its halves are
+    /// not logged as bytes) and inserts the key in place into its half.
+    /// False (nothing changed) when the key would fit, operations are not
+    /// logged, or the key's half would have no room for it; the caller then
+    /// takes the general path (insert, then split the result).
+    fn split_logically(
+        &self,
+        v: &mut View,
+        node: u64,
+        leaf: &Leaf,
+        path: &[(u64, usize)],
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool> {
+        let cell = 10 + key.len() + value.len();
+        if value.len() > INLINE_MAX
+            || leaf.ents.len() < 2
+            || leaf_bytes(&leaf.ents) + cell <= NODE
+            || !v.logs_ops()
+        {
             return Ok(false);
         }
-        // Every cell lies at or above `lowest`, so [slots_end, lowest) is free.
-        let at = lowest - cell;
-        let b = v.slice_mut(node, NODE)?;
-        b.copy_within(HDR + 2 * pos..HDR + 2 * n, HDR + 2 * pos + 2);
-        put16(b, HDR + 2 * pos, at as u16);
-        put16(b, 2, (n + 1) as u16);
-        put_inline_cell(b, at, key, value);
+        let at = split_point(&leaf.ents, leaf_cell);
+        let (left, right) = leaf.ents.split_at(at);
+        let sep = right[0].0.clone();
+        let goes_right = key >= sep.as_slice();
+        if leaf_bytes(if goes_right { right } else { left }) + cell > NODE {
+            return Ok(false);
+        }
+        let rnode = alloc::alloc(v, NODE as u64)?;
+        let mut args = node.to_le_bytes().to_vec();
+        args.extend_from_slice(&rnode.to_le_bytes());
+        v.apply(crate::ops::BTREE_SPLIT, &args)?;
+        self.insert_up(v, path.to_vec(), node, sep, rnode)?;
+        let target = if goes_right { rnode } else { node };
+        if !self.insert_in_place(v, target, key, value)? {
+            return Err(corrupt(v, target, "a freshly split leaf has no room"));
+        }
         Ok(true)
     }
 
@@ -547,10 +744,13 @@ impl BTree {
         }
         // In place: only the slot goes. The cell's bytes become free space
         // that the next repack of the leaf reclaims; no decoding, and the
-        // log records the shifted slots instead of a repacked node.
-        let b = v.slice_mut(node, NODE)?;
-        b.copy_within(HDR + 2 * (i + 1)..HDR + 2 * n, HDR + 2 * i);
-        put16(b, 2, (n - 1) as u16);
+        // log records the operation (or the shifted slots), not a repacked
+        // node.
+        if v.logs_ops() {
+            v.apply(crate::ops::BTREE_DELETE, &op_args(node, key, &[]))?;
+        } else {
+            remove_slot(v.slice_mut(node, NODE)?, i, n);
+        }
         self.rebalance(v, path, node)?;
         Ok(true)
     }

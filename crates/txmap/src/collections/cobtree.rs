@@ -245,6 +245,33 @@ impl CoBTree {
         Ok(())
     }
 
+    /// Stores segment `seg` after inserting `new` at slot `i` (or removing
+    /// slot `i`, `None`), giving `slots`: in a transaction that logs
+    /// operations, as the built-in operation [`crate::ops::COBTREE_INSERT`]
+    /// (`COBTREE_REMOVE`), so the shifted slots are not logged as bytes.
+    fn write_slot_change(
+        &self,
+        v: &mut View,
+        seg: u64,
+        slots: &[Slot],
+        i: usize,
+        new: Option<Slot>,
+    ) -> Result<()> {
+        if !v.logs_ops() {
+            return self.write_seg(v, seg, slots);
+        }
+        let mut a = seg.to_le_bytes().to_vec();
+        a.extend_from_slice(&(i as u32).to_le_bytes());
+        match new {
+            Some(s) => {
+                a.extend_from_slice(&s.prefix.to_le_bytes());
+                a.extend_from_slice(&s.rec.to_le_bytes());
+                v.apply(crate::ops::COBTREE_INSERT, &a)
+            }
+            None => v.apply(crate::ops::COBTREE_REMOVE, &a),
+        }
+    }
+
     /// Position of `key` in a segment: Ok(found) or Err(insertion point).
     fn search(&self, v: &View, slots: &[Slot], key: &[u8]) -> Result<Result<usize, usize>> {
         let (mut lo, mut hi) = (0, slots.len());
@@ -405,7 +432,7 @@ impl CoBTree {
             }
             Err(i) if (slots.len() as u64) < SEG => {
                 slots.insert(i, new);
-                self.write_seg(v, seg, &slots)?;
+                self.write_slot_change(v, seg, &slots, i, Some(new))?;
                 if i == 0 {
                     self.fix_min(v, &m, j, new)?;
                 }
@@ -499,7 +526,7 @@ impl CoBTree {
         };
         alloc::free(v, slots[i].rec)?;
         slots.remove(i);
-        self.write_seg(v, seg, &slots)?;
+        self.write_slot_change(v, seg, &slots, i, None)?;
         if i == 0 {
             self.fix_min(v, &m, j, slots.first().copied().unwrap_or_default())?;
         }
@@ -626,6 +653,47 @@ impl CoBTree {
 }
 
 /// First entry of part `j` when `total` entries are spread over `parts`.
+/// Built-in operations [`crate::ops::COBTREE_INSERT`] (arguments: segment
+/// offset u64, slot index u32, key prefix u64, record offset u64) and
+/// [`crate::ops::COBTREE_REMOVE`] (segment offset u64, slot index u32):
+/// shift the segment's slots from the index one up (down) and store the new
+/// slot. A segment is packed to the left, so its count is its first empty
+/// slot's index.
+pub(crate) fn slot_op(mem: &mut dyn crate::ops::OpMemory, args: &[u8]) -> Result<()> {
+    let bad = |what: &str| invalid(format!("CO B-tree slot operation: {what}"));
+    let insert = match args.len() {
+        28 => true,
+        12 => false,
+        n => return Err(bad(&format!("12 or 28 argument bytes expected, got {n}"))),
+    };
+    let seg = u64::from_le_bytes(args[..8].try_into().expect("8 bytes"));
+    let i = u32::from_le_bytes(args[8..12].try_into().expect("4 bytes")) as usize;
+    let mut b = vec![0u8; SEG_BYTES as usize];
+    mem.read(seg, &mut b)?;
+    let count = b
+        .chunks_exact(16)
+        .position(|c| c[8..] == [0u8; 8])
+        .unwrap_or(SEG as usize);
+    let end = if insert {
+        if i > count || count == SEG as usize {
+            return Err(bad(&format!(
+                "insert at slot {i} of {count} in segment {seg}"
+            )));
+        }
+        b.copy_within(16 * i..16 * count, 16 * i + 16);
+        b[16 * i..16 * i + 16].copy_from_slice(&args[12..]);
+        count + 1
+    } else {
+        if i >= count {
+            return Err(bad(&format!("remove slot {i} of {count} in segment {seg}")));
+        }
+        b.copy_within(16 * i + 16..16 * count, 16 * i);
+        b[16 * count - 16..16 * count].fill(0);
+        count
+    };
+    mem.write(seg + 16 * i as u64, &b[16 * i..16 * end])
+}
+
 fn spread(total: u64, parts: u64, j: u64) -> u64 {
     total * j / parts
 }

@@ -21,6 +21,13 @@ use crate::ops::OpMemory;
 use crate::os::mem::{Access, PAGE};
 use crate::wal::format::{LoggedOp, Range};
 
+/// Most pages a transaction may have written for a collection to log its
+/// next change as an operation ([`View::logs_ops`]).
+const LOGICAL_MAX_PAGES: usize = 16;
+/// Most operations a transaction logs before its collections fall back to
+/// byte diffs ([`View::logs_ops`]).
+const LOGICAL_MAX_OPS: usize = 64;
+
 /// The registered operations of the open transaction and the diffs of the
 /// stores between them.
 #[derive(Default)]
@@ -170,6 +177,24 @@ impl View {
         log.ops.push((at, id, pages, args.to_vec()));
         self.op_log = Some(log);
         Ok(())
+    }
+
+    /// Whether a collection should log a change as a built-in operation
+    /// (`ops::BTREE_INSERT` …) rather than as the bytes it changes: the
+    /// transaction is serializable (`apply` needs that) and small. Each
+    /// `apply` diffs every page written so far and copies the pages it
+    /// changed, so in a large transaction that cost outgrows the log bytes
+    /// saved (and its pages' diffs coalesce anyway).
+    pub(crate) fn logs_ops(&self) -> bool {
+        let v = &*self.inner;
+        self.depth > 0
+            && !v.read_only.load(Ordering::Relaxed)
+            && (v.track_reads.load(Ordering::Relaxed) || v.untracked_reads.load(Ordering::Relaxed))
+            && v.write_n.load(Ordering::Relaxed) <= LOGICAL_MAX_PAGES
+            && self
+                .op_log
+                .as_ref()
+                .is_none_or(|l| l.ops.len() < LOGICAL_MAX_OPS)
     }
 
     /// Logs built-in marker `id` (it changes no bytes, so it needs no cut
