@@ -93,9 +93,13 @@ fn writes(req: &CommitRequest<'_>) -> bool {
 /// Validates every part under all the commit locks and commits the writes
 /// atomically: returns each part's commit sequence (0 where it wrote
 /// nothing). With two or more writers, every writer's record carries the
-/// group trailer, and all logs are synced (in parallel) before anything is
-/// published, whatever the durability mode: no commit can depend on the
-/// group before it is durable in all of them.
+/// group trailer and is published in memory under the locks (so later
+/// commits validate against it), but snapshots stay below it (`pending`,
+/// `Mvcc::visible_seq`) until every log is synced, whatever the durability
+/// mode: nothing can read or depend on the group before it is durable in
+/// all of them. The locks are released before the sync, so group commits
+/// to the same regions share syncs (wal/log.rs group commit), and taken
+/// again briefly to release the group to snapshots.
 pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     for p in &parts {
         p.region.check_owner()?;
@@ -123,7 +127,9 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if !writes(&p.req) {
             continue;
         }
-        owned.push(p.region.commute_pages(&p.req.commute)?);
+        let commuted = p.region.commute_pages(&p.req.commute)?;
+        p.region.check_commuted(&commuted)?;
+        owned.push(commuted);
         writers.push(i);
     }
     let mut pages: Vec<Vec<(u32, &[u8])>> = Vec::new();
@@ -195,8 +201,20 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
             )
             .map_err(fail)?;
     }
-    if trailer.is_some() {
-        let logs: Vec<&Arc<RegionInner>> = writers.iter().map(|&i| parts[i].region).collect();
+    let logs: Vec<&Arc<RegionInner>> = writers.iter().map(|&i| parts[i].region).collect();
+    // Pending in every writer (snapshots stop below it), or, where a ring
+    // is full, synced here holding the locks as a whole.
+    let pending = trailer.is_some()
+        && writers.iter().enumerate().all(|(k, &i)| {
+            let log = &parts[i].region.mvcc.hdr().log;
+            log.add_pending(seqs[k]) || {
+                for (kk, &ii) in writers[..k].iter().enumerate() {
+                    parts[ii].region.mvcc.hdr().log.release_pending(seqs[kk]);
+                }
+                false
+            }
+        });
+    if trailer.is_some() && !pending {
         sync_all(&logs, &seqs).map_err(fail)?;
         crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
     }
@@ -218,6 +236,19 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     }
     drop(pages);
     drop(locks);
+    if pending {
+        crate::debug::hit(crate::debug::CrashPoint::GroupUnlocked);
+        sync_all(&logs, &seqs).map_err(fail)?;
+        crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
+        // Released in every writer at once (under all their locks), so a
+        // snapshot over several regions sees it in all of them or none.
+        let writer_regions: Vec<&RegionInner> = logs.iter().map(|r| &***r).collect();
+        let relocked = lock_all(&writer_regions).map_err(fail)?;
+        for (k, r) in logs.iter().enumerate() {
+            r.mvcc.hdr().log.release_pending(seqs[k]);
+        }
+        drop(relocked);
+    }
     let mut out = vec![0; parts.len()];
     for (k, &i) in writers.iter().enumerate() {
         out[i] = seqs[k];
@@ -226,6 +257,7 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if trailer.is_none() && r.opts.durability == crate::options::Durability::Durable {
             r.log.flush(&h.log, seqs[k])?;
         }
+        r.wait_visible(seqs[k])?;
         if Log::epoch_bytes(&h.log) > r.opts.checkpoint_bytes {
             // As in `RegionInner::commit`: durable already, and the
             // transaction's snapshot must not hold the checkpoint back.
