@@ -326,6 +326,17 @@ impl RegionInner {
         }
     }
 
+    /// After a conflict while a commit across several regions waits for
+    /// its sync (the transaction's snapshot was below it): waits until the
+    /// commits so far are visible, so the retry's snapshot sees them
+    /// instead of conflicting again and again meanwhile. Caller holds no
+    /// commit lock.
+    pub(crate) fn wait_after_conflict(&self, e: &Error) {
+        if matches!(e, Error::Conflict) {
+            let _ = self.wait_visible(self.mvcc.commit_seq());
+        }
+    }
+
     /// A commutative operation applies to the newest committed page, so it
     /// must not touch a page that a commit across several regions not yet
     /// durable everywhere wrote: its record would then depend on a group
@@ -462,7 +473,7 @@ impl RegionInner {
         }
         let order = self.order_turn(req.slot)?;
         let pass = self.mvcc.priority_enter(req.slot);
-        let seq = {
+        let locked = || -> Result<u64> {
             let l = self.lock_commit()?;
             if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
                 return Err(self.order_skipped(req.slot));
@@ -520,8 +531,9 @@ impl RegionInner {
             if order.is_some() {
                 self.mvcc.order_done(&l, req.slot, true);
             }
-            seq
+            Ok(seq)
         };
+        let seq = locked().inspect_err(|e| self.wait_after_conflict(e))?;
         drop(pass);
         if self.opts.durability == Durability::Durable {
             self.log.flush(&h.log, seq)?;

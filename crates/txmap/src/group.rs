@@ -115,8 +115,13 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         locks[i] = Some(parts[i].region.lock_commit()?);
     }
     let lock = |i: usize| locks[i].as_ref().expect("every part's lock is held");
-    for p in &parts {
-        p.region.validate(&p.req)?;
+    let valid = parts.iter().try_for_each(|p| p.region.validate(&p.req));
+    if let Err(e) = valid {
+        drop(locks);
+        for p in &parts {
+            p.region.wait_after_conflict(&e);
+        }
+        return Err(e);
     }
     // Each writer's pages (its own and those commutative operations
     // change), room for their versions, and its sequence number.
