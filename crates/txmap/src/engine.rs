@@ -533,8 +533,9 @@ impl RegionInner {
             }
             Ok(seq)
         };
-        let seq = locked().inspect_err(|e| self.wait_after_conflict(e))?;
+        let locked = locked();
         drop(pass);
+        let seq = locked.inspect_err(|e| self.wait_after_conflict(e))?;
         if self.opts.durability == Durability::Durable {
             self.log.flush(&h.log, seq)?;
         }

@@ -1,7 +1,8 @@
 //! Commits across several regions of one directory (issue 19 point 1,
 //! docs/design/multi-region.md): the engine's side (commit locks in
-//! region-id order, one record per writer with a group trailer, the logs
-//! synced in parallel before anything is published), the repair's refusal
+//! region-id order, one record per writer with a group trailer, published
+//! but pending under the locks, the logs synced in parallel after they are
+//! released, then released to snapshots), the repair's refusal
 //! of a group a dead committer left, and recovery's rule (a group record is
 //! replayed only if every writer has it; a first opener that lacks a group
 //! another region holds has that region recover first).
@@ -273,12 +274,29 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     Ok(out)
 }
 
+/// Below this, a log's last `fdatasync` took less than handing its sync to
+/// a helper thread costs (two thread wake-ups on a loaded 2-CPU VM,
+/// docs/benchmarks.md): such logs are synced one after the other.
+const INLINE_SYNC: std::time::Duration = std::time::Duration::from_micros(40);
+
 /// Syncs every writer's log up to its record: all but the first on helper
 /// threads (kept for the next commits: starting a thread per commit cost
 /// more than the sync on a fast device), so the commit waits about one sync.
+/// No handoff for a log another committer's sync already covered (group
+/// commits share syncs), nor where syncs are cheaper than a handoff.
 fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
+    let log = |k: usize| &writers[k].mvcc.hdr().log;
+    let cheap = (0..writers.len()).all(|k| log(k).last_sync() < INLINE_SYNC);
+    let mut inline = Vec::new();
     let mut waits = Vec::with_capacity(writers.len().saturating_sub(1));
     for k in 1..writers.len() {
+        if Log::synced_seq(log(k)) >= seqs[k] {
+            continue;
+        }
+        if cheap {
+            inline.push(k);
+            continue;
+        }
         let (done, wait) = channel();
         let job = SyncJob {
             region: Arc::clone(writers[k]),
@@ -293,11 +311,13 @@ fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
             waits.push(wait);
         } else {
             // No helper: synced here, one after the other.
-            let r = writers[k];
-            r.log.flush(&r.mvcc.hdr().log, seqs[k])?;
+            inline.push(k);
         }
     }
-    let mut r = writers[0].log.flush(&writers[0].mvcc.hdr().log, seqs[0]);
+    let mut r = writers[0].log.flush(log(0), seqs[0]);
+    for k in inline {
+        r = r.and(writers[k].log.flush(log(k), seqs[k]));
+    }
     for w in waits {
         let got = w
             .recv()

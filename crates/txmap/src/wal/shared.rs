@@ -133,6 +133,11 @@ impl LogShared {
         self.durability.load(Ordering::Acquire) == DURABLE
     }
 
+    /// How long the log's last `fdatasync` took.
+    pub fn last_sync(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.sync_nanos.load(Ordering::Relaxed))
+    }
+
     /// `fdatasync` calls on the log so far, in every process.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
