@@ -1,6 +1,6 @@
 //! Several regions in one transaction (issue 19, point 1): durable
 //! transfers between two regions (`View::run_group`, each commit written to
-//! both logs, synced in parallel) against the same transfers inside one
+//! both logs under both commit locks, then synced in parallel) against the same transfers inside one
 //! region, in commits per second; the target is within 10 %.
 //!
 //! A transfer moves an amount from a random account to another (one u64 per
@@ -112,8 +112,9 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     println!(
         "Each thread commits {n} durable transfers (two u64 accounts, on two pages, of \
          {ACCOUNTS} per side): in one region (`View::run`), or between two regions of one \
-         directory (`View::run_group`: both commit locks, a record in each log, the two logs \
-         synced in parallel before publishing). Commits per second, median of {} runs; \
+         directory (`View::run_group`: both commit locks until a record is in each log, \
+         then the two logs synced in parallel, shared with concurrent group commits, before \
+         any snapshot sees it). Commits per second, median of {} runs; \
          *ratio*: two regions / one region.\n",
         ctx.reps
     );

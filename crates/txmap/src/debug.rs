@@ -79,16 +79,21 @@ pub enum CrashPoint {
     /// first writer's record appended, before the next one's.
     GroupAppended = 22,
     /// A commit across several regions: every writer's record appended and
-    /// synced, before anything is published.
+    /// synced, before it is released to snapshots (no lock held; with a
+    /// full pending ring: holding the commit locks, before it is published).
     GroupSynced = 23,
-    /// A commit across several regions: published in the first writer,
-    /// before the next.
+    /// A commit across several regions, holding their commit locks:
+    /// published in the first writer (for snapshots: pending), before the
+    /// next.
     GroupPublished = 24,
+    /// A commit across several regions: appended and published (pending)
+    /// in every writer, the commit locks released, before the logs' sync.
+    GroupUnlocked = 25,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 24] = [
+    pub const ALL: [CrashPoint; 25] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -113,6 +118,7 @@ impl CrashPoint {
         CrashPoint::GroupAppended,
         CrashPoint::GroupSynced,
         CrashPoint::GroupPublished,
+        CrashPoint::GroupUnlocked,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -157,9 +163,10 @@ mod tests {
             | CrashPoint::RecoveryWriting
             | CrashPoint::RoundJournaled
             | CrashPoint::RoundWriting => p as u32,
-            CrashPoint::GroupAppended | CrashPoint::GroupSynced | CrashPoint::GroupPublished => {
-                p as u32
-            }
+            CrashPoint::GroupAppended
+            | CrashPoint::GroupSynced
+            | CrashPoint::GroupPublished
+            | CrashPoint::GroupUnlocked => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();

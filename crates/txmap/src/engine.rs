@@ -276,7 +276,81 @@ impl RegionInner {
             crate::wal::log::poison(&self.mvcc.hdr().log, &e);
             return Err(e);
         }
+        self.check_pending_groups()?;
         Ok(l)
+    }
+
+    /// Under the commit lock: a commit across several regions whose
+    /// committer died after releasing the locks, before its group was
+    /// durable in every log, may be in some logs and not in others; only
+    /// recovery may decide it (and snapshots would stay below it forever).
+    fn check_pending_groups(&self) -> Result<()> {
+        let log = &self.mvcc.hdr().log;
+        let Some((seq, pid)) = log.oldest_pending() else {
+            return Ok(());
+        };
+        if pid == std::process::id() || crate::os::shm::process_alive(pid) {
+            return Ok(());
+        }
+        let e = crate::grouplog::group_err(
+            &self.path,
+            format!(
+                "process {pid} died before commit {seq} across several regions was durable in \
+                 every region; close the region in every process and open it again to recover"
+            ),
+        );
+        crate::wal::log::poison(log, &e);
+        Err(e)
+    }
+
+    /// Returns once commit `seq` is visible to snapshots (no commit across
+    /// several regions before it is still waiting for its sync): a commit
+    /// is acknowledged only then, so its committer's next transaction sees
+    /// it, and nothing is acknowledged that follows a group that may yet be
+    /// dropped. Every few milliseconds, checks under the commit lock that
+    /// the oldest pending group's committer lives.
+    pub(crate) fn wait_visible(&self, seq: u64) -> Result<()> {
+        let log = &self.mvcc.hdr().log;
+        loop {
+            let seen = log.release_gen();
+            if log.visible_cap() >= seq {
+                return Ok(());
+            }
+            crate::wal::log::check_poison(log)?;
+            let before = std::time::Instant::now();
+            let wait = std::time::Duration::from_millis(5);
+            log.wait_release(seen, wait);
+            if before.elapsed() >= wait {
+                drop(self.lock_commit()?);
+            }
+        }
+    }
+
+    /// After a conflict while a commit across several regions waits for
+    /// its sync (the transaction's snapshot was below it): waits until the
+    /// commits so far are visible, so the retry's snapshot sees them
+    /// instead of conflicting again and again meanwhile. Caller holds no
+    /// commit lock.
+    pub(crate) fn wait_after_conflict(&self, e: &Error) {
+        if matches!(e, Error::Conflict) {
+            let _ = self.wait_visible(self.mvcc.commit_seq());
+        }
+    }
+
+    /// A commutative operation applies to the newest committed page, so it
+    /// must not touch a page that a commit across several regions not yet
+    /// durable everywhere wrote: its record would then depend on a group
+    /// that recovery may drop (its page check would fail). A conflict: the
+    /// retry comes after the group's sync.
+    pub(crate) fn check_commuted(&self, pages: &[(u32, Vec<u8>)]) -> Result<()> {
+        let visible = self.mvcc.visible_seq();
+        if pages
+            .iter()
+            .any(|(p, _)| self.mvcc.page_seq(*p as usize) > visible)
+        {
+            return Err(Error::Conflict);
+        }
+        Ok(())
     }
 
     /// Repairs after a process died holding the commit lock:
@@ -399,13 +473,14 @@ impl RegionInner {
         }
         let order = self.order_turn(req.slot)?;
         let pass = self.mvcc.priority_enter(req.slot);
-        let seq = {
+        let locked = || -> Result<u64> {
             let l = self.lock_commit()?;
             if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
                 return Err(self.order_skipped(req.slot));
             }
             self.validate(&req)?;
             let commuted = self.commute_pages(&req.commute)?;
+            self.check_commuted(&commuted)?;
             let with_commuted;
             let pages: &[(u32, &[u8])] = if commuted.is_empty() {
                 &req.pages
@@ -456,15 +531,18 @@ impl RegionInner {
             if order.is_some() {
                 self.mvcc.order_done(&l, req.slot, true);
             }
-            seq
+            Ok(seq)
         };
+        let locked = locked();
         drop(pass);
+        let seq = locked.inspect_err(|e| self.wait_after_conflict(e))?;
         // Published: nothing can invalidate it any more, so a priority it
         // held stops making others wait now, not after its sync.
         self.mvcc.priority_release(req.slot);
         if self.opts.durability == Durability::Durable {
             self.log.flush(&h.log, seq)?;
         }
+        self.wait_visible(seq)?;
         if Log::epoch_bytes(&h.log) > self.opts.checkpoint_bytes {
             // This commit is already as durable as promised: a failing
             // checkpoint poisons the log, and the next call reports it.
@@ -718,7 +796,10 @@ impl RegionInner {
             .rev()
             .filter(|p| !live.contains(&p.token) && crate::ops::is_registered(p.undo));
         for p in orphans {
-            let Ok(pages) = self.commute_pages(&[(0, p.undo, &p.args)]) else {
+            let Ok(pages) = self
+                .commute_pages(&[(0, p.undo, &p.args)])
+                .and_then(|pages| self.check_commuted(&pages).map(|_| pages))
+            else {
                 continue;
             };
             let done = crate::nta::done_args(p.token, p.index);

@@ -1,7 +1,8 @@
 //! Commits across several regions of one directory (issue 19 point 1,
 //! docs/design/multi-region.md): the engine's side (commit locks in
-//! region-id order, one record per writer with a group trailer, the logs
-//! synced in parallel before anything is published), the repair's refusal
+//! region-id order, one record per writer with a group trailer, published
+//! but pending under the locks, the logs synced in parallel after they are
+//! released, then released to snapshots), the repair's refusal
 //! of a group a dead committer left, and recovery's rule (a group record is
 //! replayed only if every writer has it; a first opener that lacks a group
 //! another region holds has that region recover first).
@@ -93,9 +94,13 @@ fn writes(req: &CommitRequest<'_>) -> bool {
 /// Validates every part under all the commit locks and commits the writes
 /// atomically: returns each part's commit sequence (0 where it wrote
 /// nothing). With two or more writers, every writer's record carries the
-/// group trailer, and all logs are synced (in parallel) before anything is
-/// published, whatever the durability mode: no commit can depend on the
-/// group before it is durable in all of them.
+/// group trailer and is published in memory under the locks (so later
+/// commits validate against it), but snapshots stay below it (`pending`,
+/// `Mvcc::visible_seq`) until every log is synced, whatever the durability
+/// mode: nothing can read or depend on the group before it is durable in
+/// all of them. The locks are released before the sync, so group commits
+/// to the same regions share syncs (wal/log.rs group commit), and taken
+/// again briefly to release the group to snapshots.
 pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     for p in &parts {
         p.region.check_owner()?;
@@ -111,8 +116,13 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         locks[i] = Some(parts[i].region.lock_commit()?);
     }
     let lock = |i: usize| locks[i].as_ref().expect("every part's lock is held");
-    for p in &parts {
-        p.region.validate(&p.req)?;
+    let valid = parts.iter().try_for_each(|p| p.region.validate(&p.req));
+    if let Err(e) = valid {
+        drop(locks);
+        for p in &parts {
+            p.region.wait_after_conflict(&e);
+        }
+        return Err(e);
     }
     // Each writer's pages (its own and those commutative operations
     // change), room for their versions, and its sequence number.
@@ -123,7 +133,9 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if !writes(&p.req) {
             continue;
         }
-        owned.push(p.region.commute_pages(&p.req.commute)?);
+        let commuted = p.region.commute_pages(&p.req.commute)?;
+        p.region.check_commuted(&commuted)?;
+        owned.push(commuted);
         writers.push(i);
     }
     let mut pages: Vec<Vec<(u32, &[u8])>> = Vec::new();
@@ -195,8 +207,20 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
             )
             .map_err(fail)?;
     }
-    if trailer.is_some() {
-        let logs: Vec<&Arc<RegionInner>> = writers.iter().map(|&i| parts[i].region).collect();
+    let logs: Vec<&Arc<RegionInner>> = writers.iter().map(|&i| parts[i].region).collect();
+    // Pending in every writer (snapshots stop below it), or, where a ring
+    // is full, synced here holding the locks as a whole.
+    let pending = trailer.is_some()
+        && writers.iter().enumerate().all(|(k, &i)| {
+            let log = &parts[i].region.mvcc.hdr().log;
+            log.add_pending(seqs[k]) || {
+                for (kk, &ii) in writers[..k].iter().enumerate() {
+                    parts[ii].region.mvcc.hdr().log.release_pending(seqs[kk]);
+                }
+                false
+            }
+        });
+    if trailer.is_some() && !pending {
         sync_all(&logs, &seqs).map_err(fail)?;
         crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
     }
@@ -218,6 +242,19 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     }
     drop(pages);
     drop(locks);
+    if pending {
+        crate::debug::hit(crate::debug::CrashPoint::GroupUnlocked);
+        sync_all(&logs, &seqs).map_err(fail)?;
+        crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
+        // Released in every writer at once (under all their locks), so a
+        // snapshot over several regions sees it in all of them or none.
+        let writer_regions: Vec<&RegionInner> = logs.iter().map(|r| &***r).collect();
+        let relocked = lock_all(&writer_regions).map_err(fail)?;
+        for (k, r) in logs.iter().enumerate() {
+            r.mvcc.hdr().log.release_pending(seqs[k]);
+        }
+        drop(relocked);
+    }
     let mut out = vec![0; parts.len()];
     for (k, &i) in writers.iter().enumerate() {
         out[i] = seqs[k];
@@ -226,6 +263,7 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if trailer.is_none() && r.opts.durability == crate::options::Durability::Durable {
             r.log.flush(&h.log, seqs[k])?;
         }
+        r.wait_visible(seqs[k])?;
         if Log::epoch_bytes(&h.log) > r.opts.checkpoint_bytes {
             // As in `RegionInner::commit`: durable already, and the
             // transaction's snapshot must not hold the checkpoint back.
@@ -236,12 +274,29 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     Ok(out)
 }
 
+/// Below this, a log's last `fdatasync` took less than handing its sync to
+/// a helper thread costs (two thread wake-ups on a loaded 2-CPU VM,
+/// docs/benchmarks.md): such logs are synced one after the other.
+const INLINE_SYNC: std::time::Duration = std::time::Duration::from_micros(40);
+
 /// Syncs every writer's log up to its record: all but the first on helper
 /// threads (kept for the next commits: starting a thread per commit cost
 /// more than the sync on a fast device), so the commit waits about one sync.
+/// No handoff for a log another committer's sync already covered (group
+/// commits share syncs), nor where syncs are cheaper than a handoff.
 fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
+    let log = |k: usize| &writers[k].mvcc.hdr().log;
+    let cheap = (0..writers.len()).all(|k| log(k).last_sync() < INLINE_SYNC);
+    let mut inline = Vec::new();
     let mut waits = Vec::with_capacity(writers.len().saturating_sub(1));
     for k in 1..writers.len() {
+        if Log::synced_seq(log(k)) >= seqs[k] {
+            continue;
+        }
+        if cheap {
+            inline.push(k);
+            continue;
+        }
         let (done, wait) = channel();
         let job = SyncJob {
             region: Arc::clone(writers[k]),
@@ -256,11 +311,13 @@ fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
             waits.push(wait);
         } else {
             // No helper: synced here, one after the other.
-            let r = writers[k];
-            r.log.flush(&r.mvcc.hdr().log, seqs[k])?;
+            inline.push(k);
         }
     }
-    let mut r = writers[0].log.flush(&writers[0].mvcc.hdr().log, seqs[0]);
+    let mut r = writers[0].log.flush(log(0), seqs[0]);
+    for k in inline {
+        r = r.and(writers[k].log.flush(log(k), seqs[k]));
+    }
     for w in waits {
         let got = w
             .recv()

@@ -24,7 +24,9 @@ const ACCOUNTS: u64 = 8;
 const START: i64 = 1000;
 const TOTAL: i64 = 2 * ACCOUNTS as i64 * START;
 const COUNTERS: u64 = ACCOUNTS * PAGE;
-const SIZE: u64 = (ACCOUNTS + 1) * PAGE;
+/// A page no transfer writes.
+const SPARE: u64 = (ACCOUNTS + 1) * PAGE;
+const SIZE: u64 = (ACCOUNTS + 2) * PAGE;
 
 fn opts() -> Options {
     Options {
@@ -351,6 +353,8 @@ fn sigkill_after_every_region_of_a_group_commit_is_synced() {
     }
     let name = "sigkill_after_every_region_of_a_group_commit_is_synced";
     for (point, b_first) in [
+        (CrashPoint::GroupUnlocked, false),
+        (CrashPoint::GroupUnlocked, true),
         (CrashPoint::GroupSynced, false),
         (CrashPoint::GroupSynced, true),
         (CrashPoint::GroupPublished, false),
@@ -429,4 +433,86 @@ fn a_process_killed_inside_a_group_commit_poisons_the_regions_until_reopened() {
     drop((va, vb));
     drop((ra, rb));
     check(d.path(), false, &[2]);
+}
+
+/// Worker 0's transfers as a snapshot of `a` alone sees them.
+fn transfers_seen_in_a(ra: &Region) -> u64 {
+    let mut v = ra.view().unwrap();
+    v.begin_read().unwrap();
+    let n: u64 = v.read(COUNTERS).unwrap();
+    v.commit().unwrap();
+    n
+}
+
+#[test]
+fn a_group_waiting_for_its_sync_is_seen_by_nobody_and_holds_later_commits_back() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_group_waiting_for_its_sync_is_seen_by_nobody_and_holds_later_commits_back";
+    let d = ext4_dir(name);
+    create(d.path());
+    let ra = Region::open(&d.join("a"), opts()).unwrap();
+    let rb = Region::open(&d.join("b"), opts()).unwrap();
+    // Stopped with its third group appended and published in both regions,
+    // the commit locks released, before the logs are synced.
+    let mut p = armed(name, &d, CrashPoint::GroupUnlocked, 3, true);
+    while p.state() != 'T' {
+        p.check_running("the stopping worker");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // No snapshot sees the group: not one over both regions (whose total
+    // holds), not one of a region alone.
+    let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
+    let views = &mut [&mut va, &mut vb];
+    View::begin_group_with(views, txmap::TxnOptions::READ_ONLY).unwrap();
+    assert_eq!(total(views), TOTAL, "a reader saw a torn total");
+    let seen: Vec<u64> = views
+        .iter_mut()
+        .map(|v| v.read(COUNTERS).unwrap())
+        .collect();
+    View::commit_group(views).unwrap();
+    assert_eq!(seen, [2, 2], "a snapshot saw a group not yet durable");
+    assert_eq!(
+        transfers_seen_in_a(&ra),
+        2,
+        "a group not yet durable is visible in a"
+    );
+    // A later commit in `a` that touches nothing the group wrote is not
+    // acknowledged before the group is durable everywhere.
+    let answered = std::sync::atomic::AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        let later = s.spawn(|| {
+            let mut v = ra.view().unwrap();
+            let r = v.run(|v| v.write(SPARE, &7u64));
+            answered.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !answered.load(std::sync::atomic::Ordering::SeqCst),
+            "a commit after a group not yet durable was acknowledged"
+        );
+        // The committer dies before the sync: the group is in doubt, and
+        // so is the commit after it.
+        p.kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !later.is_finished() {
+            if std::time::Instant::now() > deadline {
+                // A panic here would wait for the blocked thread forever.
+                eprintln!("a commit waits forever for a dead committer's group");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        later.join().unwrap()
+    });
+    assert!(matches!(r, Err(Error::Group { .. })), "{r:?}");
+    drop((va, vb));
+    drop((ra, rb));
+    // Recovery keeps the group (both logs have it: a SIGKILL loses no
+    // written record), in both regions.
+    check(d.path(), false, &[2]);
+    let ra = Region::open(&d.join("a"), opts()).unwrap();
+    assert_eq!(transfers_seen_in_a(&ra), 3, "the group is in both logs");
 }

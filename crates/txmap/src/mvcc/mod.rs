@@ -423,6 +423,14 @@ impl Mvcc {
         self.hdr().commit_seq.load(Ordering::Acquire)
     }
 
+    /// The newest commit a snapshot may see: the newest commit, but below
+    /// any commit across several regions not yet durable in every writer's
+    /// log (`group.rs`), and so below everything after it.
+    pub fn visible_seq(&self) -> u64 {
+        let cap = self.hdr().log.visible_cap();
+        self.commit_seq().min(cap)
+    }
+
     /// How many slots this process holds (views and paused transactions).
     pub fn own_slots(&self) -> usize {
         self.mine
@@ -559,7 +567,7 @@ impl Mvcc {
         let slot = &self.slots()[i];
         slot.expired.store(0, Ordering::SeqCst);
         loop {
-            let s = h.commit_seq.load(Ordering::SeqCst);
+            let s = h.commit_seq.load(Ordering::SeqCst).min(h.log.visible_cap());
             slot.snapshot.store(s + 1, Ordering::SeqCst);
             // A checkpoint that missed our slot published its horizon first; if
             // it is past our snapshot, take a newer one.
@@ -1154,7 +1162,9 @@ impl Mvcc {
     /// first, so a snapshot that registers after the scan is at or above
     /// `durable` and needs nothing the plan drops.
     fn prune_plan(&self, durable: u64) -> PrunePlan {
-        let durable = durable.min(self.commit_seq());
+        // Never past what snapshots may see: a snapshot that starts below
+        // a pending group must find every version it reads.
+        let durable = durable.min(self.visible_seq());
         self.hdr().horizon.fetch_max(durable, Ordering::SeqCst);
         self.enforce_lag();
         self.live_below(durable)
@@ -1259,11 +1269,12 @@ impl Mvcc {
         )
     }
 
-    /// Returns `T = min(limit, newest commit)`, published so that no snapshot
+    /// Returns `T = min(limit, newest visible commit)`, published so that no snapshot
     /// below `T` can start from now on, and the oldest live snapshot, read
     /// after publishing (every snapshot missed is `>= T`).
     pub fn horizon(&self, limit: u64) -> (u64, Option<u64>) {
-        let t0 = limit.min(self.commit_seq());
+        // A pending group (not durable in every log) stays out of the file.
+        let t0 = limit.min(self.visible_seq());
         self.hdr().horizon.fetch_max(t0, Ordering::SeqCst);
         (t0, self.snapshots().1)
     }

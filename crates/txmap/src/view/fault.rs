@@ -322,7 +322,7 @@ impl ViewInner {
                 return FaultOutcome::WriteOutsideTransaction;
             }
             // Outside a transaction the view shows the latest committed data.
-            self.install(page, self.region.mvcc.commit_seq());
+            self.install(page, self.region.mvcc.visible_seq());
             Access::Read
         };
         // Before the page becomes accessible (kept: it is touched, or `keep`).

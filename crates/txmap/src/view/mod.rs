@@ -265,7 +265,7 @@ impl View {
                 doomed: AtomicU8::new(0),
                 faults: AtomicU64::new(0),
                 islands: AtomicU64::new(0),
-                valid_seq: AtomicU64::new(region.mvcc.commit_seq()),
+                valid_seq: AtomicU64::new(region.mvcc.visible_seq()),
                 last_commit: AtomicU64::new(0),
                 file_n: AtomicUsize::new(0),
                 file_private: Default::default(),

@@ -54,8 +54,35 @@ pub struct LogShared {
     /// this region's commit lock (0: none). A repair that finds it set
     /// poisons the region: only recovery may decide such a commit.
     pub(super) group_in_flight: AtomicU64,
+    /// Commits across several regions whose record is in this log (and
+    /// published in memory) but not yet durable in every writer's log
+    /// (`group.rs`): their sequence numbers in log order, from
+    /// `pending_head` to `pending_tail` (ring indices), each with its
+    /// committer's pid; 0 marks one released out of order. Changed under
+    /// the commit lock only.
+    pub(super) pending: [PendingGroup; MAX_PENDING],
+    pub(super) pending_head: AtomicU64,
+    pub(super) pending_tail: AtomicU64,
+    /// The newest commit snapshots may see: the oldest pending group's
+    /// sequence number less one (`u64::MAX`: none pending). One word, so
+    /// readers need no lock.
+    pub(super) visible_cap: AtomicU64,
+    /// Bumped (and woken) whenever a pending group is released.
+    pub(super) release_gen: AtomicU32,
     /// The group-commit leader (whoever syncs the log).
     pub(super) sync_lock: SharedMutex,
+}
+
+/// How many commits across several regions may wait for their sync in
+/// one log at once; a group commit that finds the ring full syncs holding
+/// the commit locks, as before.
+pub const MAX_PENDING: usize = 64;
+
+/// One pending commit across several regions (see `LogShared::pending`).
+#[repr(C)]
+pub struct PendingGroup {
+    seq: AtomicU64,
+    pid: AtomicU64,
 }
 
 /// The log's state when a first opener builds the shared state.
@@ -94,6 +121,7 @@ impl LogShared {
             (&self.log_end, i.end),
             (&self.published_end, i.end),
             (&self.log_allocated, i.allocated),
+            (&self.visible_cap, u64::MAX),
         ] {
             f.store(v, Ordering::Relaxed);
         }
@@ -103,6 +131,11 @@ impl LogShared {
     /// Whether commits wait for their sync (the first opener's durability).
     pub fn durable(&self) -> bool {
         self.durability.load(Ordering::Acquire) == DURABLE
+    }
+
+    /// How long the log's last `fdatasync` took.
+    pub fn last_sync(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.sync_nanos.load(Ordering::Relaxed))
     }
 
     /// `fdatasync` calls on the log so far, in every process.
@@ -159,6 +192,90 @@ impl LogShared {
     /// in flight (0: none).
     pub fn group_in_flight(&self) -> u64 {
         self.group_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Notes group commit `seq` (this process's) pending until it is
+    /// durable in every writer's log; snapshots stop below it. False if
+    /// the ring is full. Caller holds the commit lock.
+    pub fn add_pending(&self, seq: u64) -> bool {
+        let (head, tail) = (
+            self.pending_head.load(Ordering::Acquire),
+            self.pending_tail.load(Ordering::Acquire),
+        );
+        if tail - head >= MAX_PENDING as u64 {
+            return false;
+        }
+        let e = &self.pending[(tail % MAX_PENDING as u64) as usize];
+        e.pid
+            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        e.seq.store(seq, Ordering::Release);
+        self.pending_tail.store(tail + 1, Ordering::Release);
+        if head == tail {
+            self.visible_cap.store(seq - 1, Ordering::SeqCst);
+        }
+        true
+    }
+
+    /// Group commit `seq` is durable in every writer's log: snapshots may
+    /// see it once every older pending group is too. Caller holds the
+    /// commit lock.
+    pub fn release_pending(&self, seq: u64) {
+        let (mut head, tail) = (
+            self.pending_head.load(Ordering::Acquire),
+            self.pending_tail.load(Ordering::Acquire),
+        );
+        let at = |i: u64| &self.pending[(i % MAX_PENDING as u64) as usize];
+        if let Some(i) = (head..tail).find(|&i| at(i).seq.load(Ordering::Acquire) == seq) {
+            at(i).seq.store(0, Ordering::Release);
+        }
+        while head < tail && at(head).seq.load(Ordering::Acquire) == 0 {
+            head += 1;
+        }
+        self.pending_head.store(head, Ordering::Release);
+        let cap = if head < tail {
+            at(head).seq.load(Ordering::Acquire) - 1
+        } else {
+            u64::MAX
+        };
+        self.visible_cap.store(cap, Ordering::SeqCst);
+        self.release_gen.fetch_add(1, Ordering::SeqCst);
+        crate::os::lock::futex_wake_all(&self.release_gen);
+    }
+
+    /// The newest commit a snapshot may see (`u64::MAX`: no group pending).
+    pub fn visible_cap(&self) -> u64 {
+        self.visible_cap.load(Ordering::SeqCst)
+    }
+
+    /// The committer of the oldest pending group, if one is pending.
+    /// Caller holds the commit lock.
+    pub fn oldest_pending(&self) -> Option<(u64, u32)> {
+        let (head, tail) = (
+            self.pending_head.load(Ordering::Acquire),
+            self.pending_tail.load(Ordering::Acquire),
+        );
+        let e = &self.pending[(head % MAX_PENDING as u64) as usize];
+        (head < tail).then(|| {
+            (
+                e.seq.load(Ordering::Acquire),
+                e.pid.load(Ordering::Relaxed) as u32,
+            )
+        })
+    }
+
+    /// Sleeps until a pending group is released (or `timeout` passes).
+    pub fn wait_release(&self, seen: u32, timeout: std::time::Duration) {
+        crate::os::lock::futex_wait_bits(
+            &self.release_gen,
+            seen,
+            timeout,
+            std::num::NonZeroU32::MAX,
+        );
+    }
+
+    /// The release counter, read before checking what to wait for.
+    pub fn release_gen(&self) -> u32 {
+        self.release_gen.load(Ordering::SeqCst)
     }
 
     /// The epoch generation shared memory knows (the file's may be newer
