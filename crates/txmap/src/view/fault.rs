@@ -257,7 +257,9 @@ impl ViewInner {
             // Listed before the check (see fence.rs).
             // SAFETY: n < capacity of the reserved array.
             unsafe { *self.mem.file_set.as_ptr().add(n) = page as u32 };
-            self.file_n.store(n + 1, Ordering::SeqCst);
+            // Release, not SeqCst: the fence below orders it before the
+            // check (one locked instruction per page, not two).
+            self.file_n.store(n + 1, Ordering::Release);
             std::sync::atomic::fence(Ordering::SeqCst);
             if !mvcc.file_holds(page, s) {
                 return None;
