@@ -241,7 +241,11 @@ impl ViewInner {
             if bits & TOUCH_FILE != 0 && bits & TOUCH_WRITE == 0 {
                 continue;
             }
-            if bits != 0 {
+            // A page the file does not hold at the snapshot (written since
+            // the last checkpoint) goes to the alias without being listed:
+            // no fence to pay, and no fence pass over it later. (Only a
+            // checkpoint turns this true; the check after listing decides.)
+            if bits != 0 || !mvcc.file_holds(page, s) {
                 return None;
             }
             let n = self.file_n.load(Ordering::Relaxed);
