@@ -1,7 +1,8 @@
 //! Fairness for long transactions (`Options::priority_after`): a
 //! transaction that conflicted k times in a row takes priority, and other
 //! views' commits wait until it commits; so a long transaction commits
-//! within 10 attempts while short transactions hammer its pages; a
+//! within 10 attempts while short transactions hammer its pages; the
+//! holder's end gives priority up at once and other views' ends leave it; a
 //! priority holder killed with SIGKILL does not stall other writers.
 
 mod common;
@@ -124,11 +125,17 @@ fn conflict_times(a: &mut txmap::View, b: &mut txmap::View, k: u32) {
     }
 }
 
+/// A region taking priority after 2 conflicts, and two views of it.
+fn region_and_two_views(name: &str) -> (TestDir, Region, txmap::View, txmap::View) {
+    let d = tmpfs_dir(name);
+    let r = Region::create(&d.join("r"), PAGES * PAGE, opts(2)).unwrap();
+    let (a, b) = (r.view().unwrap(), r.view().unwrap());
+    (d, r, a, b)
+}
+
 #[test]
 fn a_commit_waits_while_another_view_holds_priority() {
-    let d = tmpfs_dir("fairness_wait");
-    let r = Region::create(&d.join("r"), PAGES * PAGE, opts(2)).unwrap();
-    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    let (_d, r, mut a, mut b) = region_and_two_views("fairness_wait");
     conflict_times(&mut a, &mut b, 1);
     // One conflict: no priority yet; another view commits freely.
     a.begin().unwrap();
@@ -156,6 +163,44 @@ fn a_commit_waits_while_another_view_holds_priority() {
     h.join().unwrap();
     assert_eq!(a.conflicts_in_row(), 0);
     assert_eq!(r.priority_counts(), (1, 1));
+}
+
+#[test]
+fn the_holders_end_gives_priority_up_and_other_ends_leave_it() {
+    let (_d, r, mut a, mut b) = region_and_two_views("fairness_release");
+    conflict_times(&mut a, &mut b, 2);
+    a.begin().unwrap(); // takes priority
+    assert_eq!(r.priority_counts(), (1, 0));
+    a.write(PAGE, &1u64).unwrap();
+    a.commit().unwrap();
+    // The holder's own end gave it up: the next commit does not wait.
+    b.run(|b| b.write(3 * PAGE, &3u64)).unwrap();
+    assert_eq!(
+        r.priority_counts(),
+        (1, 0),
+        "a commit waited after the holder ended"
+    );
+
+    // Another view's read-only transaction ends while a holds priority: a
+    // keeps it, so a third view's commit waits for a's.
+    conflict_times(&mut a, &mut b, 2);
+    a.begin().unwrap();
+    assert_eq!(r.priority_counts(), (2, 0));
+    b.begin_read().unwrap();
+    let _: u64 = b.read(0).unwrap();
+    b.commit().unwrap();
+    a.write(PAGE, &2u64).unwrap();
+    let r2 = r.clone();
+    let h = std::thread::spawn(move || {
+        let mut w = r2.view().unwrap();
+        w.run(|w| w.write(2 * PAGE, &2u64)).unwrap();
+    });
+    while r.priority_counts().1 == 0 && !h.is_finished() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(r.priority_counts(), (2, 1), "priority was given up early");
+    a.commit().unwrap();
+    h.join().unwrap();
 }
 
 /// The child: takes priority (a conflict, then a new transaction), stores

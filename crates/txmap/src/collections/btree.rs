@@ -438,11 +438,13 @@ impl BTree {
     }
 
     fn header(&self, v: &View) -> Result<(u64, u64)> {
-        if v.read::<u64>(self.at + T_MAGIC)? != MAGIC {
+        // One accessor call for the three fields: each call costs a check.
+        let b = v.slice(self.at + T_MAGIC, 24)?;
+        let field = |at: u64| u64_at(b, (at - T_MAGIC) as usize).unwrap_or(0);
+        if field(T_MAGIC) != MAGIC {
             return Err(corrupt(v, self.at, "not a B+-tree header"));
         }
-        let root: u64 = v.read(self.at + T_ROOT)?;
-        let h: u64 = v.read(self.at + T_HEIGHT)?;
+        let (root, h) = (field(T_ROOT), field(T_HEIGHT));
         if h == 0 || h > 64 {
             return Err(corrupt(v, self.at, format!("tree height {h}")));
         }
@@ -869,20 +871,24 @@ impl BTree {
             Bound::Included(k) | Bound::Excluded(k) => k,
             Bound::Unbounded => &[],
         };
-        let (mut leaf, _) = self.descend(v, start)?;
+        let mut leaf = self.walk(v, start, |_, _| {})?;
+        // Only the first leaf holds keys below `lo`: later leaves start
+        // after its separator, which is above `start`.
+        let mut first = true;
         let mut seen = 0u64;
         while leaf != 0 {
             let r = self.raw(v, leaf, LEAF)?;
-            for i in 0..r.n {
-                let k = r.key(i).ok_or_else(|| corrupt(v, leaf, "bad key"))?;
-                let after_lo = match lo {
-                    Bound::Included(x) => k >= x,
-                    Bound::Excluded(x) => k > x,
-                    Bound::Unbounded => true,
-                };
-                if !after_lo {
-                    continue;
+            let from = if first {
+                match r.search(start).ok_or_else(|| corrupt(v, leaf, "bad key"))? {
+                    Ok(i) if matches!(lo, Bound::Excluded(_)) => i + 1,
+                    Ok(i) | Err(i) => i,
                 }
+            } else {
+                0
+            };
+            first = false;
+            for i in from..r.n {
+                let k = r.key(i).ok_or_else(|| corrupt(v, leaf, "bad key"))?;
                 let before_hi = match hi {
                     Bound::Included(x) => k <= x,
                     Bound::Excluded(x) => k < x,
@@ -891,8 +897,17 @@ impl BTree {
                 if !before_hi {
                     return Ok(());
                 }
-                let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
-                if !f(k, &val.load(v)?)? {
+                // Inline values are passed borrowed from the view (no copy).
+                let go = match r.inline(i) {
+                    Some(val) => f(k, val)?,
+                    None => {
+                        let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
+                        let mut go = Ok(true);
+                        val.with(v, &mut |b| go = f(k, b))?;
+                        go?
+                    }
+                };
+                if !go {
                     return Ok(());
                 }
             }

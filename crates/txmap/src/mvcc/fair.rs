@@ -90,6 +90,13 @@ impl Mvcc {
     /// Slot `i` gives priority up if it holds it.
     pub fn priority_release(&self, i: usize) {
         let p = self.priority();
+        // A load first: every transaction's end passes here, and a locked
+        // compare-exchange takes the region-wide line exclusive even when it
+        // fails, so readers in other threads and processes would bounce it.
+        // Only this slot sets the holder to itself.
+        if p.holder.load(Ordering::SeqCst) != i as u64 + 1 {
+            return;
+        }
         if p.holder
             .compare_exchange(i as u64 + 1, 0, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()

@@ -565,7 +565,10 @@ impl Mvcc {
     pub fn begin(&self, i: usize) -> u64 {
         let h = self.hdr();
         let slot = &self.slots()[i];
-        slot.expired.store(0, Ordering::SeqCst);
+        // Relaxed: the SeqCst (release) store of the snapshot below orders
+        // it before anything that sees the new snapshot, which is all an
+        // expiry compares against. One locked instruction less per begin.
+        slot.expired.store(0, Ordering::Relaxed);
         loop {
             let s = h.commit_seq.load(Ordering::SeqCst).min(h.log.visible_cap());
             slot.snapshot.store(s + 1, Ordering::SeqCst);
@@ -584,7 +587,10 @@ impl Mvcc {
 
     /// Drops the snapshot of slot `i`.
     pub fn end(&self, i: usize) {
-        self.slots()[i].snapshot.store(0, Ordering::SeqCst);
+        // Release: the transaction's reads come before it; whoever scans
+        // the slots may see the snapshot a little longer, which only holds
+        // back what it frees (no decision waits on seeing it gone first).
+        self.slots()[i].snapshot.store(0, Ordering::Release);
     }
 
     /// Enters the read side without a snapshot (a fault outside a transaction).

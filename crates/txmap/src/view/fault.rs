@@ -241,7 +241,11 @@ impl ViewInner {
             if bits & TOUCH_FILE != 0 && bits & TOUCH_WRITE == 0 {
                 continue;
             }
-            if bits != 0 {
+            // A page the file does not hold at the snapshot (written since
+            // the last checkpoint) goes to the alias without being listed:
+            // no fence to pay, and no fence pass over it later. (Only a
+            // checkpoint turns this true; the check after listing decides.)
+            if bits != 0 || !mvcc.file_holds(page, s) {
                 return None;
             }
             let n = self.file_n.load(Ordering::Relaxed);
@@ -257,7 +261,9 @@ impl ViewInner {
             // Listed before the check (see fence.rs).
             // SAFETY: n < capacity of the reserved array.
             unsafe { *self.mem.file_set.as_ptr().add(n) = page as u32 };
-            self.file_n.store(n + 1, Ordering::SeqCst);
+            // Release, not SeqCst: the fence below orders it before the
+            // check (one locked instruction per page, not two).
+            self.file_n.store(n + 1, Ordering::Release);
             std::sync::atomic::fence(Ordering::SeqCst);
             if !mvcc.file_holds(page, s) {
                 return None;
