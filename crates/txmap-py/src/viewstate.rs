@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-#[cfg(feature = "py311")]
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use txmap::{Isolation, TxnOptions};
