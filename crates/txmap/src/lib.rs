@@ -50,6 +50,7 @@ pub mod inspect;
 pub mod io;
 mod journal;
 mod nta;
+mod opmem;
 pub mod ops;
 mod options;
 mod ordered;

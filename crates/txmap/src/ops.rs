@@ -17,6 +17,8 @@ use crate::io::Storage;
 use crate::os::mem::PAGE;
 use crate::wal::format::{CommitRecord, HEADER_BYTES};
 
+pub use crate::opmem::OpMemory;
+
 /// The first id a program may register; lower ids are txmap's own.
 pub const FIRST_USER_OP: u32 = 128;
 
@@ -24,30 +26,6 @@ pub use builtin::{
     ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT, COBTREE_REMOVE,
     MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
 };
-
-/// The bytes an operation works on: the transaction's memory when it runs
-/// in a transaction, the pages being rebuilt when the log is replayed.
-pub trait OpMemory {
-    /// Bytes of the region.
-    fn size(&self) -> u64;
-    /// Fills `buf` with the bytes at `off`.
-    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
-    /// Stores `bytes` at `off`.
-    fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()>;
-}
-
-impl dyn OpMemory + '_ {
-    /// The little-endian u64 at `off`.
-    pub fn read_u64(&mut self, off: u64) -> Result<u64> {
-        let mut b = [0u8; 8];
-        self.read(off, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-    /// Stores `v` little-endian at `off`.
-    pub fn write_u64(&mut self, off: u64, v: u64) -> Result<()> {
-        self.write(off, &v.to_le_bytes())
-    }
-}
 
 /// An operation's function: deterministic (the same bytes and arguments
 /// give the same stores), touching the region only through `mem`. An error
@@ -493,16 +471,16 @@ pub(crate) mod builtin {
             NTA_UNDO => ("nested top action", marker),
             NTA_DONE => ("nested top actions done", marker),
             PAGE_CHECK => ("page check", page_check),
-            BTREE_INSERT => ("B+-tree insert", crate::collections::btree::insert_op),
-            BTREE_DELETE => ("B+-tree delete", crate::collections::btree::delete_op),
-            BTREE_SPLIT => ("B+-tree leaf split", crate::collections::btree::split_op),
+            BTREE_INSERT => ("B+-tree insert", crate::collections::leaf::insert_op),
+            BTREE_DELETE => ("B+-tree delete", crate::collections::leaf::delete_op),
+            BTREE_SPLIT => ("B+-tree leaf split", crate::collections::leaf::split_op),
             COBTREE_INSERT => (
                 "CO B-tree slot insert",
-                crate::collections::cobtree::slot_op,
+                crate::collections::segment::slot_op,
             ),
             COBTREE_REMOVE => (
                 "CO B-tree slot remove",
-                crate::collections::cobtree::slot_op,
+                crate::collections::segment::slot_op,
             ),
             _ => return None,
         };

@@ -28,13 +28,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::{Error, Result, View};
 
-pub const PAGE: u64 = 4096;
+pub(crate) use super::format::invalid;
+pub use super::format::{BLOCK_HEADER, PAGE};
+
 /// Number of arenas (each has its own header page).
 pub const ARENAS: u64 = 8;
 /// Size classes: class k holds blocks of `32 << k` bytes.
 pub const CLASSES: usize = 41;
-/// Bytes before the user's part of a block.
-pub const BLOCK_HEADER: u64 = 16;
 /// Largest allocation.
 pub const MAX_ALLOC: u64 = (32u64 << (CLASSES - 1)) - BLOCK_HEADER;
 
@@ -83,10 +83,6 @@ pub(crate) fn corrupt(v: &View, off: u64, what: impl Into<String>) -> Error {
         what: what.into(),
         lost: None,
     }
-}
-
-pub(crate) fn invalid(what: impl Into<String>) -> Error {
-    Error::Invalid(what.into())
 }
 
 fn arena_off(a: u64) -> u64 {

@@ -27,10 +27,11 @@ use std::ops::Bound;
 
 use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::array::ArrayList;
-use super::node::{
-    Val, cell_at, cell_bytes, check_key, inline_at, put_cell, put_inline_cell, put16, put64,
-    u16_at, u32_at, u64_at,
+use super::format::{
+    Val, cell_at, cell_bytes, inline_at, put_cell, put_inline_cell, put16, put64, u16_at, u32_at,
+    u64_at,
 };
+use super::node::check_key;
 use crate::{Result, View};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");

@@ -22,8 +22,11 @@ pub mod alloc;
 pub mod array;
 pub mod btree;
 pub mod cobtree;
+mod format;
+pub(crate) mod leaf;
 pub mod lhash;
 mod node;
+pub(crate) mod segment;
 
 pub use alloc::{Kind, alloc, free};
 pub use array::ArrayList;

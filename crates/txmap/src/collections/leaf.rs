@@ -1,0 +1,368 @@
+//! The B+-tree's node format and its logged operations' replay functions
+//! (`BTREE_INSERT`, `BTREE_DELETE`, `BTREE_SPLIT`), over bytes only: no
+//! `View`, no `ops`, so the log's replay (below the collections) runs them
+//! without importing the tree. The layout is described in `btree`.
+
+use super::format::{
+    BLOCK_HEADER, PAGE, Val, cell_at, cell_bytes, cell_end, inline_at, invalid, put_cell,
+    put_inline_cell, put16, put64, u16_at, u64_at,
+};
+use crate::error::Result;
+use crate::opmem::OpMemory;
+
+/// Bytes of a node.
+pub const NODE: usize = (PAGE - BLOCK_HEADER) as usize;
+/// Longest key.
+pub const MAX_KEY: usize = 512;
+/// Longest value kept inside a leaf.
+pub const INLINE_MAX: usize = 512;
+pub(super) const LEAF: u8 = 1;
+pub(super) const INTERNAL: u8 = 2;
+const HDR: usize = 16;
+
+pub(super) type Entry = (Vec<u8>, Val);
+
+/// A node read for modification.
+pub(super) struct Leaf {
+    pub(super) next: u64,
+    pub(super) ents: Vec<Entry>,
+}
+pub(super) struct Internal {
+    pub(super) first: u64,
+    pub(super) ents: Vec<(Vec<u8>, u64)>,
+}
+
+impl Internal {
+    pub(super) fn child(&self, i: usize) -> u64 {
+        if i == 0 {
+            self.first
+        } else {
+            self.ents[i - 1].1
+        }
+    }
+}
+
+pub(super) fn leaf_cell(e: &Entry) -> usize {
+    cell_bytes(&e.0, &e.1) + 2
+}
+pub(super) fn internal_cell(e: &(Vec<u8>, u64)) -> usize {
+    16 + e.0.len() + 2
+}
+pub(super) fn leaf_bytes(ents: &[Entry]) -> usize {
+    HDR + ents.iter().map(leaf_cell).sum::<usize>()
+}
+pub(super) fn internal_bytes(ents: &[(Vec<u8>, u64)]) -> usize {
+    HDR + ents.iter().map(internal_cell).sum::<usize>()
+}
+
+pub(super) fn encode_leaf(l: &Leaf) -> Option<Vec<u8>> {
+    if leaf_bytes(&l.ents) > NODE {
+        return None;
+    }
+    let mut b = vec![0u8; NODE];
+    b[0] = LEAF;
+    put16(&mut b, 2, l.ents.len() as u16);
+    put64(&mut b, 8, l.next);
+    let mut end = NODE;
+    for (i, (k, val)) in l.ents.iter().enumerate() {
+        end -= cell_bytes(k, val);
+        put16(&mut b, HDR + 2 * i, end as u16);
+        put_cell(&mut b, end, k, val);
+    }
+    Some(b)
+}
+
+pub(super) fn encode_internal(n: &Internal) -> Option<Vec<u8>> {
+    if internal_bytes(&n.ents) > NODE {
+        return None;
+    }
+    let mut b = vec![0u8; NODE];
+    b[0] = INTERNAL;
+    put16(&mut b, 2, n.ents.len() as u16);
+    put64(&mut b, 8, n.first);
+    let mut end = NODE;
+    for (i, (k, child)) in n.ents.iter().enumerate() {
+        end -= 16 + k.len();
+        put16(&mut b, HDR + 2 * i, end as u16);
+        put16(&mut b, end, k.len() as u16);
+        put64(&mut b, end + 8, *child);
+        b[end + 16..end + 16 + k.len()].copy_from_slice(k);
+    }
+    Some(b)
+}
+
+/// A node's bytes, parsed in place (no copies) for searching.
+pub(super) struct Raw<'a> {
+    pub(super) b: &'a [u8],
+    pub(super) kind: u8,
+    pub(super) n: usize,
+    pub(super) link: u64,
+}
+
+impl<'a> Raw<'a> {
+    pub(super) fn parse(b: &'a [u8]) -> Option<Raw<'a>> {
+        let kind = *b.first()?;
+        let n = u16_at(b, 2)? as usize;
+        if !(kind == LEAF || kind == INTERNAL) || HDR + 2 * n > b.len() {
+            return None;
+        }
+        Some(Raw {
+            b,
+            kind,
+            n,
+            link: u64_at(b, 8)?,
+        })
+    }
+    pub(super) fn cell(&self, i: usize) -> Option<usize> {
+        let c = u16_at(self.b, HDR + 2 * i)? as usize;
+        (c >= HDR + 2 * self.n && c < self.b.len()).then_some(c)
+    }
+    pub(super) fn key(&self, i: usize) -> Option<&'a [u8]> {
+        let c = self.cell(i)?;
+        let klen = u16_at(self.b, c)? as usize;
+        let at = c + if self.kind == LEAF { 8 } else { 16 };
+        self.b.get(at..at + klen)
+    }
+    /// Child `i` of an internal node (0..=n).
+    pub(super) fn child(&self, i: usize) -> Option<u64> {
+        if i == 0 {
+            return Some(self.link);
+        }
+        u64_at(self.b, self.cell(i - 1)? + 8)
+    }
+    pub(super) fn val(&self, i: usize) -> Option<Val> {
+        cell_at(self.b, self.cell(i)?).map(|(_, val, _)| val)
+    }
+    /// Leaf entry `i`'s value if it is stored inline.
+    pub(super) fn inline(&self, i: usize) -> Option<&'a [u8]> {
+        inline_at(self.b, self.cell(i)?)
+    }
+    /// Ok(i): key i equals `key`; Err(i): `key` belongs before key i.
+    pub(super) fn search(&self, key: &[u8]) -> Option<Result<usize, usize>> {
+        let (mut lo, mut hi) = (0, self.n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid)?.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(Ok(mid)),
+            }
+        }
+        Some(Err(lo))
+    }
+    /// Index of the child of an internal node that may hold `key`.
+    pub(super) fn route(&self, key: &[u8]) -> Option<usize> {
+        Some(match self.search(key)? {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        })
+    }
+    /// Bytes a leaf's entries take (header, slots and cells), as
+    /// [`leaf_bytes`] counts them, without decoding: free space left by
+    /// in-place deletes is not counted.
+    pub(super) fn leaf_used(&self) -> Option<usize> {
+        let mut used = HDR;
+        for i in 0..self.n {
+            let c = self.cell(i)?;
+            used += cell_end(self.b, c)? - c + 2;
+        }
+        Some(used)
+    }
+    pub(super) fn to_leaf(&self) -> Option<Leaf> {
+        let mut ents = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            ents.push((self.key(i)?.to_vec(), self.val(i)?));
+        }
+        Some(Leaf {
+            next: self.link,
+            ents,
+        })
+    }
+    pub(super) fn to_internal(&self) -> Option<Internal> {
+        let mut ents = Vec::with_capacity(self.n);
+        for i in 0..self.n {
+            ents.push((self.key(i)?.to_vec(), self.child(i + 1)?));
+        }
+        Some(Internal {
+            first: self.link,
+            ents,
+        })
+    }
+}
+
+/// Where an in-place insert of `key` with an inline value of `vlen` bytes
+/// goes in leaf `r`: (slot index, entries, cell offset); `None` if the key
+/// is present or the gap between the slots and the cells is too small.
+pub(super) fn in_place_spot(
+    r: &Raw<'_>,
+    key: &[u8],
+    vlen: usize,
+) -> std::result::Result<Option<(usize, usize, usize)>, &'static str> {
+    let pos = match r.search(key).ok_or("bad key")? {
+        Ok(_) => return Ok(None),
+        Err(i) => i,
+    };
+    let mut lowest = NODE;
+    for i in 0..r.n {
+        lowest = lowest.min(r.cell(i).ok_or("bad cell")?);
+    }
+    let cell = 8 + key.len() + vlen;
+    let slots_end = HDR + 2 * (r.n + 1);
+    if lowest < slots_end + cell {
+        return Ok(None);
+    }
+    // Every cell lies at or above `lowest`, so [slots_end, lowest) is free.
+    Ok(Some((pos, r.n, lowest - cell)))
+}
+
+/// Puts the cell at `at` and its slot at `pos` (of `n`) into node bytes `b`.
+pub(super) fn put_in_place(
+    b: &mut [u8],
+    (pos, n, at): (usize, usize, usize),
+    key: &[u8],
+    value: &[u8],
+) {
+    b.copy_within(HDR + 2 * pos..HDR + 2 * n, HDR + 2 * pos + 2);
+    put16(b, HDR + 2 * pos, at as u16);
+    put16(b, 2, (n + 1) as u16);
+    put_inline_cell(b, at, key, value);
+}
+
+/// Takes slot `i` (of `n`) out of node bytes `b`; its cell becomes a hole.
+pub(super) fn remove_slot(b: &mut [u8], i: usize, n: usize) {
+    b.copy_within(HDR + 2 * (i + 1)..HDR + 2 * n, HDR + 2 * i);
+    put16(b, 2, (n - 1) as u16);
+}
+
+/// The arguments of [`crate::ops::BTREE_INSERT`] and `BTREE_DELETE`
+/// (docs/FORMAT.md): node offset u64, key length u16, key, value.
+pub(super) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut a = Vec::with_capacity(10 + key.len() + value.len());
+    a.extend_from_slice(&node.to_le_bytes());
+    a.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    a.extend_from_slice(key);
+    a.extend_from_slice(value);
+    a
+}
+
+/// Splits [`op_args`] into (node, key, value), checking the lengths.
+fn parse_op_args(args: &[u8]) -> Result<(u64, &[u8], &[u8])> {
+    let bad = || {
+        invalid(format!(
+            "B+-tree operation: malformed arguments ({} bytes)",
+            args.len()
+        ))
+    };
+    let node = u64_at(args, 0).ok_or_else(bad)?;
+    let klen = u16_at(args, 8).ok_or_else(bad)? as usize;
+    let key = args.get(10..10 + klen).ok_or_else(bad)?;
+    let value = &args[10 + klen..];
+    if klen > MAX_KEY || value.len() > INLINE_MAX {
+        return Err(bad());
+    }
+    Ok((node, key, value))
+}
+
+/// The leaf at `node` in `mem`, copied.
+fn op_leaf(mem: &mut dyn OpMemory, node: u64) -> Result<Vec<u8>> {
+    let mut b = vec![0u8; NODE];
+    mem.read(node, &mut b)?;
+    if Raw::parse(&b).is_none_or(|r| r.kind != LEAF) {
+        return Err(invalid(format!(
+            "B+-tree operation: no leaf at offset {node}"
+        )));
+    }
+    Ok(b)
+}
+
+/// Built-in operation [`crate::ops::BTREE_INSERT`]: inserts a new key with
+/// an inline value into a leaf's free gap, as `BTree::insert_in_place`
+/// does. Fails (the caller checked first) if the key is present or the gap
+/// is too small.
+pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (node, key, value) = parse_op_args(args)?;
+    let mut b = op_leaf(mem, node)?;
+    let r = Raw::parse(&b).expect("checked by op_leaf");
+    let spot = in_place_spot(&r, key, value.len())
+        .map_err(|what| invalid(format!("B+-tree insert into leaf {node}: {what}")))?
+        .ok_or_else(|| {
+            invalid(format!(
+                "B+-tree insert into leaf {node}: the key is present or the leaf is full"
+            ))
+        })?;
+    put_in_place(&mut b, spot, key, value);
+    let (pos, n, at) = spot;
+    mem.write(node + 2, &b[2..4])?;
+    mem.write(
+        node + (HDR + 2 * pos) as u64,
+        &b[HDR + 2 * pos..HDR + 2 * (n + 1)],
+    )?;
+    let cell = 8 + key.len() + value.len();
+    mem.write(node + at as u64, &b[at..at + cell])
+}
+
+/// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half
+/// (by bytes, [`split_point`]) of the leaf at `node` into the new leaf at
+/// `rnode`, linked after it, and repacks both. Arguments: `node` u64,
+/// `rnode` u64.
+pub(crate) fn split_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (Some(node), Some(rnode), 16) = (u64_at(args, 0), u64_at(args, 8), args.len()) else {
+        return Err(invalid(format!(
+            "B+-tree split: 16 argument bytes expected, got {}",
+            args.len()
+        )));
+    };
+    let b = op_leaf(mem, node)?;
+    let bad = |what: &str| invalid(format!("B+-tree split of leaf {node}: {what}"));
+    let mut leaf = Raw::parse(&b)
+        .and_then(|r| r.to_leaf())
+        .ok_or_else(|| bad("malformed leaf"))?;
+    if leaf.ents.len() < 2 {
+        return Err(bad("fewer than two entries"));
+    }
+    let at = split_point(&leaf.ents, leaf_cell);
+    let right = Leaf {
+        next: leaf.next,
+        ents: leaf.ents.split_off(at),
+    };
+    leaf.next = rnode;
+    let (Some(lb), Some(rb)) = (encode_leaf(&leaf), encode_leaf(&right)) else {
+        return Err(bad("halves do not fit"));
+    };
+    mem.write(node, &lb)?;
+    mem.write(rnode, &rb)
+}
+
+/// Built-in operation [`crate::ops::BTREE_DELETE`]: takes a key's slot out
+/// of a leaf, as `BTree::delete` does in place (a value block was
+/// released before). Fails if the key is absent.
+pub(crate) fn delete_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (node, key, _) = parse_op_args(args)?;
+    let mut b = op_leaf(mem, node)?;
+    let r = Raw::parse(&b).expect("checked by op_leaf");
+    let n = r.n;
+    let Some(Ok(i)) = r.search(key) else {
+        return Err(invalid(format!(
+            "B+-tree delete from leaf {node}: the key is absent"
+        )));
+    };
+    remove_slot(&mut b, i, n);
+    mem.write(node + 2, &b[2..4])?;
+    mem.write(
+        node + (HDR + 2 * i) as u64,
+        &b[HDR + 2 * i..HDR + 2 * (n - 1)],
+    )
+}
+
+/// Splits entries in two halves by bytes, each non-empty.
+pub(super) fn split_point<T>(ents: &[T], size: impl Fn(&T) -> usize) -> usize {
+    let total: usize = ents.iter().map(&size).sum();
+    let mut acc = 0;
+    for (i, e) in ents.iter().enumerate() {
+        acc += size(e);
+        if acc * 2 >= total {
+            return (i + 1).clamp(1, ents.len() - 1);
+        }
+    }
+    ents.len() / 2
+}
