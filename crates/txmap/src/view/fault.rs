@@ -95,9 +95,10 @@ impl ViewInner {
     /// allocated in one call and pages whose snapshot version is the region
     /// file's are read into them with one `pread` per run, instead of a
     /// page fault on the image and one on the memory file per page. Only
-    /// for pages the caller is about to touch (an accessor's range), so
-    /// nothing is installed that the transaction does not use. Not on the
-    /// fault handler's path. A failed read leaves the rest to `install`.
+    /// for pages the caller is about to touch (an accessor's range, a
+    /// round's write fault). Async-signal-safe: system calls and atomics
+    /// only (no allocation, no lock). A failed read leaves the rest to
+    /// `install`.
     pub(super) fn install_range(&self, first: usize, end: usize, snapshot: u64) {
         // Pages per turn on the read side (a checkpoint waits for it).
         const TURN: usize = 256;
@@ -449,7 +450,11 @@ impl ViewInner {
         let page_addr = self.mem.user.base() as usize + page * PAGE;
         self.faults.fetch_add(1, Ordering::Relaxed);
         self.islands.fetch_add(1, Ordering::Relaxed);
-        let access = if self.active.load(Ordering::Acquire) {
+        let active = self.active.load(Ordering::Acquire);
+        if active && write && self.round_window.load(Ordering::Relaxed) > 0 {
+            return self.round_fault(page);
+        }
+        let access = if active {
             let a = self.touch(page, write);
             if a == Access::ReadWrite {
                 self.mark_exposed_rw(page);
@@ -471,6 +476,43 @@ impl ViewInner {
         }
     }
 }
+
+impl ViewInner {
+    /// A write fault in a round's transaction (`view/rounds.rs`): when it
+    /// continues the run the last one made writable (sequential stores),
+    /// the next run is twice as long (at most `ROUND_WINDOW` pages); else
+    /// one page. The run is installed at once (`install_range`), joins the
+    /// write set and becomes writable with one `mprotect`. Pages of it the
+    /// round does not change are dropped at commit (only changed pages are
+    /// written or validated), so a round stays its stores.
+    fn round_fault(&self, page: usize) -> FaultOutcome {
+        let next = self.round_next.load(Ordering::Relaxed);
+        let window = match self.round_window.load(Ordering::Relaxed) {
+            w if page == next => (2 * w).min(ROUND_WINDOW),
+            _ => 1,
+        };
+        let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
+        let end = (page + window).min(pages);
+        self.install_range(page, end, self.snapshot.load(Ordering::Relaxed));
+        self.islands
+            .fetch_add((end - page) as u64, Ordering::Relaxed);
+        for p in page..end {
+            self.touch(p, true);
+            self.mark_exposed_rw(p);
+        }
+        self.round_window.store(window, Ordering::Relaxed);
+        self.round_next.store(end, Ordering::Relaxed);
+        self.trim_private(true, Some(page));
+        let addr = self.mem.user.base() as usize + page * PAGE;
+        match protect_raw(addr, (end - page) * PAGE, Access::ReadWrite) {
+            Ok(()) => FaultOutcome::Handled,
+            Err(_) => FaultOutcome::ProtectFailed,
+        }
+    }
+}
+
+/// Most pages one write fault of a round makes writable (1 MiB).
+const ROUND_WINDOW: usize = 256;
 
 /// The touch bits of a `touched` entry if it belongs to transaction `serial`.
 fn bits_of(entry: u32, serial: u32) -> u32 {

@@ -140,6 +140,11 @@ pub(crate) struct ViewInner {
     /// Commutative operations of the open transaction left their local
     /// results in pages it did not touch: nothing is trimmed until it ends.
     commuted: AtomicBool,
+    /// In a round's transaction, the pages a write fault makes writable
+    /// at once (`fault.rs`, `round_fault`); 0 in any other transaction.
+    round_window: AtomicUsize,
+    /// The page after the last run a round's write fault made writable.
+    round_next: AtomicUsize,
 }
 
 impl ViewInner {
@@ -272,6 +277,8 @@ impl View {
                 file_ok: AtomicBool::new(false),
                 trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
                 commuted: AtomicBool::new(false),
+                round_window: AtomicUsize::new(0),
+                round_next: AtomicUsize::new(usize::MAX),
                 slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
@@ -729,6 +736,7 @@ impl View {
     fn finish(&mut self, committed: bool) {
         let v = &*self.inner;
         v.active.store(false, Ordering::Release);
+        v.round_window.store(0, Ordering::Relaxed);
         let mut reset = v.doomed.load(Ordering::Relaxed) == DOOM_TOO_LARGE;
         v.for_each_written(|page| {
             if !committed {
