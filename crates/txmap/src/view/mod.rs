@@ -738,15 +738,33 @@ impl View {
         v.active.store(false, Ordering::Release);
         v.round_window.store(0, Ordering::Relaxed);
         let mut reset = v.doomed.load(Ordering::Relaxed) == DOOM_TOO_LARGE;
+        // Consecutive writable pages are made read-only in one call.
+        let mut run: Option<(usize, usize)> = None;
+        let mut protect = |r: Option<(usize, usize)>| {
+            if let Some((start, end)) = r {
+                reset |= v
+                    .mem
+                    .user
+                    .protect(start * PAGE, (end - start) * PAGE, Access::Read)
+                    .is_err();
+            }
+        };
         v.for_each_written(|page| {
             if !committed {
                 v.restore(page);
             }
             // Pages written through the accessors were never writable here.
             if v.touch_bits(page) & TOUCH_EXPOSED_RW != 0 {
-                reset |= v.mem.user.protect(page * PAGE, PAGE, Access::Read).is_err();
+                run = match run {
+                    Some((start, end)) if end == page => Some((start, page + 1)),
+                    r => {
+                        protect(r);
+                        Some((page, page + 1))
+                    }
+                };
             }
         });
+        protect(run);
         if reset {
             // Pages written beyond the write set are unknown: forget them all.
             let ok = v
