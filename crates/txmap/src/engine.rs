@@ -593,7 +593,7 @@ impl RegionInner {
         };
         // The checksums are taken on another thread while the pages are written.
         let side = || self.sums.as_ref().map(|_| crcs());
-        let taken = crate::io::beside(side, || self.write_runs(pages, op))?;
+        let taken = crate::io::beside(pages.len(), side, || self.write_runs(pages, op))?;
         if let Some(s) = &self.sums {
             let mut crcs = taken.flatten().unwrap_or_else(crcs);
             s.record(&mut crcs)?;

@@ -125,7 +125,11 @@ pub(crate) fn write(path: &Path, head: &Head, pages: &[(u32, &[u8])]) -> Result<
     };
     let at = HEADER_BYTES + list.len() as u64;
     // The checksum is taken on another thread while the images are written.
-    let taken = crate::io::beside(|| sum(crc), || write_images(path, &f, &images, at))?;
+    let taken = crate::io::beside(
+        images.len(),
+        || sum(crc),
+        || write_images(path, &f, &images, at),
+    )?;
     let crc = taken.unwrap_or_else(|| sum(crc));
     slot.extend_from_slice(&crc.to_le_bytes());
     slot.extend_from_slice(&[0u8; 4]);

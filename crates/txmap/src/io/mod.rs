@@ -254,12 +254,18 @@ pub(crate) fn next_data(file: impl AsFd, off: u64) -> std::io::Result<Option<(u6
 
 /// Runs `side` on another thread while `main` runs on this one (large
 /// writes, whose checksums need not wait for them): `main`'s error, or
-/// `side`'s result, `None` if no thread could be made (the caller then
-/// computes it itself).
+/// `side`'s result, `None` if no thread could be made or `pages` (what
+/// `main` writes) are too few to be worth one (the caller then computes it
+/// itself).
 pub(crate) fn beside<T: Send, E>(
+    pages: usize,
     side: impl FnOnce() -> T + Send,
     main: impl FnOnce() -> Result<(), E>,
 ) -> Result<Option<T>, E> {
+    // Below 4 MiB a thread costs more than it saves.
+    if pages < 1024 {
+        return main().map(|()| None);
+    }
     std::thread::scope(|s| {
         let worker = std::thread::Builder::new()
             .name("txmap-checksum".into())
