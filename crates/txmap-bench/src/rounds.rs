@@ -20,7 +20,7 @@ fn bytes() -> u64 {
 }
 
 pub fn steps(reps: usize) -> usize {
-    2 * reps
+    3 * reps
 }
 
 /// Seconds for `dd` to write the round's bytes into `path` and sync it.
@@ -40,25 +40,39 @@ fn dd(path: &std::path::Path) -> Res<f64> {
     Ok(secs)
 }
 
-/// (seconds storing, seconds in `round`) for one round over a fresh region.
-fn round(path: &std::path::Path, rep: u64) -> Res<(f64, f64)> {
+/// (seconds storing, seconds in `round`) for one round over a fresh region:
+/// stores through `slice_mut`, or with `raw` plain stores through
+/// `View::base()` (first stores caught by page faults).
+fn round(path: &std::path::Path, rep: u64, raw: bool) -> Res<(f64, f64)> {
     let bytes = bytes();
     let r = Region::create(path, bytes, Options::default())?;
-    let mut v = r.view()?;
+    let mut flat = crate::sys::Flat::view(r.view()?);
+    let v = flat.view_mut().ok_or("a view")?;
     v.start_rounds()?;
     let start = Instant::now();
     let fill = (rep as u8).wrapping_add(1);
-    let all = v.slice_mut(0, bytes as usize)?;
-    for (i, page) in all.chunks_mut(PAGE as usize).enumerate() {
-        page.fill(fill);
-        page[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    if raw {
+        let word = u64::from_le_bytes([fill; 8]);
+        for i in 0..bytes / PAGE {
+            flat.store(i * PAGE, i);
+            for w in 1..PAGE / 8 {
+                flat.store(i * PAGE + 8 * w, word);
+            }
+        }
+    } else {
+        let all = v.slice_mut(0, bytes as usize)?;
+        for (i, page) in all.chunks_mut(PAGE as usize).enumerate() {
+            page.fill(fill);
+            page[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        }
     }
     let stored = start.elapsed().as_secs_f64();
+    let v = flat.view_mut().ok_or("a view")?;
     let start = Instant::now();
     v.round()?;
     let rounded = start.elapsed().as_secs_f64();
     v.stop_rounds();
-    drop(v);
+    drop(flat);
     drop(r);
     for suffix in ["", "-log", "-sums", "-journal"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -74,9 +88,10 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
     );
     println!(
         "A fresh region of {} MiB (durable); one view, alone with the region, enters round \
-         mode, stores into every page (through `slice_mut`), then `round()` makes the round \
-         durable (its pages go through the page journal, synced, into the region file, \
-         synced; no log record). Beside it, `dd if=/dev/zero bs=1M count={} conv=fdatasync` \
+         mode, stores into every page (through `slice_mut`; then again over another fresh \
+         region with plain stores through `View::base()`), then `round()` makes the round \
+         durable (its pages go through the page journal, synced, then into the region file, \
+         whose sync waits for the next checkpoint; no log record). Beside it, `dd if=/dev/zero bs=1M count={} conv=fdatasync` \
          to a file in the same directory. Bandwidth = bytes / (store + round) time. Median \
          (min–max) of {} runs, alternating. `TXMAP_ROUND_MIB` sets the size.\n",
         bytes >> 20,
@@ -84,12 +99,18 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         ctx.reps
     );
     let (mut st, mut rd, mut tot, mut dds) = (vec![], vec![], vec![], vec![]);
+    let (mut raw_st, mut raw_rd, mut raw_tot) = (vec![], vec![], vec![]);
     for rep in 0..ctx.reps {
         ctx.progress(format!("rounds: run {}", rep + 1));
-        let (s, r) = round(&ctx.dir.join(format!("round-{rep}.txm")), rep as u64)?;
+        let (s, r) = round(&ctx.dir.join(format!("round-{rep}.txm")), rep as u64, false)?;
         st.push(s);
         rd.push(r);
         tot.push(s + r);
+        ctx.progress(format!("rounds: run {} (plain stores)", rep + 1));
+        let (s, r) = round(&ctx.dir.join(format!("raw-{rep}.txm")), rep as u64, true)?;
+        raw_st.push(s);
+        raw_rd.push(r);
+        raw_tot.push(s + r);
         ctx.progress(format!("rounds: dd {}", rep + 1));
         dds.push(dd(&ctx.dir.join(format!("dd-{rep}")))?);
     }
@@ -111,6 +132,13 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         Summary::of(&tot).cell(),
         bw(&tot).cell(),
     ]);
+    for (what, xs) in [
+        ("plain stores: stores", &raw_st),
+        ("plain stores: `round()`", &raw_rd),
+        ("plain stores: total", &raw_tot),
+    ] {
+        t.row(vec![what.into(), Summary::of(xs).cell(), bw(xs).cell()]);
+    }
     t.row(vec![
         "dd conv=fdatasync".into(),
         Summary::of(&dds).cell(),

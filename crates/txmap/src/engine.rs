@@ -196,9 +196,6 @@ pub(crate) struct CommitRequest<'a> {
     pub commute: Vec<(u32, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
-    /// A round (`view/rounds.rs`): written straight into the region file
-    /// when the view is alone with the region.
-    pub round: bool,
 }
 
 impl RegionInner {
@@ -456,11 +453,6 @@ impl RegionInner {
         self.check_writable("commit")?;
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(&h.log)?;
-        if req.round
-            && let Some(seq) = self.commit_round_in_place(&req)?
-        {
-            return Ok(seq);
-        }
         // The record's payload, less its fixed fields and operations (a
         // transaction's operations are few and small).
         let most = crate::wal::format::MAX_PAYLOAD - (1 << 20);
@@ -553,6 +545,16 @@ impl RegionInner {
             let _ = self.checkpoint_unless_busy();
         }
         Ok(seq)
+    }
+
+    /// A round (`view/rounds.rs`): written straight into the region file
+    /// when its view is alone with the region (`commit_round_in_place`);
+    /// `None` when it must be committed as usual (`commit`, with diffs).
+    pub(crate) fn commit_round(&self, req: &CommitRequest<'_>) -> Result<Option<u64>> {
+        self.check_owner()?;
+        self.check_writable("commit")?;
+        crate::wal::log::check_poison(&self.mvcc.hdr().log)?;
+        self.commit_round_in_place(req)
     }
 
     /// A round whose view is alone with the region (no other process has
@@ -664,6 +666,25 @@ impl RegionInner {
     /// Writes `pages` into the region file, each run of consecutive pages
     /// in one vectored write, and records their checksums (nothing synced).
     fn write_pages(&self, pages: &[(u32, &[u8])], op: &'static str) -> Result<()> {
+        let crcs = || -> Vec<(u64, u32)> {
+            pages
+                .iter()
+                .map(|&(page, bytes)| (u64::from(page), crate::sums::page_crc(bytes)))
+                .collect()
+        };
+        // The checksums are taken on another thread while the pages are written.
+        let side = || self.sums.as_ref().map(|_| crcs());
+        let taken = crate::io::beside(pages.len(), side, || self.write_runs(pages, op))?;
+        if let Some(s) = &self.sums {
+            let mut crcs = taken.flatten().unwrap_or_else(crcs);
+            s.record(&mut crcs)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `pages` into the region file, each run of consecutive pages
+    /// in one vectored write (nothing synced).
+    fn write_runs(&self, pages: &[(u32, &[u8])], op: &'static str) -> Result<()> {
         let mut start = 0;
         while start < pages.len() {
             let first = pages[start].0;
@@ -678,13 +699,6 @@ impl RegionInner {
                 .write_all_vectored_at(&run, HEADER_BYTES + u64::from(first) * PAGE as u64)
                 .map_err(|e| Error::io(op, &self.path, e))?;
             start = end;
-        }
-        if let Some(s) = &self.sums {
-            let mut crcs: Vec<(u64, u32)> = pages
-                .iter()
-                .map(|&(page, bytes)| (u64::from(page), crate::sums::page_crc(bytes)))
-                .collect();
-            s.record(&mut crcs)?;
         }
         Ok(())
     }

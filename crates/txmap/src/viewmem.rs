@@ -191,13 +191,21 @@ impl ViewMemory {
         }
         // A page that cannot be punched stays allocated but invalid: its
         // next install overwrites it (only its memory is not given back).
-        let _ = rustix::fs::fallocate(
+        let _ = self.punch(off, len);
+        w
+    }
+
+    /// Gives the memfd's pages of `[off, off+len)` back: they read as zeros
+    /// afterwards. False if the call failed (they keep their content).
+    /// Async-signal-safe.
+    pub(crate) fn punch(&self, off: usize, len: usize) -> bool {
+        rustix::fs::fallocate(
             &self.memfd,
             rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
             off as u64,
             len as u64,
-        );
-        w
+        )
+        .is_ok()
     }
 
     /// Makes the memory of a closed view fit for the next one: no page valid

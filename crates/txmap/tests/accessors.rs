@@ -182,3 +182,81 @@ fn raw_loads_of_pages_mapped_by_earlier_transactions_are_validated() {
         );
     }
 }
+
+/// A range accessor installs the pages of its range in runs (one read of
+/// the region file per run, holes as zeros): each page must still be its
+/// version at the transaction's snapshot, wherever that lives: the file
+/// (written by a checkpoint), a hole never written, a version newer than
+/// the file, an older version a checkpoint preserved for this snapshot, or
+/// the view's own copy.
+#[test]
+fn a_range_accessor_installs_every_page_at_its_snapshot_from_file_holes_and_versions() {
+    const N: u64 = 48;
+    let d = ext4_dir("acc-range");
+    let r = Region::create(&d.join("r.txm"), N * PAGE, Options::default()).unwrap();
+    let mut w = r.view().unwrap();
+    let word = |p: u64| match p {
+        0..16 => 100 + p,
+        16..24 => 200 + p,
+        _ => 0,
+    };
+    // Pages 0..16 in the file, 16..24 committed after that checkpoint
+    // (versions), the rest never written.
+    for (from, to, ckpt) in [(0, 16, true), (16, 24, false)] {
+        w.begin().unwrap();
+        for p in from..to {
+            w.write(p * PAGE + 8, &word(p)).unwrap();
+        }
+        w.commit().unwrap();
+        if ckpt {
+            r.checkpoint().unwrap();
+        }
+    }
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    assert_eq!(
+        v.read::<u64>(5 * PAGE + 8).unwrap(),
+        105,
+        "held before the range"
+    );
+    // Later commits, checkpointed, that this snapshot must not see: a page
+    // of the file, a version and a hole.
+    w.begin().unwrap();
+    for p in [3, 20, 30] {
+        w.write(p * PAGE + 8, &999u64).unwrap();
+    }
+    w.commit().unwrap();
+    r.checkpoint().unwrap();
+    let check = |bytes: &[u8], what: &str| {
+        for (p, page) in bytes.chunks(PAGE as usize).enumerate() {
+            let mut want = vec![0u8; PAGE as usize];
+            want[8..16].copy_from_slice(&word(p as u64).to_le_bytes());
+            assert!(
+                page == &want[..],
+                "{what}: page {p} is not its snapshot version"
+            );
+        }
+    };
+    check(v.slice(0, (N * PAGE) as usize).unwrap(), "read");
+    let all = v.slice_mut(0, (N * PAGE) as usize).unwrap();
+    check(all, "write");
+    all[40 * PAGE as usize] = 7;
+    assert!(
+        matches!(v.commit(), Err(Error::Conflict)),
+        "3, 20 and 30 changed"
+    );
+    // A fresh snapshot reads the later commits the same way.
+    v.begin().unwrap();
+    let all = v.slice_mut(0, (N * PAGE) as usize).unwrap();
+    for p in 0..N {
+        let at = (p * PAGE + 8) as usize;
+        let x = u64::from_le_bytes(all[at..at + 8].try_into().unwrap());
+        let want = if [3, 20, 30].contains(&p) {
+            999
+        } else {
+            word(p)
+        };
+        assert_eq!(x, want, "page {p}");
+    }
+    v.commit().unwrap();
+}

@@ -35,6 +35,14 @@ fn rounder() {
     }
 }
 
+/// The region at `p` opened again, with a view in a read-only transaction.
+fn reopened(p: &std::path::Path) -> (Region, txmap::View) {
+    let r = Region::open(p, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    (r, v)
+}
+
 /// Every page holds the same round number; returns it.
 fn check(p: &std::path::Path) -> u64 {
     let r = Region::open(p, Options::default()).unwrap();
@@ -132,9 +140,7 @@ fn stores_between_rounds_need_no_transaction_and_a_failed_round_goes_on() {
     v.round().unwrap();
     v.stop_rounds();
     drop((v, o, r));
-    let r = Region::open(&p, Options::default()).unwrap();
-    let mut v = r.view().unwrap();
-    v.begin_read().unwrap();
+    let (_r, mut v) = reopened(&p);
     assert_eq!(
         [0, 1, 2].map(|pg| v.read::<u64>(pg * PAGE).unwrap()),
         [7, 2, 3]
@@ -258,4 +264,64 @@ fn a_round_killed_after_its_journal_is_synced_is_there_after_recovery() {
         // Durable once its journal was synced: recovery finishes it.
         assert_eq!(check(&p), 3, "{point:?}");
     }
+}
+
+/// Raw stores in round mode: a write fault that continues the last run
+/// makes a longer run writable at once (installed at its snapshot), so
+/// sequential stores take few faults; pages of a run the round does not
+/// change are neither written nor conflict with another view's commit.
+#[test]
+fn a_rounds_write_faults_take_runs_and_pages_it_does_not_change_stay_others() {
+    const N: u64 = 1024;
+    let d = ext4_dir("rounds_runs");
+    let p = d.join("r");
+    let r = Region::create(&p, N * PAGE, Options::default()).unwrap();
+    let mut w = r.view().unwrap();
+    // Every page of the first half holds data in the file; the rest are holes.
+    w.begin().unwrap();
+    for pg in 0..N / 2 {
+        w.write(pg * PAGE + 16, &(pg + 1000)).unwrap();
+    }
+    w.commit().unwrap();
+    r.checkpoint().unwrap();
+    let mut v = r.view().unwrap();
+    v.start_rounds().unwrap();
+    let base = v.base();
+    let f = v.faults();
+    // SAFETY: inside the round's transaction, in the region.
+    let store =
+        |pg: u64, x: u64| unsafe { (base.add((pg * PAGE) as usize) as *mut u64).write_volatile(x) };
+    for pg in 0..N {
+        store(pg, pg + 1);
+    }
+    assert!(
+        v.faults() - f < N / 16,
+        "{} faults for {N} pages",
+        v.faults() - f
+    );
+    v.round().unwrap();
+    // Pages 0, 1 and 3: the run the store to 3 makes writable (3..7)
+    // holds page 5, which another view changes before the round ends.
+    store(0, 7);
+    store(1, 7);
+    store(3, 7);
+    w.begin().unwrap();
+    w.write(5 * PAGE, &55u64).unwrap();
+    w.commit().unwrap();
+    v.round().unwrap();
+    v.stop_rounds();
+    drop((v, w, r));
+    let (_r, mut v) = reopened(&p);
+    for pg in 0..N {
+        let first = match pg {
+            0 | 1 | 3 => 7,
+            5 => 55,
+            _ => pg + 1,
+        };
+        let kept = if pg < N / 2 { pg + 1000 } else { 0 };
+        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), first, "page {pg}");
+        assert_eq!(v.read::<u64>(pg * PAGE + 16).unwrap(), kept, "page {pg}");
+        assert_eq!(v.read::<u64>(pg * PAGE + 8).unwrap(), 0, "page {pg}");
+    }
+    v.commit().unwrap();
 }

@@ -252,6 +252,65 @@ pub(crate) fn next_data(file: impl AsFd, off: u64) -> std::io::Result<Option<(u6
     Ok((end > start).then_some((start, end)))
 }
 
+/// Runs `side` on another thread while `main` runs on this one (large
+/// writes, whose checksums need not wait for them): `main`'s error, or
+/// `side`'s result, `None` if no thread could be made or `pages` (what
+/// `main` writes) are too few to be worth one (the caller then computes it
+/// itself).
+pub(crate) fn beside<T: Send, E>(
+    pages: usize,
+    side: impl FnOnce() -> T + Send,
+    main: impl FnOnce() -> Result<(), E>,
+) -> Result<Option<T>, E> {
+    // Below 4 MiB a thread costs more than it saves.
+    if pages < 1024 {
+        return main().map(|()| None);
+    }
+    std::thread::scope(|s| {
+        let worker = std::thread::Builder::new()
+            .name("txmap-checksum".into())
+            .spawn_scoped(s, side);
+        main()?;
+        Ok(worker.ok().and_then(|w| w.join().ok()))
+    })
+}
+
+/// Answers "is this byte of a file in a hole?" for offsets met mostly in
+/// ascending order, with one `SEEK_DATA`/`SEEK_HOLE` pair per run of data
+/// or holes rather than one per page. A hole (or unwritten extent) reads as
+/// zeros, so callers skip reading it. Errors and file systems that cannot
+/// tell answer "data", which is always correct. Valid while nobody writes
+/// the file's bytes being asked about.
+#[derive(Default)]
+pub(crate) struct Holes {
+    /// `[from, hole_end)` is a hole, `[hole_end, data_end)` data.
+    known: Option<(u64, u64, u64)>,
+}
+
+impl Holes {
+    /// Whether `off` lies in a hole, and how many bytes of the same kind
+    /// follow from it.
+    pub(crate) fn at(&mut self, file: impl AsFd, off: u64) -> (bool, u64) {
+        let fresh = match self.known {
+            Some((from, _, data_end)) => off < from || off >= data_end,
+            None => true,
+        };
+        if fresh {
+            self.known = Some(match next_data(file, off) {
+                Ok(Some((start, end))) => (off, start.max(off), end.max(off + 1)),
+                Ok(None) => (off, u64::MAX, u64::MAX),
+                Err(_) => (off, off, off + 1),
+            });
+        }
+        let (_, hole_end, data_end) = self.known.unwrap_or((off, off, off + 1));
+        if off < hole_end {
+            (true, hole_end - off)
+        } else {
+            (false, data_end - off)
+        }
+    }
+}
+
 /// Allocates disk blocks for `[off, off + len)` of `file` (a hole or past
 /// its end), extending it if needed; where the file system cannot allocate
 /// (`EOPNOTSUPP`), writes zeros there instead.

@@ -35,7 +35,24 @@ impl ReadSide<'_> {
             None => unsafe { self.view.region.image_data().add(page * PAGE) },
         }
     }
+
+    /// `source`, but a page in a hole of the region file is read as the
+    /// zeros it holds, without bringing the hole into the page cache.
+    pub(super) fn source_or_zeros(
+        &self,
+        page: usize,
+        s: u64,
+        holes: &mut crate::io::Holes,
+    ) -> *const u8 {
+        if self.view.region.mvcc.lookup(page, s).is_none() && self.view.file_hole(page, holes).0 {
+            return ZEROS.as_ptr();
+        }
+        self.source(page, s)
+    }
 }
+
+/// The content of a page in a hole of the region file.
+static ZEROS: [u8; PAGE] = [0; PAGE];
 
 impl Drop for ReadSide<'_> {
     fn drop(&mut self) {
@@ -70,6 +87,124 @@ impl ViewInner {
     /// Makes the private copy of `page` the version visible at `snapshot`.
     pub(super) fn install(&self, page: usize, snapshot: u64) {
         self.copy_snapshot(page, snapshot);
+        self.mark_installed(page);
+    }
+
+    /// Installs every page of `[first, end)` that is not valid, as `install`
+    /// would one at a time, but in runs: the run's private pages are
+    /// allocated in one call and pages whose snapshot version is the region
+    /// file's are read into them with one `pread` per run, instead of a
+    /// page fault on the image and one on the memory file per page. Only
+    /// for pages the caller is about to touch (an accessor's range, a
+    /// round's write fault). Async-signal-safe: system calls and atomics
+    /// only (no allocation, no lock). A failed read leaves the rest to
+    /// `install`.
+    pub(super) fn install_range(&self, first: usize, end: usize, snapshot: u64) {
+        // Pages per turn on the read side (a checkpoint waits for it).
+        const TURN: usize = 256;
+        let not_valid = |p: usize| {
+            self.mem
+                .valid
+                .get(p)
+                .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
+        };
+        let mut holes = crate::io::Holes::default();
+        let mut p = first;
+        while p < end {
+            if !not_valid(p) {
+                p += 1;
+                continue;
+            }
+            let mut q = p + 1;
+            while q < end && q - p < TURN && not_valid(q) {
+                q += 1;
+            }
+            let side = self.read_side();
+            let mut k = p;
+            while k < q {
+                if self.region.mvcc.lookup(k, snapshot).is_some() {
+                    self.install_from(&side, k, snapshot);
+                    k += 1;
+                    continue;
+                }
+                let mut e = k + 1;
+                while e < q && self.region.mvcc.lookup(e, snapshot).is_none() {
+                    e += 1;
+                }
+                let (hole, n) = self.file_hole(k, &mut holes);
+                let e = e.min(k + n.max(1));
+                if hole {
+                    // Zeros: a fresh private page holds them already.
+                    if self.mem.punch(k * PAGE, (e - k) * PAGE) {
+                        self.mem.alias.populate(k * PAGE, (e - k) * PAGE, true);
+                        (k..e).for_each(|page| self.mark_installed(page));
+                    } else {
+                        (k..e).for_each(|page| self.install_from(&side, page, snapshot));
+                    }
+                    k = e;
+                    continue;
+                }
+                self.mem.alias.populate(k * PAGE, (e - k) * PAGE, true);
+                crate::debug::install_delay();
+                let read = self.read_file_pages(k, e);
+                for page in k..e {
+                    if page < k + read {
+                        self.mark_installed(page);
+                    } else {
+                        self.install_from(&side, page, snapshot);
+                    }
+                }
+                k = e;
+            }
+            drop(side);
+            p = q;
+        }
+    }
+
+    /// Whether `page` lies in a hole of the region file (its content is
+    /// zeros), and how many pages from it on are alike.
+    pub(super) fn file_hole(&self, page: usize, holes: &mut crate::io::Holes) -> (bool, usize) {
+        let data = &self.region.data;
+        let at = crate::wal::format::HEADER_BYTES + (page * PAGE) as u64 - data.fd_shift();
+        let (hole, len) = holes.at(data.fd(), at);
+        (
+            hole,
+            len.div_ceil(PAGE as u64).min(usize::MAX as u64) as usize,
+        )
+    }
+
+    /// Reads the region file's pages `[first, end)` into their private
+    /// copies; returns how many whole pages were read from `first` on.
+    fn read_file_pages(&self, first: usize, end: usize) -> usize {
+        let data = &self.region.data;
+        let at = crate::wal::format::HEADER_BYTES + (first * PAGE) as u64 - data.fd_shift();
+        let len = (end - first) * PAGE;
+        // SAFETY: whole pages of the alias, private to this view; no slice
+        // into them is alive (the accessor hands one out after this).
+        let buf =
+            unsafe { std::slice::from_raw_parts_mut(self.mem.alias.base().add(first * PAGE), len) };
+        let mut done = 0;
+        while done < len {
+            match rustix::io::pread(data.fd(), &mut buf[done..], at + done as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => done += n,
+            }
+        }
+        done / PAGE
+    }
+
+    /// `install` of one page on a read side already entered.
+    fn install_from(&self, side: &ReadSide<'_>, page: usize, snapshot: u64) {
+        let src = side.source(page, snapshot);
+        crate::debug::install_delay();
+        let dst = self.mem.alias.base() as usize + page * PAGE;
+        // SAFETY: as in `copy_snapshot`.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, PAGE) };
+        self.mark_installed(page);
+    }
+
+    /// Notes that `page`'s private copy holds its snapshot version.
+    fn mark_installed(&self, page: usize) {
         self.mem.note_resident(page);
         if let Some(v) = self.mem.valid.get(page) {
             v.store(page_state::PRIVATE, Ordering::Release);
@@ -207,7 +342,11 @@ impl ViewInner {
     pub(super) fn access(&self, off: usize, len: usize, write: bool) -> *mut u8 {
         if len > 0 {
             let need = if write { TOUCH_WRITE } else { TOUCH_READ };
-            for page in off / PAGE..=(off + len - 1) / PAGE {
+            let (first, last) = (off / PAGE, (off + len - 1) / PAGE);
+            if last > first {
+                self.install_range(first, last + 1, self.snapshot.load(Ordering::Relaxed));
+            }
+            for page in first..=last {
                 if self.touch_bits(page) & need == 0 {
                     self.touch(page, write);
                 }
@@ -317,7 +456,11 @@ impl ViewInner {
         let page_addr = self.mem.user.base() as usize + page * PAGE;
         self.faults.fetch_add(1, Ordering::Relaxed);
         self.islands.fetch_add(1, Ordering::Relaxed);
-        let access = if self.active.load(Ordering::Acquire) {
+        let active = self.active.load(Ordering::Acquire);
+        if active && write && self.round_window.load(Ordering::Relaxed) > 0 {
+            return self.round_fault(page);
+        }
+        let access = if active {
             let a = self.touch(page, write);
             if a == Access::ReadWrite {
                 self.mark_exposed_rw(page);
@@ -339,6 +482,43 @@ impl ViewInner {
         }
     }
 }
+
+impl ViewInner {
+    /// A write fault in a round's transaction (`view/rounds.rs`): when it
+    /// continues the run the last one made writable (sequential stores),
+    /// the next run is twice as long (at most `ROUND_WINDOW` pages); else
+    /// one page. The run is installed at once (`install_range`), joins the
+    /// write set and becomes writable with one `mprotect`. Pages of it the
+    /// round does not change are dropped at commit (only changed pages are
+    /// written or validated), so a round stays its stores.
+    fn round_fault(&self, page: usize) -> FaultOutcome {
+        let next = self.round_next.load(Ordering::Relaxed);
+        let window = match self.round_window.load(Ordering::Relaxed) {
+            w if page == next => (2 * w).min(ROUND_WINDOW),
+            _ => 1,
+        };
+        let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
+        let end = (page + window).min(pages);
+        self.install_range(page, end, self.snapshot.load(Ordering::Relaxed));
+        self.islands
+            .fetch_add((end - page) as u64, Ordering::Relaxed);
+        for p in page..end {
+            self.touch(p, true);
+            self.mark_exposed_rw(p);
+        }
+        self.round_window.store(window, Ordering::Relaxed);
+        self.round_next.store(end, Ordering::Relaxed);
+        self.trim_private(true, Some(page));
+        let addr = self.mem.user.base() as usize + page * PAGE;
+        match protect_raw(addr, (end - page) * PAGE, Access::ReadWrite) {
+            Ok(()) => FaultOutcome::Handled,
+            Err(_) => FaultOutcome::ProtectFailed,
+        }
+    }
+}
+
+/// Most pages one write fault of a round makes writable (1 MiB).
+const ROUND_WINDOW: usize = 256;
 
 /// The touch bits of a `touched` entry if it belongs to transaction `serial`.
 fn bits_of(entry: u32, serial: u32) -> u32 {

@@ -140,6 +140,11 @@ pub(crate) struct ViewInner {
     /// Commutative operations of the open transaction left their local
     /// results in pages it did not touch: nothing is trimmed until it ends.
     commuted: AtomicBool,
+    /// In a round's transaction, the pages a write fault makes writable
+    /// at once (`fault.rs`, `round_fault`); 0 in any other transaction.
+    round_window: AtomicUsize,
+    /// The page after the last run a round's write fault made writable.
+    round_next: AtomicUsize,
 }
 
 impl ViewInner {
@@ -272,6 +277,8 @@ impl View {
                 file_ok: AtomicBool::new(false),
                 trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
                 commuted: AtomicBool::new(false),
+                round_window: AtomicUsize::new(0),
+                round_next: AtomicUsize::new(usize::MAX),
                 slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
@@ -576,6 +583,16 @@ impl View {
 
     fn commit_outermost(&mut self) -> Result<()> {
         let v = &*self.inner;
+        if self.rounds && self.op_log.is_none() {
+            // A round alone with its region needs no byte diffs: only which
+            // pages changed. Diffs are taken only if it must be logged.
+            if let Some(req) = self.prepare_commit_with(false, false)?
+                && let Some(seq) = v.region.commit_round(&req)?
+            {
+                v.last_commit.store(seq, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
         let Some(req) = self.prepare_commit(false)? else {
             // An ordered transaction still waits for its turn and moves its group on.
             return v.region.order_pass(v.slot(), true);
@@ -591,6 +608,16 @@ impl View {
     /// across several regions: what it read is still validated), or for a
     /// read-only transaction.
     pub(crate) fn prepare_commit(&self, validate: bool) -> Result<Option<CommitRequest<'_>>> {
+        self.prepare_commit_with(validate, true)
+    }
+
+    /// `prepare_commit`; without `diffs`, the request holds the changed
+    /// pages but no byte ranges (enough for a round written in place).
+    fn prepare_commit_with(
+        &self,
+        validate: bool,
+        diffs: bool,
+    ) -> Result<Option<CommitRequest<'_>>> {
         self.check_expired()?;
         let v = &*self.inner;
         match v.doomed.load(Ordering::Relaxed) {
@@ -623,6 +650,7 @@ impl View {
         let mut versions: Vec<(u32, &[u8])> = Vec::with_capacity(n);
         let snapshot = v.snapshot.load(Ordering::Relaxed);
         let side = v.read_side();
+        let mut holes = crate::io::Holes::default();
         for &page in pages {
             // SAFETY: the page in our alias is mapped, and nothing else writes
             // it during commit (the view is &mut self). The snapshot's version
@@ -631,10 +659,19 @@ impl View {
             // the page, and then validation rejects this commit (diff unused).
             let (old, cur) = unsafe {
                 (
-                    std::slice::from_raw_parts(side.source(page as usize, snapshot), PAGE),
+                    std::slice::from_raw_parts(
+                        side.source_or_zeros(page as usize, snapshot, &mut holes),
+                        PAGE,
+                    ),
                     std::slice::from_raw_parts(v.mem.alias.base().add(page as usize * PAGE), PAGE),
                 )
             };
+            if !diffs {
+                if old != cur {
+                    versions.push((page, cur));
+                }
+                continue;
+            }
             let base = op_log.and_then(|l| l.shadow(page)).unwrap_or(old);
             let before = ranges.len();
             diff(base, cur, page as u64 * PAGE as u64, &mut ranges);
@@ -691,7 +728,6 @@ impl View {
             ops: op_log.map_or_else(Vec::new, apply::OpLog::logged),
             commute,
             slot: v.slot(),
-            round: self.rounds,
         }))
     }
 
@@ -700,16 +736,35 @@ impl View {
     fn finish(&mut self, committed: bool) {
         let v = &*self.inner;
         v.active.store(false, Ordering::Release);
+        v.round_window.store(0, Ordering::Relaxed);
         let mut reset = v.doomed.load(Ordering::Relaxed) == DOOM_TOO_LARGE;
+        // Consecutive writable pages are made read-only in one call.
+        let mut run: Option<(usize, usize)> = None;
+        let mut protect = |r: Option<(usize, usize)>| {
+            if let Some((start, end)) = r {
+                reset |= v
+                    .mem
+                    .user
+                    .protect(start * PAGE, (end - start) * PAGE, Access::Read)
+                    .is_err();
+            }
+        };
         v.for_each_written(|page| {
             if !committed {
                 v.restore(page);
             }
             // Pages written through the accessors were never writable here.
             if v.touch_bits(page) & TOUCH_EXPOSED_RW != 0 {
-                reset |= v.mem.user.protect(page * PAGE, PAGE, Access::Read).is_err();
+                run = match run {
+                    Some((start, end)) if end == page => Some((start, page + 1)),
+                    r => {
+                        protect(r);
+                        Some((page, page + 1))
+                    }
+                };
             }
         });
+        protect(run);
         if reset {
             // Pages written beyond the write set are unknown: forget them all.
             let ok = v

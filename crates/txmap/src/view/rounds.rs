@@ -25,7 +25,16 @@ impl View {
                 "start_rounds inside a transaction: commit or roll it back first".into(),
             ));
         }
-        self.begin_with(ROUND)
+        self.begin_round()
+    }
+
+    /// Opens a round's transaction, whose write faults take runs of pages.
+    fn begin_round(&mut self) -> Result<()> {
+        self.begin_with(ROUND)?;
+        self.inner
+            .round_window
+            .store(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Ends the current round: every store since the last round becomes
@@ -50,7 +59,7 @@ impl View {
         self.rounds = true;
         let r = self.commit();
         self.rounds = false;
-        self.begin_with(ROUND)?;
+        self.begin_round()?;
         r
     }
 
