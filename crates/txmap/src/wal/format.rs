@@ -405,6 +405,9 @@ pub fn encode_record<'a>(
         + ops_bytes
         + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
+    // One allocation: a bulk load's record is megabytes, and growing by
+    // doubling copied it several times.
+    out.reserve(padded(RECORD_HEADER + payload));
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&[0; 4]); // crc, filled below
     out.push(if ops.is_empty() {
