@@ -436,13 +436,19 @@ impl RegionInner {
         }
         check_size(size, self.opts.max_size)?;
         crate::wal::log::check_poison(&h.log)?;
+        let before = self
+            .data
+            .len()
+            .map_err(|e| Error::io("stat", &self.path, e))?;
         self.data
             .set_len(HEADER_BYTES + size)
             .map_err(|e| Error::io("allocate disk space to grow", &self.path, e))?;
         self.mvcc
             .back_tables(size / PAGE as u64)
             .map_err(|e| Error::io("grow shared state", self.mvcc.path(), e))?;
-        h.file.grown(&g, size);
+        let fresh_from =
+            (old / PAGE as u64).max(before.saturating_sub(HEADER_BYTES).div_ceil(PAGE as u64));
+        h.file.grown(&g, size, fresh_from);
         self.map_image(size)
     }
 
@@ -666,6 +672,9 @@ impl RegionInner {
     /// Writes `pages` into the region file, each run of consecutive pages
     /// in one vectored write, and records their checksums (nothing synced).
     fn write_pages(&self, pages: &[(u32, &[u8])], op: &'static str) -> Result<()> {
+        if let Some(end) = pages.iter().map(|&(p, _)| u64::from(p) + 1).max() {
+            self.mvcc.hdr().file.writing_below(end);
+        }
         let crcs = || -> Vec<(u64, u32)> {
             pages
                 .iter()

@@ -24,6 +24,12 @@ pub struct FileShared {
     /// durable copy until a checkpoint syncs the file and writes the
     /// header; 0 if none.
     behind: AtomicU64,
+    /// Every data page at or above this number reads as zeros in the
+    /// region file (pages a grow added that no write has reached since);
+    /// `u64::MAX` when nothing is known. Lets a view take such a page's
+    /// snapshot content from a static zero page instead of faulting in
+    /// the file's page (a bulk load fills hundreds of fresh pages).
+    zero_from: AtomicU64,
     /// One checkpoint at a time.
     checkpoint_lock: SharedMutex,
     /// Growing the region.
@@ -51,6 +57,8 @@ impl FileShared {
         self.data_size.store(data_size, Ordering::Relaxed);
         self.ops_seq.store(0, Ordering::Relaxed);
         self.behind.store(0, Ordering::Relaxed);
+        // Recovery may have written anywhere: nothing is known zero until a grow.
+        self.zero_from.store(u64::MAX, Ordering::Relaxed);
         Ok(())
     }
 
@@ -93,13 +101,38 @@ impl FileShared {
     }
 
     /// The region grew to `size` (caller holds the grow lock; the file is
-    /// that long already).
-    pub fn grown(&self, _grow_lock: &Guard<'_>, size: u64) {
+    /// that long already). `fresh_from`: the first data page the grow's
+    /// extension of the file added (the file's length before it, in pages):
+    /// from there on the file reads as zeros.
+    pub fn grown(&self, _grow_lock: &Guard<'_>, size: u64, fresh_from: u64) {
         assert!(
             size >= self.data_size(),
             "a region never shrinks while open"
         );
+        // Lowered only from "unknown": a known bound already covers the
+        // new pages (the file grew from it with zeros). A write racing this
+        // wrote a page below `fresh_from` (only pages of the old size exist).
+        let _ = self.zero_from.compare_exchange(
+            u64::MAX,
+            fresh_from,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         self.data_size.store(size, Ordering::Release);
+    }
+
+    /// Pages below `end` of the region file are about to be written: they
+    /// may stop reading as zeros. Called before the write.
+    pub fn writing_below(&self, end: u64) {
+        let cur = self.zero_from.load(Ordering::Acquire);
+        if cur != u64::MAX && cur < end {
+            self.zero_from.fetch_max(end, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether data page `page` reads as zeros in the region file.
+    pub fn known_zero(&self, page: u64) -> bool {
+        page >= self.zero_from.load(Ordering::Acquire)
     }
 
     /// A checkpoint wrote a region header with `generation` and

@@ -182,6 +182,9 @@ impl Drop for CheckpointPin<'_> {
 /// shared lock on (far beyond the slots' bytes; locks need no file there).
 const OPENER_BYTE: u64 = 1 << 40;
 
+/// Fresh version blocks a commit needs before `reserve` maps them ahead.
+const POPULATE_MIN: u64 = 16;
+
 fn link(b: u64) -> u64 {
     b + 1
 }
@@ -900,6 +903,14 @@ impl Mvcc {
                 (upto - backed) * PAGE as u64,
             )?;
             h.arena_backed.store(upto, Ordering::Release);
+        }
+        // A large commit (a bulk load) fills a run of fresh blocks: map them
+        // in one call rather than take a fault on each copy in `publish`.
+        if need >= POPULATE_MIN {
+            self.file.populate(
+                self.layout.data as u64 + fresh * PAGE as u64,
+                need * PAGE as u64,
+            );
         }
         Ok(())
     }

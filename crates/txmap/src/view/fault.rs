@@ -16,6 +16,9 @@ use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
 use crate::viewmem::page_state;
 
+/// What a page reads as in the region file before anything is written there.
+static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+
 /// A turn on the MVCC read side: versions found during it stay in memory
 /// (a version is freed only after every reader that could see it left).
 /// Leaves on drop.
@@ -26,13 +29,18 @@ pub(super) struct ReadSide<'a> {
 
 impl ReadSide<'_> {
     /// Address of the content of `page` at snapshot `s`: its version, or
-    /// else the region file's image. Valid until the read side is left.
-    /// The caller has checked that `page` is below the mapped size.
+    /// else the region file's image, or a static zero page for a page a
+    /// grow added that the file has not been written at since (no fault on
+    /// the file's page: a bulk load's fresh pages). Valid until the read
+    /// side is left. The caller has checked that `page` is below the
+    /// mapped size.
     pub(super) fn source(&self, page: usize, s: u64) -> *const u8 {
-        match self.view.region.mvcc.lookup(page, s) {
+        let region = &self.view.region;
+        match region.mvcc.lookup(page, s) {
             Some(v) => v.data.as_ptr(),
+            None if region.mvcc.hdr().file.known_zero(page as u64) => ZERO_PAGE.as_ptr(),
             // SAFETY: the page lies below the region size, which the image maps.
-            None => unsafe { self.view.region.image_data().add(page * PAGE) },
+            None => unsafe { region.image_data().add(page * PAGE) },
         }
     }
 

@@ -389,7 +389,56 @@ pub fn encode_record<'a>(
     time: Option<u64>,
     group: Option<&GroupTrailer>,
 ) {
-    let start = out.len();
+    let mut own = Vec::new();
+    let pieces = encode_pieces(
+        &mut own, salt, seq, synced, data_size, ranges, ops, time, group,
+    );
+    out.reserve(pieces.iter().map(|p| p.bytes(&own).len()).sum());
+    for p in &pieces {
+        out.extend_from_slice(p.bytes(&own));
+    }
+}
+
+/// A piece of an encoded record (`encode_pieces`): bytes of the encoder's
+/// own buffer, or a range's bytes, borrowed.
+#[derive(Clone, Copy, Debug)]
+pub enum Piece<'a> {
+    /// `own[start..end]`.
+    Own(usize, usize),
+    /// A range's new bytes.
+    Data(&'a [u8]),
+}
+
+impl<'a> Piece<'a> {
+    /// The piece's bytes, given the encoder's own buffer.
+    pub fn bytes<'b>(&self, own: &'b [u8]) -> &'b [u8]
+    where
+        'a: 'b,
+    {
+        match *self {
+            Piece::Own(s, e) => &own[s..e],
+            Piece::Data(d) => d,
+        }
+    }
+}
+
+/// Encodes a record as pieces that, written one after the other, are the
+/// bytes `encode_record` appends: the ranges' bytes are not copied (a bulk
+/// load's record is megabytes, written with one vectored write). `own`
+/// must be empty; it receives every byte that is not a range's.
+#[allow(clippy::too_many_arguments)] // the record's fields, in their order
+pub fn encode_pieces<'a>(
+    own: &mut Vec<u8>,
+    salt: u64,
+    seq: u64,
+    synced: u64,
+    data_size: u64,
+    ranges: impl Iterator<Item = Range<'a>> + Clone,
+    ops: &[LoggedOp<'_>],
+    time: Option<u64>,
+    group: Option<&GroupTrailer>,
+) -> Vec<Piece<'a>> {
+    assert!(own.is_empty(), "pieces index an empty buffer");
     let n = ranges.clone().count();
     let ops_bytes: usize = if ops.is_empty() {
         0
@@ -405,49 +454,68 @@ pub fn encode_record<'a>(
         + ops_bytes
         + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
-    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-    out.extend_from_slice(&[0; 4]); // crc, filled below
-    out.push(if ops.is_empty() {
+    own.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+    own.extend_from_slice(&[0; 4]); // crc, filled below
+    own.push(if ops.is_empty() {
         KIND_COMMIT
     } else {
         KIND_COMMIT_OPS
     });
-    out.push(
+    own.push(
         if time.is_some() { FLAG_TIME } else { 0 } | if group.is_some() { FLAG_GROUP } else { 0 },
     );
-    out.extend_from_slice(&[0; 2]);
-    out.extend_from_slice(&(payload as u32).to_le_bytes());
-    out.extend_from_slice(&salt.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&synced.to_le_bytes());
+    own.extend_from_slice(&[0; 2]);
+    own.extend_from_slice(&(payload as u32).to_le_bytes());
+    own.extend_from_slice(&salt.to_le_bytes());
+    own.extend_from_slice(&seq.to_le_bytes());
+    own.extend_from_slice(&synced.to_le_bytes());
     if let Some(t) = time {
-        out.extend_from_slice(&t.to_le_bytes());
+        own.extend_from_slice(&t.to_le_bytes());
     }
-    out.extend_from_slice(&data_size.to_le_bytes());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
+    own.extend_from_slice(&data_size.to_le_bytes());
+    own.extend_from_slice(&(n as u32).to_le_bytes());
     if !ops.is_empty() {
-        out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+        own.extend_from_slice(&(ops.len() as u32).to_le_bytes());
     }
+    let mut pieces = Vec::with_capacity(2 * n + 2);
+    let mut from = 0;
     for r in ranges {
-        out.extend_from_slice(&r.offset.to_le_bytes());
-        out.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(r.bytes);
+        own.extend_from_slice(&r.offset.to_le_bytes());
+        own.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
+        pieces.push(Piece::Own(from, own.len()));
+        pieces.push(Piece::Data(r.bytes));
+        from = own.len();
     }
     for o in ops {
         for v in [o.at, o.id, o.pages.len() as u32, o.args.len() as u32] {
-            out.extend_from_slice(&v.to_le_bytes());
+            own.extend_from_slice(&v.to_le_bytes());
         }
         for p in &o.pages {
-            out.extend_from_slice(&p.to_le_bytes());
+            own.extend_from_slice(&p.to_le_bytes());
         }
-        out.extend_from_slice(o.args);
+        own.extend_from_slice(o.args);
     }
     if let Some(g) = group {
-        g.encode(out);
+        g.encode(own);
     }
-    let crc = crc32c::crc32c(&out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    out.resize(start + padded(RECORD_HEADER + payload), 0);
+    let body = own.len();
+    own.resize(
+        body + padded(RECORD_HEADER + payload) - (RECORD_HEADER + payload),
+        0,
+    );
+    pieces.push(Piece::Own(from, body));
+    // The CRC covers everything after itself up to the padding.
+    let mut crc = 0;
+    let mut skip = 8;
+    for p in &pieces {
+        let b = p.bytes(own);
+        let k = skip.min(b.len());
+        skip -= k;
+        crc = crc32c::crc32c_append(crc, &b[k..]);
+    }
+    own[4..8].copy_from_slice(&crc.to_le_bytes());
+    pieces.push(Piece::Own(body, own.len()));
+    pieces
 }
 
 pub fn padded(n: usize) -> usize {

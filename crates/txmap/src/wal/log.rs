@@ -24,6 +24,9 @@ use crate::os::lock::{Guard, futex_wait_bits, futex_wake_all, futex_wake_bits};
 /// Log space is made real (zeros written) this much at a time, so that the
 /// per-commit sync has no file-size change to flush.
 const PREALLOCATE: u64 = 4 << 20;
+/// Records of at least this many bytes are written from their pieces
+/// (`format::encode_pieces`) with one vectored write.
+const VECTORED_FROM: usize = 64 << 10;
 /// The zeros are written in pieces this large: one large write makes the
 /// page cache hold the log in large folios, and then every small append
 /// and every `fdatasync` walks a whole folio's blocks (measured on ext4,
@@ -243,14 +246,14 @@ impl Log {
             seq,
             "records are appended in sequence order"
         );
-        let mut buf = Vec::new();
         let salt = h.log_salt.load(Ordering::Acquire);
         let synced = h.synced_seq.load(Ordering::Acquire);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        format::encode_record(
-            &mut buf,
+        let mut own = Vec::new();
+        let pieces = format::encode_pieces(
+            &mut own,
             salt,
             seq,
             synced,
@@ -260,12 +263,21 @@ impl Log {
             Some(now),
             group,
         );
+        let bufs: Vec<&[u8]> = pieces.iter().map(|p| p.bytes(&own)).collect();
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        // A small record in one buffer, one write; a large one (a bulk
+        // load's) straight from the pages' bytes, not copied together first.
+        let buf = if len < VECTORED_FROM {
+            Some(bufs.concat())
+        } else {
+            None
+        };
         let off = h.log_end.load(Ordering::Acquire);
         assert!(
             off >= HEADER_BYTES && h.published_end.load(Ordering::Acquire) <= off,
             "a record goes after the header and after every published record"
         );
-        let end = off + buf.len() as u64;
+        let end = off + len as u64;
         let allocated = h.log_allocated.load(Ordering::Acquire);
         let r = (|| {
             // At least 8 zero bytes stay after the last record, and the new
@@ -288,9 +300,11 @@ impl Log {
                     .map_err(|e| self.err("sync extended log", e))?;
                 h.log_allocated.store(new_alloc, Ordering::Release);
             }
-            self.storage
-                .write_at(&buf, off)
-                .map_err(|e| self.err("append to log", e))
+            match &buf {
+                Some(b) => self.storage.write_at(b, off),
+                None => self.storage.write_all_vectored_at(&bufs, off),
+            }
+            .map_err(|e| self.err("append to log", e))
         })();
         if let Err(e) = &r {
             poison(h, e);
