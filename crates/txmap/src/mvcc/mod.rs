@@ -924,13 +924,6 @@ impl Mvcc {
         h.blocks_in_use.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Publishes commit `seq`: new versions (copied from `pages`), per-page
-    /// sequence, dirty list, journal, then the commit sequence itself.
-    /// Idempotent per page (a page whose newest version is already `seq` is
-    /// skipped), so a repair can finish a dead committer's publication.
-    ///
-    /// Chains of these pages are pruned to what some snapshot or the next
-    /// checkpoint can still need (see `PrunePlan`).
     /// Commit `seq` whose pages went straight into the region file, which
     /// is checkpointed at `seq` already (a round alone with the region,
     /// `RegionInner::commit_round_in_place`): no versions; each page's last
@@ -948,18 +941,32 @@ impl Mvcc {
                 e.seq.store(seq, Ordering::Release);
             }
         }
+        self.journal_commit(seq, pages.iter().copied());
+    }
+
+    /// Lists commit `seq`'s `pages` in the change journal, then makes `seq`
+    /// the commit sequence (the last step of a publication).
+    fn journal_commit(&self, seq: u64, pages: impl ExactSizeIterator<Item = u32>) {
+        let h = self.hdr();
         let j = self.journal();
         let head = h.journal_head.load(Ordering::Acquire);
-        for (k, &page) in pages.iter().enumerate() {
+        let n = pages.len() as u64;
+        for (k, page) in pages.enumerate() {
             let x = &j[((head + k as u64) % JOURNAL_LEN) as usize];
             x.seq.store(seq, Ordering::Release);
             x.page.store(page.into(), Ordering::Release);
         }
-        h.journal_head
-            .store(head + pages.len() as u64, Ordering::Release);
+        h.journal_head.store(head + n, Ordering::Release);
         h.commit_seq.store(seq, Ordering::Release);
     }
 
+    /// Publishes commit `seq`: new versions (copied from `pages`), per-page
+    /// sequence, dirty list, journal, then the commit sequence itself.
+    /// Idempotent per page (a page whose newest version is already `seq` is
+    /// skipped), so a repair can finish a dead committer's publication.
+    ///
+    /// Chains of these pages are pruned to what some snapshot or the next
+    /// checkpoint can still need (see `PrunePlan`).
     pub fn publish(
         &self,
         l: &Locked<'_>,
@@ -1010,16 +1017,7 @@ impl Mvcc {
                 e.dirty.store(1, Ordering::Release);
             }
         }
-        let j = self.journal();
-        let head = h.journal_head.load(Ordering::Acquire);
-        for (k, &(page, _)) in pages.iter().enumerate() {
-            let x = &j[((head + k as u64) % JOURNAL_LEN) as usize];
-            x.seq.store(seq, Ordering::Release);
-            x.page.store(page.into(), Ordering::Release);
-        }
-        h.journal_head
-            .store(head + pages.len() as u64, Ordering::Release);
-        h.commit_seq.store(seq, Ordering::Release);
+        self.journal_commit(seq, pages.iter().map(|&(page, _)| page));
         if !unlinked.is_empty() {
             self.retire(l, unlinked);
         }
