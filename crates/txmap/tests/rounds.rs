@@ -250,15 +250,7 @@ fn a_round_killed_after_its_journal_is_synced_is_there_after_recovery() {
         c.wait_killed(&format!("the round at {point:?}"));
         if point.is_none() {
             // Its header waits for a checkpoint: the journal has it.
-            let report = txmap::inspect::check(&p).unwrap();
-            assert!(
-                report
-                    .warnings
-                    .iter()
-                    .any(|w| w.contains("the page journal holds")),
-                "{:?}",
-                report.warnings
-            );
+            assert_journal_pending(&p, "a round killed after it returned");
         }
         remove_shared_state(d.path());
         // Durable once its journal was synced: recovery finishes it.

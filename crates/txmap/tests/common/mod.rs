@@ -523,3 +523,18 @@ pub fn archive_segments(archive: &Path) -> Vec<(u64, u64, PathBuf)> {
     v.sort();
     v
 }
+
+/// `txmap check` of the region at `p` warns that its page journal holds a
+/// checkpoint or round the next writable opener must finish (`what` names
+/// the case in the failure).
+pub fn assert_journal_pending(p: &Path, what: &str) {
+    let report = txmap::inspect::check(p).unwrap();
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("the page journal holds")),
+        "{what}: {:?}",
+        report.warnings
+    );
+}
