@@ -89,11 +89,15 @@ pub enum CrashPoint {
     /// A commit across several regions: appended and published (pending)
     /// in every writer, the commit locks released, before the logs' sync.
     GroupUnlocked = 25,
+    /// A large round written in place, after `round` returned: the first
+    /// batch of its pages copied from its synced journal into the region
+    /// file by the copy's thread, before the rest (`roundwrite.rs`).
+    RoundCopying = 26,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 25] = [
+    pub const ALL: [CrashPoint; 26] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -119,6 +123,7 @@ impl CrashPoint {
         CrashPoint::GroupSynced,
         CrashPoint::GroupPublished,
         CrashPoint::GroupUnlocked,
+        CrashPoint::RoundCopying,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -162,7 +167,8 @@ mod tests {
             | CrashPoint::CheckpointJournaled
             | CrashPoint::RecoveryWriting
             | CrashPoint::RoundJournaled
-            | CrashPoint::RoundWriting => p as u32,
+            | CrashPoint::RoundWriting
+            | CrashPoint::RoundCopying => p as u32,
             CrashPoint::GroupAppended
             | CrashPoint::GroupSynced
             | CrashPoint::GroupPublished
@@ -280,6 +286,19 @@ pub fn slow_checkpoints(us: u64) {
 
 pub(crate) fn checkpoint_pause() {
     sleep_for(&CHECKPOINT_PAUSE_US);
+}
+
+static ROUND_COPY_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+
+/// Makes the copy of a large round from its journal into the region file
+/// (`roundwrite.rs`) start `us` microseconds late, so tests can look at
+/// the region while it is under way.
+pub fn slow_round_copies(us: u64) {
+    ROUND_COPY_PAUSE_US.store(us, Ordering::Relaxed);
+}
+
+pub(crate) fn round_copy_pause() {
+    sleep_for(&ROUND_COPY_PAUSE_US);
 }
 
 /// Sleeps as many microseconds as `knob` holds (none when 0).

@@ -111,6 +111,9 @@ pub(crate) struct RegionInner {
     pub(crate) fence: crate::fencectl::Fence,
     /// `data` again when the region is a plain file (`plainfile.rs`).
     pub(crate) plain: Option<Arc<crate::io::plain::PlainStorage>>,
+    /// The copy of a large round from its journal into the region file,
+    /// while it is under way (`roundwrite.rs`).
+    pub(crate) round_write: crate::roundwrite::RoundWrite,
 }
 
 /// `flock(2)` on `f` (a lock file of the region at `path`): false if a
@@ -457,6 +460,7 @@ impl RegionInner {
     pub fn commit(&self, req: CommitRequest<'_>) -> Result<u64> {
         self.check_owner()?;
         self.check_writable("commit")?;
+        self.settle_round()?;
         let h = self.mvcc.hdr();
         crate::wal::log::check_poison(&h.log)?;
         // The record's payload, less its fixed fields and operations (a
@@ -559,8 +563,56 @@ impl RegionInner {
     pub(crate) fn commit_round(&self, req: &CommitRequest<'_>) -> Result<Option<u64>> {
         self.check_owner()?;
         self.check_writable("commit")?;
+        self.settle_round()?;
         crate::wal::log::check_poison(&self.mvcc.hdr().log)?;
         self.commit_round_in_place(req)
+    }
+
+    /// Waits for the copy of a round into the region file under way, if
+    /// any (`roundwrite.rs`); its failure poisons the log. Before anything
+    /// that syncs the file, overwrites the journal, or takes the
+    /// transition lock.
+    pub(crate) fn settle_round(&self) -> Result<()> {
+        let r = self.round_write.join();
+        if let Err(e) = &r {
+            crate::wal::log::poison(&self.mvcc.hdr().log, e);
+        }
+        r
+    }
+
+    /// The copy of the journal of `pages` into the region file, on
+    /// descriptors of its own (`roundwrite.rs`); `None` when it cannot run
+    /// off the round's path (a plain file, a small round).
+    fn off_path_copy(
+        &self,
+        journal: &Path,
+        pages: &[(u32, &[u8])],
+    ) -> Result<Option<crate::roundwrite::Copy>> {
+        let Some(locks) = &self.locks else {
+            return Ok(None);
+        };
+        if pages.len() < crate::roundwrite::OFF_PATH_PAGES
+            || self.plain.is_some()
+            || self.data.fd_shift() != 0
+        {
+            return Ok(None);
+        }
+        use std::os::fd::AsFd;
+        let dup = crate::roundwrite::dup;
+        let j = crate::io::FileStorage::open_read_only(journal)
+            .map_err(|e| Error::io("open", journal, e))?;
+        Ok(Some(crate::roundwrite::Copy {
+            region: self.path.clone(),
+            journal: dup(j.fd(), journal)?,
+            images_at: HEADER_BYTES + crate::journal::list_bytes(pages.len()),
+            data: dup(self.data.fd(), &self.path)?,
+            sums: match &self.sums {
+                Some(s) => Some(dup(s.fd(), &self.path)?),
+                None => None,
+            },
+            transition: dup(locks.transition.as_fd(), &self.path)?,
+            pages: pages.iter().map(|&(p, _)| p).collect(),
+        }))
     }
 
     /// A round whose view is alone with the region (no other process has
@@ -585,19 +637,41 @@ impl RegionInner {
         // failed conversion drops the shared hold: it is taken again).
         flock(&locks.transition, F::LockExclusive, &self.path)?;
         let alone = flock(&locks.users, F::NonBlockingLockExclusive, &self.path);
+        let mut copy = None;
         let r = match alone {
-            Ok(true) => self.round_alone(req, journal),
+            Ok(true) => self.round_alone(req, journal, &mut copy),
             Ok(false) => Ok(None),
             Err(e) => Err(e),
         };
         let back = flock(&locks.users, F::LockShared, &self.path);
-        let _ = rustix::fs::flock(&locks.transition, F::Unlock);
-        back?;
+        match copy {
+            // The copy's thread keeps the transition lock until the file
+            // holds the round: no process opens the region meanwhile.
+            Some(c) => {
+                let started = self.round_write.start(c);
+                if let Err(e) = &started {
+                    crate::wal::log::poison(&self.mvcc.hdr().log, e);
+                }
+                back?;
+                started?;
+            }
+            None => {
+                let _ = rustix::fs::flock(&locks.transition, F::Unlock);
+                back?;
+            }
+        }
         r
     }
 
     /// `commit_round_in_place` once no other process has the region open.
-    fn round_alone(&self, req: &CommitRequest<'_>, journal: &Path) -> Result<Option<u64>> {
+    /// A large round's pages go into the file off the round's path: `copy`
+    /// is then what the caller starts once it let go of the users lock.
+    fn round_alone(
+        &self,
+        req: &CommitRequest<'_>,
+        journal: &Path,
+        copy: &mut Option<crate::roundwrite::Copy>,
+    ) -> Result<Option<u64>> {
         let _gate = self.round_gate.write().unwrap_or_else(|e| e.into_inner());
         self.mvcc.reap_dead_slots();
         if self.mvcc.own_slots() != 1 {
@@ -626,8 +700,21 @@ impl RegionInner {
         let r = (|| {
             self.journal_pages(journal, c, seq, &req.pages)?;
             crate::debug::hit(crate::debug::CrashPoint::RoundJournaled);
-            self.write_pages(&req.pages, "write a round into")?;
-            crate::debug::hit(crate::debug::CrashPoint::RoundWriting);
+            match self.off_path_copy(journal, &req.pages)? {
+                // Durable now: the pages go into the file on another
+                // thread, and every reader of the file waits for it.
+                Some(c) => {
+                    if let Some(end) = req.pages.iter().map(|&(p, _)| u64::from(p) + 1).max() {
+                        h.file.writing_below(end);
+                    }
+                    self.round_write.begin();
+                    *copy = Some(c);
+                }
+                None => {
+                    self.write_pages(&req.pages, "write a round into")?;
+                    crate::debug::hit(crate::debug::CrashPoint::RoundWriting);
+                }
+            }
             // Durable in the journal: the file's sync and header wait for
             // the next checkpoint (`catch_up_header`), so a round costs one
             // sync, and the kernel writes the pages back meanwhile.
@@ -952,6 +1039,7 @@ impl RegionInner {
                 .map_err(|e| Error::corrupt(&self.path, 0, e.to_string()))?;
             h.file.adopt_disk(disk.generation, disk.checkpoint_seq);
         }
+        self.settle_round()?;
         crate::wal::log::check_poison(&h.log)?;
         self.catch_up_header(&g)?;
         // A process that died in a transaction pins nothing from now on,
@@ -1107,6 +1195,8 @@ impl Drop for RegionInner {
         if self.check_owner().is_err() {
             return; // a forked child: the parent's state is not ours to touch
         }
+        // Its thread holds the transition lock until the file has the round.
+        let _ = self.settle_round();
         // Only the last process out checkpoints (below): the others leave
         // the log to it, so closing in a busy region costs no checkpoint.
         let Some(l) = &self.locks else {

@@ -60,6 +60,7 @@ mod rand;
 mod readside;
 mod recovery;
 mod region;
+mod roundwrite;
 pub mod sums;
 mod view;
 mod viewmem;

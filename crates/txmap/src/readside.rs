@@ -23,6 +23,8 @@ pub(crate) struct ReadSide<'a> {
 impl RegionInner {
     /// Enters the read side of `slot` (a no-op if it is already inside).
     pub(crate) fn read_side(&self, slot: usize) -> ReadSide<'_> {
+        // A round's copy into the file under way: the file is behind.
+        self.round_write.wait_readable();
         let mapped = (*crate::engine::lock(&self.image_mapped) / PAGE as u64) as usize;
         ReadSide {
             entered: self.mvcc.enter(slot),

@@ -557,6 +557,7 @@ impl Region {
             journal: journal_path,
             round_gate: std::sync::RwLock::new(()),
             plain,
+            round_write: Default::default(),
         });
         inner.map_image(size)?;
         inner.mvcc.hdr().opens.fetch_add(1, Ordering::Relaxed);

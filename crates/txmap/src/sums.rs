@@ -40,6 +40,35 @@ pub fn page_crc(page: &[u8]) -> u32 {
     crc32c::crc32c(page)
 }
 
+/// Writes the table entries of `entries` (page, CRC-32C) with `write(bytes,
+/// offset)`, one call per run of consecutive pages (sorted first; a page
+/// listed twice keeps its last CRC).
+pub(crate) fn write_entries(
+    entries: &mut [(u64, u32)],
+    mut write: impl FnMut(&[u8], u64) -> Result<()>,
+) -> Result<()> {
+    entries.sort_by_key(|e| e.0);
+    let mut buf = Vec::new();
+    let mut i = 0;
+    while i < entries.len() {
+        let first = entries[i].0;
+        buf.clear();
+        while i < entries.len() && entries[i].0 == first + (buf.len() as u64 / ENTRY_BYTES) {
+            buf.extend_from_slice(&entries[i].1.to_le_bytes());
+            buf.extend_from_slice(&ENTRY_TAG.to_le_bytes());
+            i += 1;
+            // A page recorded twice keeps its last crc.
+            while i < entries.len() && entries[i].0 == entries[i - 1].0 {
+                let at = buf.len() - ENTRY_BYTES as usize;
+                buf[at..at + 4].copy_from_slice(&entries[i].1.to_le_bytes());
+                i += 1;
+            }
+        }
+        write(&buf, HEADER_BYTES + first * ENTRY_BYTES)?;
+    }
+    Ok(())
+}
+
 /// A decoded table header slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SumsHeader {
@@ -139,6 +168,11 @@ impl PageSums {
         PageSums { file }
     }
 
+    /// The table file's descriptor.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.fd()
+    }
+
     pub fn path(&self) -> &Path {
         self.file.path()
     }
@@ -186,28 +220,11 @@ impl PageSums {
     /// Records `(page, crc)` entries (not synced): sorted, and each run of
     /// consecutive pages written at once.
     pub fn record(&self, entries: &mut [(u64, u32)]) -> Result<()> {
-        entries.sort_unstable_by_key(|e| e.0);
-        let mut buf = Vec::new();
-        let mut i = 0;
-        while i < entries.len() {
-            let first = entries[i].0;
-            buf.clear();
-            while i < entries.len() && entries[i].0 == first + (buf.len() as u64 / ENTRY_BYTES) {
-                buf.extend_from_slice(&entries[i].1.to_le_bytes());
-                buf.extend_from_slice(&ENTRY_TAG.to_le_bytes());
-                i += 1;
-                // A page recorded twice keeps its last crc.
-                while i < entries.len() && entries[i].0 == entries[i - 1].0 {
-                    let at = buf.len() - ENTRY_BYTES as usize;
-                    buf[at..at + 4].copy_from_slice(&entries[i].1.to_le_bytes());
-                    i += 1;
-                }
-            }
+        write_entries(entries, |buf, at| {
             self.file
-                .write_at(&buf, HEADER_BYTES + first * ENTRY_BYTES)
-                .map_err(|e| Error::io("write page checksums to", self.path(), e))?;
-        }
-        Ok(())
+                .write_at(buf, at)
+                .map_err(|e| Error::io("write page checksums to", self.path(), e))
+        })
     }
 
     /// Removes page `page`'s entry (not synced): it is no longer verified.

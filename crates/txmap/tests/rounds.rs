@@ -12,6 +12,14 @@ use txmap::{Durability, Options, Region};
 
 const PAGE: u64 = 4096;
 const PAGES: u64 = 64;
+/// Pages of a round large enough that its pages go into the region file
+/// off `round`'s path (at least 4,096 changed pages).
+const LARGE: u64 = 4608;
+
+/// `TXMAP_PAGES` of a child, else `PAGES`.
+fn env_pages() -> u64 {
+    std::env::var("TXMAP_PAGES").map_or(PAGES, |s| s.parse().unwrap())
+}
 
 /// The child: in round r, stores r into the first u64 of every page (one
 /// page at a time, with pauses, so a kill lands mid-round), then ends the
@@ -45,10 +53,15 @@ fn reopened(p: &std::path::Path) -> (Region, txmap::View) {
 
 /// Every page holds the same round number; returns it.
 fn check(p: &std::path::Path) -> u64 {
+    check_pages(p, PAGES)
+}
+
+/// `check` over the first `pages` pages.
+fn check_pages(p: &std::path::Path, pages: u64) -> u64 {
     let r = Region::open(p, Options::default()).unwrap();
     let mut v = r.view().unwrap();
     v.begin_read().unwrap();
-    let vals: Vec<u64> = (0..PAGES).map(|pg| v.read(pg * PAGE).unwrap()).collect();
+    let vals: Vec<u64> = (0..pages).map(|pg| v.read(pg * PAGE).unwrap()).collect();
     v.commit().unwrap();
     assert!(
         vals.iter().all(|&x| x == vals[0]),
@@ -202,19 +215,28 @@ fn a_round_alone_with_the_region_goes_straight_into_the_file() {
 }
 
 /// The child: completes rounds 1 and 2 (each storing the round number in
-/// every page), then dies at crash point `TXMAP_POINT` in round 3 (0: right
-/// after round 3 returned, before any checkpoint wrote its header).
+/// every page of `TXMAP_PAGES`, default `PAGES`), then dies at crash point
+/// `TXMAP_POINT` in round 3 (0: right after round 3 returned, before any
+/// checkpoint wrote its header; its copy into the file, when it has one,
+/// made to start late).
 fn killed_rounder() {
     let p = std::path::PathBuf::from(std::env::var("TXMAP_PATH").unwrap());
     let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let pages = env_pages();
     let r = Region::open(&p, Options::default()).unwrap();
     let mut v = r.view().unwrap();
     v.start_rounds().unwrap();
     for round in 1..=3u64 {
-        if let (3, Some(point)) = (round, txmap::debug::CrashPoint::from_u32(point)) {
-            txmap::debug::crash_at(point, 1);
+        match (round, txmap::debug::CrashPoint::from_u32(point)) {
+            (3, Some(point)) => {
+                // Round 2's copy into the file done first (not killed there).
+                r.checkpoint().unwrap();
+                txmap::debug::crash_at(point, 1);
+            }
+            (3, None) => txmap::debug::slow_round_copies(10_000_000),
+            _ => {}
         }
-        for pg in 0..PAGES {
+        for pg in 0..pages {
             v.write(pg * PAGE, &round).unwrap();
         }
         v.round().unwrap();
@@ -316,4 +338,112 @@ fn a_rounds_write_faults_take_runs_and_pages_it_does_not_change_stay_others() {
         assert_eq!(v.read::<u64>(pg * PAGE + 8).unwrap(), 0, "page {pg}");
     }
     v.commit().unwrap();
+}
+
+/// A large round is durable when `round` returns, its pages copied into
+/// the region file on another thread; a kill while that copy is under way
+/// (at its first batch, or later while it has not started) leaves the
+/// synced journal, and recovery finishes the round.
+#[test]
+fn a_large_round_killed_while_its_pages_go_into_the_file_is_there_after_recovery() {
+    const TEST: &str =
+        "a_large_round_killed_while_its_pages_go_into_the_file_is_there_after_recovery";
+    if role().is_some() {
+        return killed_rounder();
+    }
+    use txmap::debug::CrashPoint;
+    for point in [Some(CrashPoint::RoundCopying), None] {
+        let n = point.map_or(0, |p| p as u32);
+        let d = ext4_dir(&format!("rounds_large_killed_{n}"));
+        let p = d.join("r");
+        drop(Region::create(&p, LARGE * PAGE, Options::default()).unwrap());
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_POINT", n.to_string()),
+            ("TXMAP_PAGES", LARGE.to_string()),
+        ];
+        let mut c = Proc::spawn(TEST, "killed-rounder", &envs, d.join("err"));
+        c.wait_killed(&format!("the large round at {point:?}"));
+        assert_journal_pending(&p, "a large round killed while it is copied");
+        remove_shared_state(d.path());
+        assert_eq!(check_pages(&p, LARGE), 3, "{point:?}");
+    }
+}
+
+/// The child: opens the region at `TXMAP_PATH` (waiting while another
+/// process copies a round into its file) and prints the first u64 of each
+/// of its first `TXMAP_PAGES` pages that does not hold `TXMAP_WANT`.
+fn round_reader() {
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_PATH").unwrap());
+    let want: u64 = std::env::var("TXMAP_WANT").unwrap().parse().unwrap();
+    let r = Region::open(&p, Options::default()).unwrap();
+    read_all(&mut r.view().unwrap(), want, "read by another process");
+}
+
+/// In a read-only transaction of `v`, the first u64 of each of the first
+/// `TXMAP_PAGES` pages (else `LARGE`) is `want`.
+fn read_all(v: &mut txmap::View, want: u64, what: &str) {
+    v.begin_read().unwrap();
+    let pages = std::env::var("TXMAP_PAGES").map_or(LARGE, |s| s.parse().unwrap());
+    for pg in 0..pages {
+        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), want, "page {pg} {what}");
+    }
+    v.commit().unwrap();
+}
+
+/// While a large round's pages are still being copied into the region
+/// file (the copy made to start late), everything that reads the file
+/// sees the round: the stores of the next round discarded go back to it,
+/// a view opened meanwhile reads it, another process opening the region
+/// waits for the copy and reads it, and the region holds it after close.
+#[test]
+fn while_a_large_rounds_pages_go_into_the_file_every_reader_sees_the_round() {
+    const TEST: &str = "while_a_large_rounds_pages_go_into_the_file_every_reader_sees_the_round";
+    if role().is_some() {
+        return round_reader();
+    }
+    let d = ext4_dir("rounds_large_readers");
+    let p = d.join("r");
+    let r = Region::create(&p, LARGE * PAGE, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.start_rounds().unwrap();
+    let fill = |v: &mut txmap::View, x: u64| {
+        let all = v.slice_mut(0, (LARGE * PAGE) as usize).unwrap();
+        for page in all.chunks_mut(PAGE as usize) {
+            page[..8].copy_from_slice(&x.to_le_bytes());
+        }
+    };
+    fill(&mut v, 1);
+    v.round().unwrap();
+    txmap::debug::slow_round_copies(300_000);
+    fill(&mut v, 2);
+    v.round().unwrap();
+    // Round 3's stores discarded: each page reads round 2 again.
+    fill(&mut v, 3);
+    v.stop_rounds();
+    read_all(&mut v, 2, "after discarding");
+    // The next round again, then a view opened while it is copied.
+    v.start_rounds().unwrap();
+    fill(&mut v, 4);
+    v.round().unwrap();
+    read_all(&mut r.view().unwrap(), 4, "in a new view");
+    // And another process while the next one is copied.
+    fill(&mut v, 5);
+    v.round().unwrap();
+    let envs = [
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_WANT", "5".to_string()),
+        ("TXMAP_PAGES", LARGE.to_string()),
+    ];
+    let mut c = Proc::spawn(TEST, "round-reader", &envs, d.join("err"));
+    c.wait_ok("another process reading the round");
+    txmap::debug::slow_round_copies(0);
+    v.stop_rounds();
+    drop((v, r));
+    let bytes = std::fs::read(&p).unwrap();
+    for pg in 0..LARGE as usize {
+        let at = 4096 + pg * PAGE as usize;
+        let x = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(x, 5, "page {pg} of the closed region file");
+    }
 }

@@ -75,6 +75,9 @@ impl ViewInner {
     /// only for as long as a copy or diff takes, so a long transaction
     /// never holds back the freeing of versions.
     pub(super) fn read_side(&self) -> ReadSide<'_> {
+        // A round's copy into the file under way: the file is behind
+        // (async-signal-safe wait).
+        self.region.round_write.wait_readable();
         ReadSide {
             entered: self.region.mvcc.enter(self.slot()),
             view: self,
@@ -249,7 +252,9 @@ impl ViewInner {
                 Some(p) == keep || (active && self.touch_bits(p) != 0)
             })
         } else {
-            if n <= cache {
+            // A round's copy into the file under way: a page given back
+            // would wait for it at its next touch (trimmed later).
+            if n <= cache || self.region.round_write.busy() {
                 return;
             }
             // Pages of the transaction that just ended are the likeliest
@@ -375,6 +380,7 @@ impl ViewInner {
         if len == 0
             || !self.read_only.load(Ordering::Relaxed)
             || !self.file_ok.load(Ordering::Relaxed)
+            || self.region.round_write.busy()
             || !self.region.fence.running()
         {
             return None;
