@@ -51,7 +51,9 @@ pub(crate) struct Copy {
 /// A process's round copy in flight, if any.
 #[derive(Default)]
 pub(crate) struct RoundWrite {
-    /// 1 while a copy runs (readers wait on it as a futex word).
+    /// The id of the process whose thread copies, while a copy runs, else
+    /// 0 (readers wait on it as a futex word; a forked child's copy of it
+    /// names its parent, whose thread it does not have, and never waits).
     busy: Arc<AtomicU32>,
     thread: Mutex<Option<std::thread::JoinHandle<Result<()>>>>,
 }
@@ -59,7 +61,7 @@ pub(crate) struct RoundWrite {
 impl RoundWrite {
     /// Marks a copy under way: every reader waits from now on.
     pub(crate) fn begin(&self) {
-        self.busy.store(1, Ordering::Release);
+        self.busy.store(own_pid(), Ordering::Release);
     }
 
     /// Whether a copy is under way.
@@ -70,10 +72,14 @@ impl RoundWrite {
     /// Waits until no copy is under way. Async-signal-safe (an atomic and
     /// `futex`), so the fault handler may call it.
     pub(crate) fn wait_readable(&self) {
-        while self.busy.load(Ordering::Acquire) == 1 {
+        loop {
+            let b = self.busy.load(Ordering::Acquire);
+            if b == 0 || b != own_pid() {
+                return;
+            }
             crate::os::lock::futex_wait_bits(
                 &self.busy,
-                1,
+                b,
                 Duration::from_secs(1),
                 std::num::NonZeroU32::MAX,
             );
@@ -119,9 +125,13 @@ impl RoundWrite {
         }
     }
 
-    /// Waits for the copy under way, if any, and returns its outcome.
+    /// Waits for the copy under way, if any, and returns its outcome (to
+    /// one caller: another that waited meanwhile gets `Ok`, and finds the
+    /// log poisoned after a failure).
     pub(crate) fn join(&self) -> Result<()> {
-        let Some(h) = crate::engine::lock(&self.thread).take() else {
+        // Held while joining: nobody returns before the copy is done.
+        let mut slot = crate::engine::lock(&self.thread);
+        let Some(h) = slot.take() else {
             return Ok(());
         };
         h.join()
@@ -185,6 +195,11 @@ impl Copy {
         }
         Ok(())
     }
+}
+
+/// This process's id (never 0). Async-signal-safe.
+fn own_pid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 
 /// A duplicate of `fd` that the copy's thread owns.
