@@ -90,17 +90,13 @@ impl RoundWrite {
     /// `begin` was called. The thread releases the transition lock when
     /// the copy succeeded.
     pub(crate) fn start(&self, copy: Copy) -> Result<()> {
-        let busy = Arc::clone(&self.busy);
+        let done = Done(Arc::clone(&self.busy));
         let job = move || {
             let r = copy.run();
             if r.is_ok() {
                 let _ = rustix::fs::flock(&copy.transition, rustix::fs::FlockOperation::Unlock);
             }
-            // After a failure readers go on too (never stuck); the error
-            // poisons the log at the next join, and the synced journal
-            // still has the round for the next recovery.
-            busy.store(0, Ordering::Release);
-            crate::os::lock::futex_wake_all(&busy);
+            drop(done);
             r
         };
         let mut slot = crate::engine::lock(&self.thread);
@@ -136,6 +132,18 @@ impl RoundWrite {
         };
         h.join()
             .unwrap_or_else(|_| Err(Error::Invalid("the round copy thread panicked".into())))
+    }
+}
+
+/// Lets readers go on when dropped, also if the copy panicked: after a
+/// failure they are never stuck; the error poisons the log at the next
+/// join, and the synced journal still has the round for the next recovery.
+struct Done(Arc<AtomicU32>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+        crate::os::lock::futex_wake_all(&self.0);
     }
 }
 
