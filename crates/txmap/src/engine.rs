@@ -700,7 +700,9 @@ impl RegionInner {
         let r = (|| {
             self.journal_pages(journal, c, seq, &req.pages)?;
             crate::debug::hit(crate::debug::CrashPoint::RoundJournaled);
-            match self.off_path_copy(journal, &req.pages)? {
+            // Its descriptors not duplicated (no descriptor left, say):
+            // written here, as a small round is.
+            match self.off_path_copy(journal, &req.pages).ok().flatten() {
                 // Durable now: the pages go into the file on another
                 // thread, and every reader of the file waits for it.
                 Some(c) => {
