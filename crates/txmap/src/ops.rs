@@ -146,6 +146,8 @@ pub(crate) struct Overlay<'a> {
     dirty: BTreeSet<u32>,
     size: u64,
     load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
+    /// The writes made while recording (`run_recorded`).
+    recorded: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 impl<'a> Overlay<'a> {
@@ -156,6 +158,7 @@ impl<'a> Overlay<'a> {
             dirty: BTreeSet::new(),
             size,
             load,
+            recorded: None,
         }
     }
 
@@ -213,6 +216,15 @@ impl<'a> Overlay<'a> {
         (op.apply)(self, args)
     }
 
+    /// [`Overlay::run`], returning the writes the operation made (offset,
+    /// bytes), in order: replayed as byte ranges they give the same pages.
+    pub(crate) fn run_recorded(&mut self, id: u32, args: &[u8]) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.recorded = Some(Vec::new());
+        let r = self.run(id, args);
+        let writes = self.recorded.take().unwrap_or_default();
+        r.map(|()| writes)
+    }
+
     /// How many pages were written so far.
     pub(crate) fn dirty_pages(&self) -> usize {
         self.dirty.len()
@@ -244,6 +256,9 @@ impl OpMemory for Overlay<'_> {
     }
     fn write(&mut self, mut off: u64, mut bytes: &[u8]) -> Result<()> {
         self.check(off, bytes.len())?;
+        if let Some(w) = &mut self.recorded {
+            w.push((off, bytes.to_vec()));
+        }
         while !bytes.is_empty() {
             let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
             let n = bytes.len().min(PAGE - at);

@@ -69,13 +69,17 @@ impl OpLog {
     }
 
     /// The commutative operations on pages the transaction did not write
-    /// otherwise (`written`), as (page, id, arguments): the commit applies
-    /// them again to the newest committed version of their page.
-    pub(super) fn commuted_outside(&self, written: impl Fn(u32) -> bool) -> Vec<(u32, u32, &[u8])> {
+    /// otherwise (`written`), as (index in [`OpLog::logged`], id,
+    /// arguments): the commit applies them again to the newest committed
+    /// version of their page and logs the bytes they resolve to.
+    pub(super) fn commuted_outside(
+        &self,
+        written: impl Fn(u32) -> bool,
+    ) -> Vec<(usize, u32, &[u8])> {
         self.commutes
             .iter()
             .filter(|&&(p, _)| !written(p))
-            .map(|&(p, i)| (p, self.ops[i].1, &self.ops[i].3[..]))
+            .map(|&(_, i)| (i, self.ops[i].1, &self.ops[i].3[..]))
             .collect()
     }
 
