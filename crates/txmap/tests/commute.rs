@@ -213,13 +213,7 @@ fn a_paused_transaction_keeps_its_commutative_update() {
 
 /// Child: adds 1 per transaction, acknowledging each, until killed.
 fn adder_child() {
-    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
-    let mut acks = Acks::open(&std::env::var("TXMAP_ACKS").unwrap());
-    let opts = Options {
-        checkpoint_bytes: u64::MAX / 2,
-        ..Options::default()
-    };
-    let r = Region::open(&p, opts).unwrap();
+    let (mut acks, r) = child_region();
     let mut v = r.view().unwrap();
     let store = std::env::var("TXMAP_ONLY_ADD").is_err();
     for i in 0.. {
@@ -277,22 +271,18 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
     let d = ext4_dir("commute-procs");
     let p = d.join("r.txm");
     drop(Region::create(&p, 4 * PAGE, Options::default()).unwrap());
-    let mut kids: Vec<_> = (0..2)
-        .map(|k| {
-            let acks = d.join(&format!("acks-{k}"));
-            let c = Proc::spawn(
-                "two_processes_adding_to_one_counter_lose_nothing_after_sigkill",
-                "adder",
-                &[
-                    ("TXMAP_REGION", p.display().to_string()),
-                    ("TXMAP_ACKS", acks.display().to_string()),
-                    ("TXMAP_ONLY_ADD", "1".to_string()),
-                ],
-                d.join(&format!("err-{k}")),
-            );
-            (c, acks)
-        })
-        .collect();
+    let mut kids = spawn_ackers(
+        "two_processes_adding_to_one_counter_lose_nothing_after_sigkill",
+        "adder",
+        &d,
+        2,
+        |_| {
+            vec![
+                ("TXMAP_REGION", p.display().to_string()),
+                ("TXMAP_ONLY_ADD", "1".to_string()),
+            ]
+        },
+    );
     for (c, acks) in &mut kids {
         wait_for_acks(c, acks, 150);
     }
@@ -300,10 +290,7 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
     // (each commit added to the newest value, none was lost in memory).
     let live = Region::open(&p, Options::default()).unwrap();
     for _ in 0..20 {
-        let acked: u64 = kids
-            .iter()
-            .map(|(_, a)| std::fs::read_to_string(a).unwrap().lines().count() as u64)
-            .sum();
+        let acked: u64 = ack_counts(&kids).iter().sum();
         let n = committed(&live, 8);
         assert!(
             n >= acked,
@@ -315,10 +302,7 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
         c.signal(rustix::process::Signal::KILL);
         c.kill();
     }
-    let acked: u64 = kids
-        .iter()
-        .map(|(_, a)| std::fs::read_to_string(a).unwrap().lines().count() as u64)
-        .sum();
+    let acked: u64 = ack_counts(&kids).iter().sum();
     let r = Region::open(&p, Options::default()).unwrap();
     let n = committed(&r, 8);
     // Each child may have committed one transaction it did not acknowledge.
