@@ -449,6 +449,32 @@ int txmap_array_open(txmap_view *view,
 // for the element size; `index` NULL or writable.
 int txmap_array_push(txmap_view *view, const txmap_array *a, const void *elem, uint64_t *index);
 
+// Appends an element by the commutative append (`ArrayList::append`):
+// transactions appending to one array concurrently do not conflict. The
+// element lands, at commit, at the array's length then; `*index` (unless
+// `index` is NULL) gets its index as this transaction sees it, which is
+// provisional: the final index is at least this one, known after the
+// commit. Reading the array (length, elements) or storing to its pages
+// in the same transaction is validated as usual. `size` is the element's
+// size in bytes (the array's element size, else `TXMAP_EINVAL`): the
+// array's header is not read for it, which would validate it.
+//
+// # Safety
+// `view` a live view handle or NULL; `a` readable or NULL; `elem` readable
+// for `size` bytes; `index` NULL or writable.
+int txmap_array_append(txmap_view *view,
+                       const txmap_array *a,
+                       const void *elem,
+                       size_t size,
+                       uint64_t *index);
+
+// Allocates the array's segments up to `capacity` elements, so appends
+// up to it never grow the array (`ArrayList::reserve`).
+//
+// # Safety
+// As `txmap_array_push`.
+int txmap_array_reserve(txmap_view *view, const txmap_array *a, uint64_t capacity);
+
 // Copies element `i` to `out` (writable for the element size).
 //
 // # Safety

@@ -485,6 +485,64 @@ pub unsafe extern "C" fn txmap_array_push(
     }))
 }
 
+/// Appends an element by the commutative append (`ArrayList::append`):
+/// transactions appending to one array concurrently do not conflict. The
+/// element lands, at commit, at the array's length then; `*index` (unless
+/// `index` is NULL) gets its index as this transaction sees it, which is
+/// provisional: the final index is at least this one, known after the
+/// commit. Reading the array (length, elements) or storing to its pages
+/// in the same transaction is validated as usual. `size` is the element's
+/// size in bytes (the array's element size, else `TXMAP_EINVAL`): the
+/// array's header is not read for it, which would validate it.
+///
+/// # Safety
+/// `view` a live view handle or NULL; `a` readable or NULL; `elem` readable
+/// for `size` bytes; `index` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_array_append(
+    view: *mut txmap_view,
+    a: *const txmap_array,
+    elem: *const c_void,
+    size: usize,
+    index: *mut u64,
+) -> c_int {
+    status(guarded("txmap_array_append", || {
+        // SAFETY: per this function's contract.
+        let v = unsafe { txn_view(view) }?;
+        // SAFETY: readable or NULL per the contract.
+        let a = unsafe { a.as_ref() }.ok_or_else(|| Failure::null("array"))?;
+        let a = ArrayList { at: a.at };
+        // SAFETY: elem is readable for `size` bytes per the contract.
+        let b = unsafe { bytes(elem, size, "elem") }?.to_vec();
+        let i = a.append(v, &b)?;
+        if !index.is_null() {
+            // SAFETY: non-null and writable per the contract.
+            unsafe { index.write(i) };
+        }
+        Ok(())
+    }))
+}
+
+/// Allocates the array's segments up to `capacity` elements, so appends
+/// up to it never grow the array (`ArrayList::reserve`).
+///
+/// # Safety
+/// As `txmap_array_push`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn txmap_array_reserve(
+    view: *mut txmap_view,
+    a: *const txmap_array,
+    capacity: u64,
+) -> c_int {
+    status(guarded("txmap_array_reserve", || {
+        // SAFETY: per this function's contract.
+        let v = unsafe { txn_view(view) }?;
+        // SAFETY: per this function's contract.
+        let a = unsafe { array(v, a) }?;
+        Ok(a.reserve(v, capacity)?)
+    }))
+}
+
 /// Copies element `i` to `out` (writable for the element size).
 ///
 /// # Safety

@@ -639,6 +639,24 @@ impl Array {
         self.with(py, "array append", true, |v, a| a.push(v, &b))
     }
 
+    /// Appends an item by the commutative append: transactions appending
+    /// to one array at once do not conflict. The item lands, at commit,
+    /// at the array's length then; the index returned is where this
+    /// transaction sees it, provisional (the final index is at least this
+    /// one, known after the commit). Reading the array in the same
+    /// transaction is validated as usual. ``reserve`` first, or an append
+    /// that needs a new segment grows the array as ``append`` does.
+    fn append_commutative(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let b = self.item(py, value)?;
+        self.with(py, "array append", true, |v, a| a.append(v, &b))
+    }
+
+    /// Allocates room for ``capacity`` items, so appends up to it never
+    /// grow the array.
+    fn reserve(&self, py: Python<'_>, capacity: u64) -> PyResult<()> {
+        self.with(py, "array reserve", true, |v, a| a.reserve(v, capacity))
+    }
+
     /// Appends every item of an iterable.
     fn extend(&self, py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<()> {
         for x in values.try_iter()? {

@@ -136,6 +136,36 @@ def test_concurrent_adds_to_one_counter_both_commit(region):
     b.close()
 
 
+def test_commutative_appends_to_one_array_both_commit(region):
+    a, b = region.view(), region.view()
+    with a.transaction():
+        arr_a = a.array("log", 8)
+        arr_a.reserve(100)
+    with b.transaction():
+        arr_b = b.array("log")
+    item = lambda x: struct.pack("<Q", x)  # noqa: E731
+    a.begin()
+    b.begin()
+    assert arr_a.append_commutative(item(1)) == 0
+    assert arr_b.append_commutative(item(2)) == 0  # provisional, as a's
+    b.commit()
+    a.commit()  # no conflict: appended to the newest array, after b's item
+    with a.transaction(read_only=True):
+        assert list(arr_a) == [item(2), item(1)]
+    # Reading the length validates it: the second commit conflicts.
+    a.begin()
+    b.begin()
+    arr_a.append_commutative(item(len(arr_a)))
+    arr_b.append_commutative(item(3))
+    b.commit()
+    with pytest.raises(txmap.Conflict):
+        a.commit()
+    with a.transaction(read_only=True):
+        assert list(arr_a) == [item(2), item(1), item(3)]
+    a.close()
+    b.close()
+
+
 def test_add_min_max_signed_and_unsigned(region, view):
     with view.transaction():
         view.add_u64(0, 10)

@@ -179,6 +179,59 @@ fn with_page_check<'b>(
     out
 }
 
+/// What commutative operations did to the newest committed state
+/// (`RegionInner::commute_pages`).
+#[derive(Default)]
+pub(crate) struct Commuted {
+    /// The pages they changed, as they left them.
+    pub pages: Vec<(u32, Vec<u8>)>,
+    /// For each operation, the bytes it wrote (offset, bytes), in order.
+    pub writes: Vec<Vec<(u64, Vec<u8>)>>,
+}
+
+/// A commit record's ranges and operations with each commutative
+/// operation resolved at commit (`commute`, indices into `ops`) replaced by
+/// the bytes it wrote (`writes`) at its place in the sequence: replaying
+/// them gives what the operation gave under the commit lock, with no
+/// operation to run again, so a record of plain adds is byte diffs only
+/// (idempotent: no page check, and its checkpoint needs no page journal).
+pub(crate) fn resolve_commutes<'b>(
+    ranges: &[Range<'b>],
+    ops: &[crate::wal::format::LoggedOp<'b>],
+    commute: &[(usize, u32, &[u8])],
+    writes: &'b [Vec<(u64, Vec<u8>)>],
+) -> (Vec<Range<'b>>, Vec<crate::wal::format::LoggedOp<'b>>) {
+    if commute.is_empty() {
+        return (ranges.to_vec(), ops.to_vec());
+    }
+    let resolved: std::collections::BTreeMap<usize, &'b [(u64, Vec<u8>)]> = commute
+        .iter()
+        .zip(writes)
+        .map(|(&(i, _, _), w)| (i, &w[..]))
+        .collect();
+    let mut out_ranges = Vec::with_capacity(ranges.len() + writes.len());
+    let mut out_ops = Vec::with_capacity(ops.len());
+    let mut next = ops.iter().enumerate().peekable();
+    for i in 0..=ranges.len() {
+        while let Some((k, o)) = next.next_if(|(_, o)| o.at as usize == i) {
+            match resolved.get(&k) {
+                Some(w) => out_ranges.extend(w.iter().map(|(offset, bytes)| Range {
+                    offset: *offset,
+                    bytes,
+                })),
+                None => out_ops.push(crate::wal::format::LoggedOp {
+                    at: out_ranges.len() as u32,
+                    ..o.clone()
+                }),
+            }
+        }
+        if let Some(r) = ranges.get(i) {
+            out_ranges.push(r.clone());
+        }
+    }
+    (out_ranges, out_ops)
+}
+
 /// A transaction's changes, ready to commit.
 pub(crate) struct CommitRequest<'a> {
     pub snapshot: u64,
@@ -193,10 +246,11 @@ pub(crate) struct CommitRequest<'a> {
     pub ranges: Vec<Range<'a>>,
     /// Registered operations, interleaved with `ranges` (`crate::ops`).
     pub ops: Vec<crate::wal::format::LoggedOp<'a>>,
-    /// Commutative operations (page, id, arguments) on pages not in
-    /// `pages`, in order: applied under the commit lock to each page's
-    /// newest committed version, which is then published.
-    pub commute: Vec<(u32, u32, &'a [u8])>,
+    /// Commutative operations (index in `ops`, id, arguments) on pages not
+    /// in `pages`, in order: applied under the commit lock to each page's
+    /// newest committed version, which is then published; the log holds
+    /// the bytes they wrote there in their place (`resolve_commutes`).
+    pub commute: Vec<(usize, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
 }
@@ -482,13 +536,15 @@ impl RegionInner {
             }
             self.validate(&req)?;
             let commuted = self.commute_pages(&req.commute)?;
-            self.check_commuted(&commuted)?;
+            self.check_commuted(&commuted.pages)?;
+            let (ranges, rec_ops) =
+                resolve_commutes(&req.ranges, &req.ops, &req.commute, &commuted.writes);
             let with_commuted;
-            let pages: &[(u32, &[u8])] = if commuted.is_empty() {
+            let pages: &[(u32, &[u8])] = if commuted.pages.is_empty() {
                 &req.pages
             } else {
                 let mut all = req.pages.clone();
-                all.extend(commuted.iter().map(|(p, b)| (*p, &b[..])));
+                all.extend(commuted.pages.iter().map(|(p, b)| (*p, &b[..])));
                 with_commuted = all;
                 &with_commuted
             };
@@ -503,20 +559,20 @@ impl RegionInner {
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
             let (check, checked);
-            let ops = if crate::ops::changes_bytes(&req.ops) {
+            let ops = if crate::ops::changes_bytes(&rec_ops) {
                 h.file.note_ops(seq);
-                check = page_check_args(&req.ops, pages);
-                checked = with_page_check(&req.ops, req.ranges.len(), &check);
+                check = page_check_args(&rec_ops, pages);
+                checked = with_page_check(&rec_ops, ranges.len(), &check);
                 &checked[..]
             } else {
-                &req.ops[..]
+                &rec_ops[..]
             };
             let logged = self.log.append(
                 &h.log,
                 l.guard(),
                 seq,
                 self.size(),
-                req.ranges.iter().cloned(),
+                ranges.iter().cloned(),
                 ops,
             );
             if let Err(e) = logged {
@@ -910,7 +966,7 @@ impl RegionInner {
         for p in orphans {
             let Ok(pages) = self
                 .commute_pages(&[(0, p.undo, &p.args)])
-                .and_then(|pages| self.check_commuted(&pages).map(|_| pages))
+                .and_then(|c| self.check_commuted(&c.pages).map(|_| c.pages))
             else {
                 continue;
             };
@@ -978,9 +1034,9 @@ impl RegionInner {
     /// The pages commutative operations change, from each page's newest
     /// committed version. Called under the commit lock (so no pruning or
     /// commit changes the versions meanwhile).
-    pub(crate) fn commute_pages(&self, ops: &[(u32, u32, &[u8])]) -> Result<Vec<(u32, Vec<u8>)>> {
+    pub(crate) fn commute_pages(&self, ops: &[(usize, u32, &[u8])]) -> Result<Commuted> {
         if ops.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Commuted::default());
         }
         let now = self.mvcc.commit_seq();
         let mut load = |p: u32, buf: &mut [u8]| {
@@ -995,10 +1051,14 @@ impl RegionInner {
             Ok(())
         };
         let mut overlay = crate::ops::Overlay::new(self.size(), &mut load);
+        let mut writes = Vec::with_capacity(ops.len());
         for (_, id, args) in ops {
-            overlay.run(*id, args)?;
+            writes.push(overlay.run_recorded(*id, args)?);
         }
-        Ok(overlay.into_pages().into_iter().collect())
+        Ok(Commuted {
+            pages: overlay.into_pages().into_iter().collect(),
+            writes,
+        })
     }
 
     pub fn checkpoint(&self) -> Result<()> {

@@ -127,21 +127,31 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     // Each writer's pages (its own and those commutative operations
     // change), room for their versions, and its sequence number.
     let mut writers = Vec::new();
-    let mut owned: Vec<Vec<(u32, Vec<u8>)>> = Vec::new();
+    let mut owned: Vec<crate::engine::Commuted> = Vec::new();
     for &i in &order {
         let p = &parts[i];
         if !writes(&p.req) {
             continue;
         }
         let commuted = p.region.commute_pages(&p.req.commute)?;
-        p.region.check_commuted(&commuted)?;
+        p.region.check_commuted(&commuted.pages)?;
         owned.push(commuted);
         writers.push(i);
     }
+    // Each writer's record: its commutative operations as the bytes they
+    // wrote (`resolve_commutes`).
+    let records: Vec<_> = writers
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| {
+            let r = &parts[i].req;
+            crate::engine::resolve_commutes(&r.ranges, &r.ops, &r.commute, &owned[k].writes)
+        })
+        .collect();
     let mut pages: Vec<Vec<(u32, &[u8])>> = Vec::new();
     for (k, &i) in writers.iter().enumerate() {
         let mut all = parts[i].req.pages.clone();
-        all.extend(owned[k].iter().map(|(p, b)| (*p, &b[..])));
+        all.extend(owned[k].pages.iter().map(|(p, b)| (*p, &b[..])));
         let r = parts[i].region;
         r.mvcc
             .reserve(lock(i), all.len())
@@ -191,7 +201,8 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if k == 1 {
             crate::debug::hit(crate::debug::CrashPoint::GroupAppended);
         }
-        if crate::ops::changes_bytes(&parts[i].req.ops) {
+        let (ranges, ops) = &records[k];
+        if crate::ops::changes_bytes(ops) {
             // Its checkpoint journals the pages first (`journal.rs`).
             h.file.note_ops(seqs[k]);
         }
@@ -201,8 +212,8 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
                 lock(i).guard(),
                 seqs[k],
                 r.size(),
-                parts[i].req.ranges.iter().cloned(),
-                &parts[i].req.ops,
+                ranges.iter().cloned(),
+                ops,
                 trailer.as_ref(),
             )
             .map_err(fail)?;

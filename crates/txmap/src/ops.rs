@@ -23,8 +23,8 @@ pub use crate::opmem::OpMemory;
 pub const FIRST_USER_OP: u32 = 128;
 
 pub use builtin::{
-    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT, COBTREE_REMOVE,
-    MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+    ADD_I64, ADD_U64, ARRAY_APPEND, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT,
+    COBTREE_REMOVE, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
 };
 
 /// An operation's function: deterministic (the same bytes and arguments
@@ -146,6 +146,8 @@ pub(crate) struct Overlay<'a> {
     dirty: BTreeSet<u32>,
     size: u64,
     load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
+    /// The writes made while recording (`run_recorded`).
+    recorded: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 impl<'a> Overlay<'a> {
@@ -156,6 +158,7 @@ impl<'a> Overlay<'a> {
             dirty: BTreeSet::new(),
             size,
             load,
+            recorded: None,
         }
     }
 
@@ -213,6 +216,15 @@ impl<'a> Overlay<'a> {
         (op.apply)(self, args)
     }
 
+    /// [`Overlay::run`], returning the writes the operation made (offset,
+    /// bytes), in order: replayed as byte ranges they give the same pages.
+    pub(crate) fn run_recorded(&mut self, id: u32, args: &[u8]) -> Result<Vec<(u64, Vec<u8>)>> {
+        self.recorded = Some(Vec::new());
+        let r = self.run(id, args);
+        let writes = self.recorded.take().unwrap_or_default();
+        r.map(|()| writes)
+    }
+
     /// How many pages were written so far.
     pub(crate) fn dirty_pages(&self) -> usize {
         self.dirty.len()
@@ -244,6 +256,9 @@ impl OpMemory for Overlay<'_> {
     }
     fn write(&mut self, mut off: u64, mut bytes: &[u8]) -> Result<()> {
         self.check(off, bytes.len())?;
+        if let Some(w) = &mut self.recorded {
+            w.push((off, bytes.to_vec()));
+        }
         while !bytes.is_empty() {
             let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
             let n = bytes.len().min(PAGE - at);
@@ -335,6 +350,13 @@ pub(crate) mod builtin {
     pub const MIN_I64: u32 = 5;
     /// Raises an i64 to the operand if the operand is larger.
     pub const MAX_I64: u32 = 6;
+    /// The collections' array list (`collections::ArrayList::append`):
+    /// stores an element at the array's length and raises the length by
+    /// one. Arguments: the array's header offset u64, then the element.
+    /// Commutative (appends in any order give the same set of elements);
+    /// resolved at commit, so it reaches the log only when the
+    /// transaction also wrote the array's pages.
+    pub const ARRAY_APPEND: u32 = 7;
 
     /// Marks a commit as a nested top action (`View::nested_top`): arguments
     /// are the enclosing transaction's token (u64), the action's index in it
@@ -468,6 +490,7 @@ pub(crate) mod builtin {
             MAX_U64 => ("max u64", max_u),
             MIN_I64 => ("min i64", min_i),
             MAX_I64 => ("max i64", max_i),
+            ARRAY_APPEND => ("array append", crate::collections::arrayop::append_op),
             NTA_UNDO => ("nested top action", marker),
             NTA_DONE => ("nested top actions done", marker),
             PAGE_CHECK => ("page check", page_check),

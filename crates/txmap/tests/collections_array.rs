@@ -9,6 +9,8 @@ use txmap::{Error, Options, Region};
 #[derive(Clone, Debug)]
 enum Op {
     Push(u64),
+    /// The commutative append: alone, the same as push.
+    Append(u64),
     Pop,
     Set(u64, u64),
     Get(u64),
@@ -17,6 +19,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..10u64).prop_flat_map(|n| Just(Op::Push(n))),
+        3 => (0..10u64).prop_flat_map(|n| Just(Op::Append(n))),
         2 => Just(Op::Pop),
         2 => (any::<u64>(), any::<u64>()).prop_map(|(i, x)| Op::Set(i, x)),
         2 => any::<u64>().prop_map(Op::Get),
@@ -44,6 +47,11 @@ proptest! {
                     Op::Push(n) => for j in 0..n * 7 {
                         let e = el(j ^ local.len() as u64);
                         prop_assert_eq!(a.push(&mut v, &e).unwrap(), local.len() as u64);
+                        local.push(e);
+                    },
+                    Op::Append(n) => for j in 0..n * 7 {
+                        let e = el(j ^ local.len() as u64 ^ 0x55);
+                        prop_assert_eq!(a.append(&mut v, &e).unwrap(), local.len() as u64);
                         local.push(e);
                     },
                     Op::Pop => prop_assert_eq!(a.pop(&mut v).unwrap(), local.pop()),

@@ -213,13 +213,7 @@ fn a_paused_transaction_keeps_its_commutative_update() {
 
 /// Child: adds 1 per transaction, acknowledging each, until killed.
 fn adder_child() {
-    let p = std::path::PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
-    let mut acks = Acks::open(&std::env::var("TXMAP_ACKS").unwrap());
-    let opts = Options {
-        checkpoint_bytes: u64::MAX / 2,
-        ..Options::default()
-    };
-    let r = Region::open(&p, opts).unwrap();
+    let (mut acks, r) = child_region();
     let mut v = r.view().unwrap();
     let store = std::env::var("TXMAP_ONLY_ADD").is_err();
     for i in 0.. {
@@ -277,22 +271,18 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
     let d = ext4_dir("commute-procs");
     let p = d.join("r.txm");
     drop(Region::create(&p, 4 * PAGE, Options::default()).unwrap());
-    let mut kids: Vec<_> = (0..2)
-        .map(|k| {
-            let acks = d.join(&format!("acks-{k}"));
-            let c = Proc::spawn(
-                "two_processes_adding_to_one_counter_lose_nothing_after_sigkill",
-                "adder",
-                &[
-                    ("TXMAP_REGION", p.display().to_string()),
-                    ("TXMAP_ACKS", acks.display().to_string()),
-                    ("TXMAP_ONLY_ADD", "1".to_string()),
-                ],
-                d.join(&format!("err-{k}")),
-            );
-            (c, acks)
-        })
-        .collect();
+    let mut kids = spawn_ackers(
+        "two_processes_adding_to_one_counter_lose_nothing_after_sigkill",
+        "adder",
+        &d,
+        2,
+        |_| {
+            vec![
+                ("TXMAP_REGION", p.display().to_string()),
+                ("TXMAP_ONLY_ADD", "1".to_string()),
+            ]
+        },
+    );
     for (c, acks) in &mut kids {
         wait_for_acks(c, acks, 150);
     }
@@ -300,10 +290,7 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
     // (each commit added to the newest value, none was lost in memory).
     let live = Region::open(&p, Options::default()).unwrap();
     for _ in 0..20 {
-        let acked: u64 = kids
-            .iter()
-            .map(|(_, a)| std::fs::read_to_string(a).unwrap().lines().count() as u64)
-            .sum();
+        let acked: u64 = ack_counts(&kids).iter().sum();
         let n = committed(&live, 8);
         assert!(
             n >= acked,
@@ -315,10 +302,7 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
         c.signal(rustix::process::Signal::KILL);
         c.kill();
     }
-    let acked: u64 = kids
-        .iter()
-        .map(|(_, a)| std::fs::read_to_string(a).unwrap().lines().count() as u64)
-        .sum();
+    let acked: u64 = ack_counts(&kids).iter().sum();
     let r = Region::open(&p, Options::default()).unwrap();
     let n = committed(&r, 8);
     // Each child may have committed one transaction it did not acknowledge.
@@ -326,4 +310,101 @@ fn two_processes_adding_to_one_counter_lose_nothing_after_sigkill() {
         (acked..=acked + 2).contains(&n),
         "counter {n} after {acked} acknowledged adds"
     );
+}
+
+/// A record's byte ranges, as (offset, bytes).
+type Ranges = Vec<(u64, Vec<u8>)>;
+
+/// How many operations each of the log's records holds, and its ranges.
+fn log_records(region: &std::path::Path) -> Vec<(usize, Ranges)> {
+    use txmap::wal::format;
+    let log = std::fs::read(txmap::log_path(region)).unwrap();
+    let h = format::LogHeader::decode(&log[..4096]).unwrap();
+    let mut off = 4096;
+    let mut out = Vec::new();
+    while let Ok(r) = format::decode_record(&log[off..], h.salt) {
+        let ranges = r
+            .ranges
+            .iter()
+            .map(|x| (x.offset, x.bytes.to_vec()))
+            .collect();
+        out.push((r.ops.len(), ranges));
+        off += r.len;
+    }
+    out
+}
+
+#[test]
+fn adds_resolved_at_commit_are_logged_as_the_bytes_they_wrote() {
+    let (d, r) = region("commute-logged");
+    let mut a = r.view().unwrap();
+    let mut b = r.view().unwrap();
+    a.begin().unwrap();
+    b.begin().unwrap();
+    a.add_u64(8, 0x0102).unwrap();
+    b.add_u64(8, 0x0300).unwrap();
+    a.commit().unwrap();
+    b.commit().unwrap();
+    let recs = log_records(&d.join("r.txm"));
+    assert_eq!(recs.len(), 2, "one record per commit: {recs:?}");
+    // No operation to replay (so no page check, and no page journal at
+    // the checkpoint): each record holds the counter's bytes as they were
+    // after its add was applied to the newest value under the commit lock.
+    for (ops, ranges) in &recs {
+        assert_eq!(*ops, 0, "an add resolved at commit is logged as bytes");
+        assert!(
+            ranges
+                .iter()
+                .all(|(o, b)| *o >= 8 && o + b.len() as u64 <= 16),
+            "only the counter's bytes: {ranges:?}"
+        );
+    }
+    let word = |ranges: &[(u64, Vec<u8>)], base: [u8; 8]| {
+        let mut w = base;
+        for (o, b) in ranges {
+            w[(*o - 8) as usize..][..b.len()].copy_from_slice(b);
+        }
+        w
+    };
+    let first = word(&recs[0].1, [0; 8]);
+    assert_eq!(u64::from_le_bytes(first), 0x0102);
+    assert_eq!(u64::from_le_bytes(word(&recs[1].1, first)), 0x0402);
+    drop((a, b));
+    r.close().unwrap();
+    let r = Region::open(&d.join("r.txm"), Options::default()).unwrap();
+    assert_eq!(committed(&r, 8), 0x0402);
+}
+
+#[test]
+fn adds_in_a_commit_across_two_regions_are_logged_as_bytes_and_replayed() {
+    let d = ext4_dir("commute-group");
+    let (pa, pb) = (d.join("a.txm"), d.join("b.txm"));
+    let ra = Region::create(&pa, 4 * PAGE, Options::default()).unwrap();
+    let rb = Region::create(&pb, 4 * PAGE, Options::default()).unwrap();
+    let (mut a, mut b) = (ra.view().unwrap(), rb.view().unwrap());
+    let mut other = ra.view().unwrap();
+    for i in 1..=3u64 {
+        txmap::View::begin_group(&mut [&mut a, &mut b]).unwrap();
+        a.add_u64(8, i).unwrap();
+        b.add_u64(16, 10 * i).unwrap();
+        // Another commit to the counter meanwhile: no conflict.
+        other.run(|v| v.add_u64(8, 100)).unwrap();
+        txmap::View::commit_group(&mut [&mut a, &mut b]).unwrap();
+    }
+    for path in [&pa, &pb] {
+        for (ops, _) in log_records(path) {
+            assert_eq!(
+                ops, 0,
+                "{path:?}: adds resolved at commit are logged as bytes"
+            );
+        }
+    }
+    drop((a, b, other));
+    // Dropped without closing: reopening replays the logs.
+    std::mem::forget(ra);
+    std::mem::forget(rb);
+    let ra = Region::open(&pa, Options::default()).unwrap();
+    let rb = Region::open(&pb, Options::default()).unwrap();
+    assert_eq!(committed(&ra, 8), 6 + 300);
+    assert_eq!(committed(&rb, 16), 60);
 }

@@ -323,17 +323,21 @@ fn log_preallocation_writes_zeros_in_small_pieces_and_syncs_them_first() {
     let s = sim(opts(Durability::Async, 64 << 20));
     let mut v = s.region.view().unwrap();
     v.run(|v| v.write(0, &1u64)).unwrap();
-    // Only the record is unsynced: the 4 MiB of zeros were synced before it.
+    // Only the record is unsynced: the zeros were synced before it.
     assert_eq!(s.log.unsynced(), 1, "the extended length was not synced");
     drop(v);
-    // The 64th write or sync fails: at least 64 pieces, not one 4 MiB write.
+    // A 2 MiB record extends the log by at least 2 MiB of zeros: the 32nd
+    // write or sync fails, so at least 32 pieces, not one large write.
     let s = sim(opts(Durability::Async, 64 << 20));
     let mut v = s.region.view().unwrap();
-    s.log.fail_after(63);
-    let r = v.run(|v| v.write(0, &1u64));
+    s.log.fail_after(31);
+    let r = v.run(|v| {
+        v.slice_mut(0, 2 << 20)?.fill(7);
+        Ok(())
+    });
     assert!(
         r.is_err(),
-        "fewer than 64 writes: the zeros went in large pieces"
+        "fewer than 32 writes: the zeros went in large pieces"
     );
     drop(v);
 }

@@ -9,20 +9,12 @@
 //! ```
 //! Elements past the length are zero (pop zeroes the element).
 
-use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
+use super::alloc::{self, corrupt, invalid};
+pub use super::arrayop::MAX_ELEM;
+use super::arrayop::{
+    A_ELEM, A_FIRST, A_LEN, A_MAGIC, A_SEGS, HEADER, MAGIC, SEGMENTS, locate, seg_len,
+};
 use crate::{Pod, Result, View};
-
-const MAGIC: u64 = u64::from_le_bytes(*b"TXMARRY1");
-const A_MAGIC: u64 = 0;
-const A_ELEM: u64 = 8;
-const A_LEN: u64 = 16;
-const A_FIRST: u64 = 24;
-const A_SEGS: u64 = 64;
-const SEGMENTS: u64 = 48;
-/// Bytes of the header block.
-const HEADER: u64 = PAGE - BLOCK_HEADER;
-/// Largest element.
-pub const MAX_ELEM: u64 = 1 << 20;
 
 /// A growable array in a region, named by the offset of its header block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,19 +29,6 @@ pub struct ArrayReport {
     pub elem_size: u64,
     pub segments: u64,
     pub capacity: u64,
-}
-
-/// (segment, index inside it) of element `i` when segment 0 holds `b`.
-fn locate(b: u64, i: u64) -> (u64, u64) {
-    if i < b {
-        return (0, i);
-    }
-    let k = 64 - (i / b).leading_zeros() as u64; // i/b in [2^(k-1), 2^k)
-    (k, i - (b << (k - 1)))
-}
-
-fn seg_len(b: u64, k: u64) -> u64 {
-    if k == 0 { b } else { b << (k - 1) }
 }
 
 impl ArrayList {
@@ -173,6 +152,70 @@ impl ArrayList {
         Ok(len)
     }
 
+    /// Appends an element as a commutative operation (`ops::ARRAY_APPEND`):
+    /// concurrent appenders do not conflict on the array's header or its
+    /// last page. The element is stored at once in this transaction's
+    /// memory, at the length its snapshot shows, and the length grows by
+    /// one, so the transaction reads its element back (`get`, `len`). At
+    /// commit the append runs again, under the commit lock, on the newest
+    /// committed array: the element lands at the length *then*, after the
+    /// appends that committed first. So the index returned is provisional:
+    /// the element's final index is at least this one, and is known only
+    /// after the commit (other appenders' elements may come before it).
+    /// Appends of one transaction keep their order and stay adjacent.
+    ///
+    /// What the transaction reads of the array is validated as usual:
+    /// reading the length or an element by `len`, `get`, `offset`
+    /// (accessors or plain loads) puts the page in the read set, and
+    /// storing to the header's or the element's page (`set`, `push`, `pop`)
+    /// makes the append an ordinary validated write of those pages, with
+    /// its provisional index final. When the element's segment is not yet
+    /// allocated the append is an ordinary [`ArrayList::push`] (it grows the
+    /// array, and conflicts like one); a commit whose append finds the
+    /// segment missing then (others filled it first) fails with
+    /// `Error::Conflict` and `View::run` retries it. [`ArrayList::reserve`]
+    /// ahead of concurrent appends avoids both.
+    pub fn append(&self, v: &mut View, bytes: &[u8]) -> Result<u64> {
+        let mut args = Vec::with_capacity(8 + bytes.len());
+        args.extend_from_slice(&self.at.to_le_bytes());
+        args.extend_from_slice(bytes);
+        match v.commute_op(crate::ops::ARRAY_APPEND, &args) {
+            Ok(()) => Ok(v.peek_u64(self.at + A_LEN)? - 1),
+            Err(crate::Error::Conflict) => self.push(v, bytes),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`ArrayList::append`] of a plain value (its size must match).
+    pub fn append_pod<T: Pod>(&self, v: &mut View, x: &T) -> Result<u64> {
+        // Not `check_pod`: reading the header would validate it.
+        self.append(v, &crate::view::pod_bytes(x))
+    }
+
+    /// Allocates segments until the array holds at least `capacity`
+    /// elements without growing (an ordinary validated write of the
+    /// header): appends up to it never allocate.
+    pub fn reserve(&self, v: &mut View, capacity: u64) -> Result<()> {
+        let (e, _, b) = self.meta(v)?;
+        let mut have = 0;
+        for k in 0..SEGMENTS {
+            if have >= capacity {
+                return Ok(());
+            }
+            let slot = self.at + A_SEGS + 8 * k;
+            if v.read::<u64>(slot)? == 0 {
+                let seg = alloc::alloc(v, seg_len(b, k) * e)?;
+                v.write(slot, &seg)?;
+            }
+            have += seg_len(b, k);
+        }
+        if have >= capacity {
+            Ok(())
+        } else {
+            Err(invalid(format!("an array cannot hold {capacity} elements")))
+        }
+    }
+
     pub fn push_pod<T: Pod>(&self, v: &mut View, x: &T) -> Result<u64> {
         self.check_pod::<T>(v)?;
         let i = self.push(v, &vec![0u8; std::mem::size_of::<T>()])?;
@@ -245,24 +288,5 @@ impl ArrayList {
             }
         }
         Ok(r)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::locate;
-
-    #[test]
-    fn locate_walks_doubling_segments() {
-        let b = 3;
-        let mut want = Vec::new();
-        for k in 0..6u64 {
-            let n = if k == 0 { b } else { b << (k - 1) };
-            for j in 0..n {
-                want.push((k, j));
-            }
-        }
-        let got: Vec<_> = (0..want.len() as u64).map(|i| locate(b, i)).collect();
-        assert_eq!(got, want);
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod alloc;
 pub mod array;
+pub(crate) mod arrayop;
 pub mod btree;
 pub mod cobtree;
 mod format;

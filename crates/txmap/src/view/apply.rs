@@ -38,8 +38,8 @@ pub(crate) struct OpLog {
     ranges: Vec<(u64, Vec<u8>)>,
     /// (ranges before it, id, pages it wrote, arguments).
     ops: Vec<(u32, u32, Vec<u32>, Vec<u8>)>,
-    /// Commutative operations: (their word's page, index in `ops`).
-    commutes: Vec<(u32, usize)>,
+    /// Commutative operations: (the pages they wrote here, index in `ops`).
+    commutes: Vec<(Vec<u32>, usize)>,
     /// A nested-top-action marker is among `ops`: the commit is logged
     /// even if it changed no bytes.
     marker: bool,
@@ -65,17 +65,38 @@ impl OpLog {
 
     /// Pages commutative operations changed.
     pub(super) fn commuted_pages(&self) -> BTreeSet<u32> {
-        self.commutes.iter().map(|&(p, _)| p).collect()
+        self.commutes
+            .iter()
+            .flat_map(|(p, _)| p.iter().copied())
+            .collect()
+    }
+
+    /// The pages of commutative operations that are not `written` while
+    /// another page of the same operation is: the commit must write them
+    /// too (an operation is either resolved at commit as a whole, or its
+    /// local result is validated and published as a whole).
+    pub(super) fn partly_written(&self, written: impl Fn(u32) -> bool) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (pages, _) in &self.commutes {
+            if pages.iter().any(|&p| written(p)) {
+                out.extend(pages.iter().copied().filter(|&p| !written(p)));
+            }
+        }
+        out
     }
 
     /// The commutative operations on pages the transaction did not write
-    /// otherwise (`written`), as (page, id, arguments): the commit applies
-    /// them again to the newest committed version of their page.
-    pub(super) fn commuted_outside(&self, written: impl Fn(u32) -> bool) -> Vec<(u32, u32, &[u8])> {
+    /// otherwise (`written`), as (index in [`OpLog::logged`], id,
+    /// arguments): the commit applies them again to the newest committed
+    /// version of their page and logs the bytes they resolve to.
+    pub(super) fn commuted_outside(
+        &self,
+        written: impl Fn(u32) -> bool,
+    ) -> Vec<(usize, u32, &[u8])> {
         self.commutes
             .iter()
-            .filter(|&&(p, _)| !written(p))
-            .map(|&(p, i)| (p, self.ops[i].1, &self.ops[i].3[..]))
+            .filter(|(p, _)| !p.iter().any(|&p| written(p)))
+            .map(|&(_, i)| (i, self.ops[i].1, &self.ops[i].3[..]))
             .collect()
     }
 
@@ -259,6 +280,22 @@ impl View {
         }
         let (off, _) = crate::ops::builtin::word_args(args)?;
         self.check_range(off, 8)?;
+        self.commute_op(id, args)
+    }
+
+    /// Runs commutative built-in `id` (a word operation, or
+    /// `ops::ARRAY_APPEND`) on this transaction's private memory, tracking
+    /// none of what it reads or writes, and logs it: at commit it runs
+    /// again on the newest committed state (`RegionInner::commit_pages`).
+    /// If the transaction writes a page the operation wrote (before or
+    /// after it), every page it wrote is written: validated, and published
+    /// from this transaction as a whole. An operation that fails wrote
+    /// nothing (the built-ins check before they store) and is not logged.
+    pub(crate) fn commute_op(&mut self, id: u32, args: &[u8]) -> Result<()> {
+        self.inner.region.check_owner()?;
+        if self.depth == 0 {
+            return Err(Error::NotInTransaction { op: "commute" });
+        }
         let v = &*self.inner;
         if v.read_only.load(Ordering::Relaxed) {
             v.doom(super::DOOM_READ_ONLY_WRITE);
@@ -267,32 +304,55 @@ impl View {
         let mut log = self.op_log.take().unwrap_or_default();
         let changed = self.cut(&mut log);
         let v = &*self.inner;
-        let page = (off / PAGE as u64) as usize;
-        if v.mem
-            .valid
-            .get(page)
-            .is_some_and(|x| x.load(Ordering::Acquire) == 0)
-        {
-            v.install(page, v.snapshot.load(Ordering::Relaxed));
-        }
         let op = crate::ops::lookup(id).expect("built-in");
-        let r = (op.apply)(&mut Alias(v), args);
-        // The word's page needs a shadow only if commit diffs it (it is
-        // written, or has a shadow already): otherwise a later store makes
-        // it written and validated, and its diff from the snapshot (word
-        // included) then replays to the same bytes.
-        let diffed =
-            v.touch_bits(page) & super::TOUCH_WRITE != 0 || log.shadow.contains_key(&(page as u32));
-        let word_page = diffed.then_some(page as u32);
-        for &p in changed.iter().chain(word_page.iter()) {
+        let mut mem = Private {
+            view: v,
+            pages: BTreeSet::new(),
+        };
+        let r = (op.apply)(&mut mem, args);
+        let pages: Vec<u32> = if r.is_ok() {
+            mem.pages.into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let written = |p: u32| v.touch_bits(p as usize) & super::TOUCH_WRITE != 0;
+        if pages.iter().any(|&p| written(p)) {
+            for &p in &pages {
+                v.touch(p as usize, true);
+            }
+        }
+        // A page needs a shadow only if commit diffs it (it is written, or
+        // has a shadow already): otherwise a later store makes it written
+        // and validated, and its diff from the snapshot (the operation's
+        // bytes included) then replays to the same bytes.
+        let diffed: Vec<u32> = pages
+            .iter()
+            .copied()
+            .filter(|&p| written(p) || log.shadow.contains_key(&p))
+            .collect();
+        for &p in changed.iter().chain(&diffed) {
             log.shadow.insert(p, Box::from(v.alias_page(p as usize)));
         }
-        let at = log.ranges.len() as u32;
-        log.ops.push((at, id, vec![page as u32], args.to_vec()));
-        log.commutes.push((page as u32, log.ops.len() - 1));
+        if r.is_ok() {
+            let at = log.ranges.len() as u32;
+            log.ops.push((at, id, pages.clone(), args.to_vec()));
+            log.commutes.push((pages, log.ops.len() - 1));
+            v.commuted.store(true, Ordering::Relaxed);
+        }
         self.op_log = Some(log);
-        v.commuted.store(true, Ordering::Relaxed);
         r
+    }
+
+    /// The little-endian u64 at `off` as this transaction sees it, without
+    /// tracking the read (a commutative operation's local result).
+    pub(crate) fn peek_u64(&self, off: u64) -> Result<u64> {
+        let mut b = [0u8; 8];
+        Private {
+            view: &self.inner,
+            pages: BTreeSet::new(),
+        }
+        .read(off, &mut b)?;
+        Ok(u64::from_le_bytes(b))
     }
 
     /// Adds `delta` to the u64 (or i64) at `off` by [`View::commute`].
@@ -349,44 +409,75 @@ fn word(off: u64, x: u64) -> [u8; 16] {
 }
 
 /// The view's private memory, untracked: where a commutative operation
-/// shows the transaction its effect.
-struct Alias<'a>(&'a ViewInner);
+/// shows the transaction its effect. Pages not valid in the view are
+/// installed (their snapshot version) before they are read or written;
+/// `pages` collects the pages written.
+struct Private<'a> {
+    view: &'a ViewInner,
+    pages: BTreeSet<u32>,
+}
 
-impl OpMemory for Alias<'_> {
-    fn size(&self) -> u64 {
-        self.0.mem.mapped.load(Ordering::Relaxed) as u64
-    }
-    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
+impl Private<'_> {
+    /// Checks `[off, off + len)` against the view's size and installs its
+    /// pages that are not valid here.
+    fn prepare(&self, off: u64, len: usize) -> Result<()> {
         let size = self.size();
-        if off.checked_add(buf.len() as u64).is_none_or(|e| e > size) {
+        if off.checked_add(len as u64).is_none_or(|e| e > size) {
             return Err(Error::OutOfRange {
                 off,
-                len: buf.len(),
+                len,
                 size: size as usize,
             });
         }
+        if len == 0 {
+            return Ok(());
+        }
+        let v = self.view;
+        for page in off as usize / PAGE..=(off as usize + len - 1) / PAGE {
+            if v.mem
+                .valid
+                .get(page)
+                .is_some_and(|x| x.load(Ordering::Acquire) == 0)
+            {
+                v.install(page, v.snapshot.load(Ordering::Relaxed));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl OpMemory for Private<'_> {
+    fn size(&self) -> u64 {
+        self.view.mem.mapped.load(Ordering::Relaxed) as u64
+    }
+    fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.prepare(off, buf.len())?;
         // SAFETY: in bounds of the alias (checked), which is always mapped.
         let src = unsafe {
-            std::slice::from_raw_parts(self.0.mem.alias.base().add(off as usize), buf.len())
+            std::slice::from_raw_parts(self.view.mem.alias.base().add(off as usize), buf.len())
         };
         buf.copy_from_slice(src);
         Ok(())
     }
     fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
-        let size = self.size();
-        if off.checked_add(bytes.len() as u64).is_none_or(|e| e > size) {
-            return Err(Error::OutOfRange {
-                off,
-                len: bytes.len(),
-                size: size as usize,
-            });
+        self.prepare(off, bytes.len())?;
+        if bytes.is_empty() {
+            return Ok(());
         }
         // SAFETY: in bounds of the alias (checked), private to this view, and
         // no reference into it is alive (the view is borrowed mutably).
         let dst = unsafe {
-            std::slice::from_raw_parts_mut(self.0.mem.alias.base().add(off as usize), bytes.len())
+            std::slice::from_raw_parts_mut(
+                self.view.mem.alias.base().add(off as usize),
+                bytes.len(),
+            )
         };
         dst.copy_from_slice(bytes);
+        let (first, last) = (
+            off / PAGE as u64,
+            (off + bytes.len() as u64 - 1) / PAGE as u64,
+        );
+        self.pages.extend((first..=last).map(|p| p as u32));
         Ok(())
     }
 }

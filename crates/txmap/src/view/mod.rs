@@ -636,6 +636,13 @@ impl View {
                 )));
             }
         }
+        if let Some(l) = self.op_log.as_deref() {
+            // A commutative operation whose pages the transaction partly
+            // wrote is published from it as a whole (`View::commute_op`).
+            for p in l.partly_written(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0) {
+                v.touch(p as usize, true);
+            }
+        }
         let n = v.write_n.load(Ordering::Relaxed);
         let validate = validate && !v.read_only.load(Ordering::Relaxed);
         if n == 0 && self.op_log.is_none() && !validate {
@@ -1097,6 +1104,14 @@ pod!(
 );
 // SAFETY: arrays of Pod are Pod.
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+
+/// The bytes of a plain value, as `View::write` would store them.
+pub(crate) fn pod_bytes<T: Pod>(x: &T) -> Vec<u8> {
+    let mut b = vec![0u8; std::mem::size_of::<T>()];
+    // SAFETY: T is Pod; the destination is exactly size_of::<T>() bytes.
+    unsafe { std::ptr::write_unaligned(b.as_mut_ptr().cast(), *x) };
+    b
+}
 
 /// A typed offset into a region: valid in every view, whatever its address.
 #[repr(transparent)]

@@ -21,9 +21,16 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::os::lock::{Guard, futex_wait_bits, futex_wake_all, futex_wake_bits};
 
-/// Log space is made real (zeros written) this much at a time, so that the
-/// per-commit sync has no file-size change to flush.
+/// Log space is made real (zeros written) ahead of the records, so that
+/// the per-commit sync has no file-size change to flush: at most this much
+/// at a time (and the unit `reserve_len` rounds to).
 const PREALLOCATE: u64 = 4 << 20;
+/// The first extension of an empty log; each later one doubles the space
+/// past the header, up to [`PREALLOCATE`] at a time: a region that logs
+/// little writes few zeros (a one-time 4 MiB fill was most of the bytes a
+/// few thousand small durable commits wrote), and a busy log still
+/// extends once per 4 MiB.
+const FIRST_EXTENSION: u64 = 64 << 10;
 /// Records of at least this many bytes are written from their pieces
 /// (`format::encode_pieces`) with one vectored write.
 const VECTORED_FROM: usize = 64 << 10;
@@ -285,7 +292,7 @@ impl Log {
             // leaves a log that ends inside or right after a record, so
             // recovery can tell truncation (damage) from a torn tail.
             if end + 8 > allocated {
-                let new_alloc = (end + 8).div_ceil(PREALLOCATE) * PREALLOCATE;
+                let new_alloc = extended_len(allocated, end + 8);
                 let zeros = vec![0u8; ZERO_PIECE];
                 let mut at = allocated;
                 while at < new_alloc {
@@ -618,6 +625,17 @@ pub fn start_epoch(
     Ok((header, allocated.max(HEADER_BYTES)))
 }
 
+/// The log's allocated length after extending `allocated` to hold `need`
+/// bytes: the space past the header doubles (from [`FIRST_EXTENSION`], by
+/// at most [`PREALLOCATE`]), in whole [`ZERO_PIECE`]s, and covers `need`.
+fn extended_len(allocated: u64, need: u64) -> u64 {
+    let used = allocated.saturating_sub(HEADER_BYTES);
+    let step = used.clamp(FIRST_EXTENSION, PREALLOCATE);
+    let piece = ZERO_PIECE as u64;
+    let to = (allocated + step).max(need);
+    HEADER_BYTES + (to - HEADER_BYTES).div_ceil(piece) * piece
+}
+
 /// The length a log is cut to at a new epoch: `reserve` rounded up to
 /// whole extensions, and never less than the header and one extension.
 pub fn reserve_len(reserve: u64) -> u64 {
@@ -697,5 +715,33 @@ fn fresh_salt(previous: Option<u64>) -> u64 {
         if Some(v) != previous && v != 0 {
             return v;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FIRST_EXTENSION, HEADER_BYTES, PREALLOCATE, extended_len};
+
+    #[test]
+    fn log_extensions_double_from_the_first_up_to_the_largest_step() {
+        let mut a = HEADER_BYTES;
+        let mut steps = Vec::new();
+        for _ in 0..10 {
+            let b = extended_len(a, a + 8);
+            steps.push(b - a);
+            a = b;
+        }
+        let k = 1 << 10;
+        assert_eq!(
+            steps,
+            [64, 64, 128, 256, 512, 1024, 2048, 4096, 4096, 4096].map(|x| x * k)
+        );
+        assert_eq!(steps[0], FIRST_EXTENSION);
+        assert_eq!(*steps.iter().max().unwrap(), PREALLOCATE);
+        // A record larger than the step: the extension covers it, in whole
+        // 64 KiB pieces.
+        let big = extended_len(HEADER_BYTES, HEADER_BYTES + 10_000_000);
+        assert!(big >= HEADER_BYTES + 10_000_000);
+        assert_eq!((big - HEADER_BYTES) % (64 * k), 0);
     }
 }

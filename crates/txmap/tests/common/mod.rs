@@ -367,6 +367,46 @@ impl Acks {
     }
 }
 
+/// In an acknowledging child: its acknowledgements (`TXMAP_ACKS`) and the
+/// region `TXMAP_REGION` opened with no automatic checkpoint, so that after
+/// a SIGKILL recovery replays the log.
+pub fn child_region() -> (Acks, Region) {
+    let p = PathBuf::from(std::env::var("TXMAP_REGION").unwrap());
+    let acks = Acks::open(&std::env::var("TXMAP_ACKS").unwrap());
+    let opts = txmap::Options {
+        checkpoint_bytes: u64::MAX / 2,
+        ..txmap::Options::default()
+    };
+    (acks, Region::open(&p, opts).unwrap())
+}
+
+/// Starts `n` children of `test` in `role`, child `k` with `TXMAP_ACKS`
+/// (its acknowledgement file in `dir`, returned beside it) and `envs(k)`.
+pub fn spawn_ackers(
+    test: &str,
+    role: &str,
+    dir: &TestDir,
+    n: u64,
+    envs: impl Fn(u64) -> Vec<(&'static str, String)>,
+) -> Vec<(Proc, PathBuf)> {
+    (0..n)
+        .map(|k| {
+            let acks = dir.join(&format!("acks-{k}"));
+            let mut e = envs(k);
+            e.push(("TXMAP_ACKS", acks.display().to_string()));
+            let c = Proc::spawn(test, role, &e, dir.join(&format!("err-{k}")));
+            (c, acks)
+        })
+        .collect()
+}
+
+/// Lines in each acknowledgement file.
+pub fn ack_counts(kids: &[(Proc, PathBuf)]) -> Vec<u64> {
+    kids.iter()
+        .map(|(_, a)| std::fs::read_to_string(a).unwrap().lines().count() as u64)
+        .collect()
+}
+
 /// Waits until child `c` (which must keep running) has written `n` lines
 /// of acknowledgements to `acks`.
 pub fn wait_for_acks(c: &mut Proc, acks: &Path, n: usize) {
