@@ -181,6 +181,9 @@ pub(crate) struct CommitRequest<'a> {
     pub snapshot: u64,
     /// Pages whose reads must not have changed since the snapshot (serializable).
     pub read_pages: &'a [u32],
+    /// Pages commit-time operations read that must be validated like
+    /// reads (the operation stays where it ran in the record).
+    pub op_reads: Vec<u32>,
     /// Serializable without a read set: tells which pages the transaction
     /// may have read; it conflicts if a commit after the snapshot changed
     /// one of them (or the change journal no longer reaches back).
@@ -870,7 +873,10 @@ impl RegionInner {
     /// snapshot changed a page it read or wrote. Caller holds the commit lock.
     pub(crate) fn validate(&self, req: &CommitRequest<'_>) -> Result<()> {
         let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
-        if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
+        if req.read_pages.iter().any(changed)
+            || req.op_reads.iter().any(changed)
+            || req.pages.iter().any(|(p, _)| changed(p))
+        {
             return Err(Error::Conflict);
         }
         if let Some(maybe_read) = &req.untracked_reads {

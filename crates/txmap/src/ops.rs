@@ -23,8 +23,8 @@ pub use crate::opmem::OpMemory;
 pub const FIRST_USER_OP: u32 = 128;
 
 pub use builtin::{
-    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT, COBTREE_REMOVE,
-    MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+    ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_PUT, BTREE_SPLIT, COBTREE_INSERT,
+    COBTREE_REMOVE, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
 };
 
 /// An operation's function: deterministic (the same bytes and arguments
@@ -213,6 +213,11 @@ impl<'a> Overlay<'a> {
         (op.apply)(self, args)
     }
 
+    /// Every page loaded so far (read or written), in order.
+    pub(crate) fn seen_pages(&self) -> Vec<u32> {
+        self.pages.keys().copied().collect()
+    }
+
     /// How many pages were written so far.
     pub(crate) fn dirty_pages(&self) -> usize {
         self.dirty.len()
@@ -369,6 +374,11 @@ pub(crate) mod builtin {
     /// The CO B-tree: removes a slot from a segment, shifting the slots
     /// after it down. Arguments: the segment's offset u64, the index u32.
     pub const COBTREE_REMOVE: u32 = 36;
+    /// The B+-tree's commit-time blind put (`BTree::put_blind`): descends
+    /// from the root and inserts the key in place into its leaf, or
+    /// overwrites its inline value of the same length. Arguments: the
+    /// tree's header offset u64, key length u16, key, value (the rest).
+    pub const BTREE_PUT: u32 = 37;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -474,6 +484,7 @@ pub(crate) mod builtin {
             BTREE_INSERT => ("B+-tree insert", crate::collections::leaf::insert_op),
             BTREE_DELETE => ("B+-tree delete", crate::collections::leaf::delete_op),
             BTREE_SPLIT => ("B+-tree leaf split", crate::collections::leaf::split_op),
+            BTREE_PUT => ("B+-tree blind put", crate::collections::leaf::put_op),
             COBTREE_INSERT => (
                 "CO B-tree slot insert",
                 crate::collections::segment::slot_op,

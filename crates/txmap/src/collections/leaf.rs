@@ -20,6 +20,12 @@ pub(super) const LEAF: u8 = 1;
 pub(super) const INTERNAL: u8 = 2;
 const HDR: usize = 16;
 
+pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TXMBTRE1");
+// Tree header block fields.
+pub(super) const T_MAGIC: u64 = 0;
+pub(super) const T_ROOT: u64 = 8;
+pub(super) const T_HEIGHT: u64 = 16;
+
 pub(super) type Entry = (Vec<u8>, Val);
 
 /// A node read for modification.
@@ -299,6 +305,52 @@ pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     )?;
     let cell = 8 + key.len() + value.len();
     mem.write(node + at as u64, &b[at..at + cell])
+}
+
+/// Built-in operation [`crate::ops::BTREE_PUT`], a commit-time blind put
+/// (`BTree::put_blind`): descends from the tree's root (arguments as
+/// [`op_args`], with the tree's header offset for the node) and inserts the
+/// key in place into its leaf's free gap, or overwrites its inline value
+/// of the same length. `Err(Error::Conflict)`, changing nothing, when
+/// neither fits (the leaf must split, or the value changes size): the
+/// caller then puts the ordinary way.
+pub(crate) fn put_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (tree, key, value) = parse_op_args(args)?;
+    let bad = |at: u64, what: &str| invalid(format!("B+-tree blind put at node {at}: {what}"));
+    let mut hdr = [0u8; 24];
+    mem.read(tree, &mut hdr)?;
+    let field = |f: u64| u64_at(&hdr, f as usize).unwrap_or(0);
+    let (mut node, height) = (field(T_ROOT), field(T_HEIGHT));
+    if field(T_MAGIC) != MAGIC || height == 0 || height > 64 {
+        return Err(bad(tree, "not a B+-tree header"));
+    }
+    let mut b = vec![0u8; NODE];
+    for _ in 1..height {
+        mem.read(node, &mut b)?;
+        let r = Raw::parse(&b)
+            .filter(|r| r.kind == INTERNAL)
+            .ok_or_else(|| bad(node, "malformed internal node"))?;
+        let i = r.route(key).ok_or_else(|| bad(node, "bad key"))?;
+        node = r.child(i).ok_or_else(|| bad(node, "bad child"))?;
+    }
+    mem.read(node, &mut b)?;
+    let r = Raw::parse(&b)
+        .filter(|r| r.kind == LEAF)
+        .ok_or_else(|| bad(node, "malformed leaf"))?;
+    if let Ok(i) = r.search(key).ok_or_else(|| bad(node, "bad key"))? {
+        let c = r.cell(i).ok_or_else(|| bad(node, "bad cell"))?;
+        if inline_at(&b, c).is_some_and(|old| old.len() == value.len()) {
+            return mem.write(node + (c + 8 + key.len()) as u64, value);
+        }
+        return Err(crate::error::Error::Conflict);
+    }
+    if in_place_spot(&r, key, value.len())
+        .map_err(|what| bad(node, what))?
+        .is_none()
+    {
+        return Err(crate::error::Error::Conflict);
+    }
+    insert_op(mem, &op_args(node, key, value))
 }
 
 /// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half

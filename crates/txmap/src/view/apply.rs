@@ -15,10 +15,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
-use super::{View, ViewInner, diff};
+use super::{TOUCH_WRITE, View, ViewInner, diff};
 use crate::error::{Error, Result};
 use crate::ops::OpMemory;
 use crate::os::mem::{Access, PAGE};
+use crate::viewmem::page_state;
 use crate::wal::format::{LoggedOp, Range};
 
 /// Most pages a transaction may have written for a collection to log its
@@ -38,8 +39,8 @@ pub(crate) struct OpLog {
     ranges: Vec<(u64, Vec<u8>)>,
     /// (ranges before it, id, pages it wrote, arguments).
     ops: Vec<(u32, u32, Vec<u32>, Vec<u8>)>,
-    /// Commutative operations: (their word's page, index in `ops`).
-    commutes: Vec<(u32, usize)>,
+    /// Commit-time operations (commutative word updates, blind puts).
+    commutes: Vec<Commute>,
     /// A nested-top-action marker is among `ops`: the commit is logged
     /// even if it changed no bytes.
     marker: bool,
@@ -63,20 +64,45 @@ impl OpLog {
         self.shadow.get(&page).map(|b| &b[..])
     }
 
-    /// Pages commutative operations changed.
+    /// Pages commit-time operations changed in this view (their local
+    /// results, not committed versions).
     pub(super) fn commuted_pages(&self) -> BTreeSet<u32> {
-        self.commutes.iter().map(|&(p, _)| p).collect()
+        self.commutes
+            .iter()
+            .flat_map(|c| c.wrote.iter().copied())
+            .collect()
     }
 
-    /// The commutative operations on pages the transaction did not write
-    /// otherwise (`written`), as (page, id, arguments): the commit applies
-    /// them again to the newest committed version of their page.
+    /// The commit-time operations none of whose pages the transaction
+    /// wrote otherwise (`written`), as (page, id, arguments): the commit
+    /// applies them again to the newest committed versions of their pages.
     pub(super) fn commuted_outside(&self, written: impl Fn(u32) -> bool) -> Vec<(u32, u32, &[u8])> {
         self.commutes
             .iter()
-            .filter(|&&(p, _)| !written(p))
-            .map(|&(p, i)| (p, self.ops[i].1, &self.ops[i].3[..]))
+            .filter(|c| !c.touched.iter().any(|&p| written(p)))
+            .map(|c| {
+                let page = c.wrote.first().copied().unwrap_or(c.touched[0]);
+                (page, self.ops[c.op].1, &self.ops[c.op].3[..])
+            })
             .collect()
+    }
+
+    /// The commit-time operations with a page the transaction also wrote
+    /// otherwise: they stay where they ran in the record (replayed before
+    /// the stores after them), so every page they read is validated like a
+    /// read (first), and the pages they changed that are not in the write
+    /// set are published with their local result (second).
+    pub(super) fn commuted_inside(&self, written: impl Fn(u32) -> bool) -> (Vec<u32>, Vec<u32>) {
+        let (mut reads, mut pages) = (Vec::new(), Vec::new());
+        for c in &self.commutes {
+            if c.touched.iter().any(|&p| written(p)) {
+                reads.extend_from_slice(&c.touched);
+                pages.extend(c.wrote.iter().copied().filter(|&p| !written(p)));
+            }
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        (reads, pages)
     }
 
     /// Whether the commit must be logged although it changed nothing.
@@ -96,6 +122,16 @@ impl OpLog {
             })
             .collect()
     }
+}
+
+/// A commit-time operation of the open transaction.
+struct Commute {
+    /// Index in `OpLog::ops`.
+    op: usize,
+    /// Pages it read or wrote when it ran here.
+    touched: Vec<u32>,
+    /// Pages it wrote when it ran here.
+    wrote: Vec<u32>,
 }
 
 /// An operation's view of the transaction's memory: the accessors, which
@@ -289,10 +325,120 @@ impl View {
         }
         let at = log.ranges.len() as u32;
         log.ops.push((at, id, vec![page as u32], args.to_vec()));
-        log.commutes.push((page as u32, log.ops.len() - 1));
+        log.commutes.push(Commute {
+            op: log.ops.len() - 1,
+            touched: vec![page as u32],
+            wrote: vec![page as u32],
+        });
         self.op_log = Some(log);
         v.commuted.store(true, Ordering::Relaxed);
         r
+    }
+
+    /// Runs registered operation `id` as a *commit-time* (blind) operation:
+    /// at once on this transaction's memory, so it sees the effect, but
+    /// without putting the pages the operation reads or writes in the read
+    /// or write set. At commit it runs again, under the commit lock, on the
+    /// newest committed versions of its pages (re-traversing whatever it
+    /// traverses), and that result is published and logged as the
+    /// operation. So the operation must give the right result on any
+    /// committed state: a blind put of a key, whose outcome the transaction
+    /// does not read. It signals "cannot run blindly here" (a leaf without
+    /// room) by `Err(Error::Conflict)`: then nothing is changed and this
+    /// returns false (the caller takes its ordinary path); at commit the
+    /// same signal is a conflict (the retry takes the ordinary path).
+    ///
+    /// False too, changing nothing, in a large transaction (as for
+    /// [`View::logs_ops`]), or if the transaction already wrote a page
+    /// the operation touches (its stores must stay ordered with it). If it
+    /// writes one later, the operation stays where it ran in the record and
+    /// every page it touched is validated at commit like a read. Reads by
+    /// lookups (accessors, plain loads) are validated as usual.
+    pub(crate) fn apply_blind(&mut self, id: u32, args: &[u8]) -> Result<bool> {
+        self.inner.region.check_owner()?;
+        if self.depth == 0 {
+            return Err(Error::NotInTransaction { op: "apply_blind" });
+        }
+        self.check_expired()?;
+        let v = &*self.inner;
+        if v.read_only.load(Ordering::Relaxed) {
+            v.doom(super::DOOM_READ_ONLY_WRITE);
+            return Err(Error::StoreInReadOnlyTransaction);
+        }
+        // A large transaction gains nothing (it conflicts on its other
+        // pages) and would replay every operation under the commit lock.
+        if v.write_n.load(Ordering::Relaxed) > LOGICAL_MAX_PAGES
+            || self
+                .op_log
+                .as_ref()
+                .is_some_and(|l| l.ops.len() >= LOGICAL_MAX_OPS)
+        {
+            return Ok(false);
+        }
+        let snapshot = v.snapshot.load(Ordering::Relaxed);
+        let mapped = v.mem.mapped.load(Ordering::Relaxed);
+        let mut load = |p: u32, buf: &mut [u8]| {
+            let page = p as usize;
+            if (page + 1) * PAGE > mapped {
+                return Err(Error::OutOfRange {
+                    off: (page * PAGE) as u64,
+                    len: PAGE,
+                    size: mapped,
+                });
+            }
+            if v.mem
+                .valid
+                .get(page)
+                .is_some_and(|x| x.load(Ordering::Acquire) == page_state::NONE)
+            {
+                v.install(page, snapshot);
+            }
+            buf.copy_from_slice(v.alias_page(page));
+            Ok(())
+        };
+        let mut ov = crate::ops::Overlay::new(mapped as u64, &mut load);
+        match ov.run(id, args) {
+            Ok(()) => {}
+            Err(Error::Conflict) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let touched = ov.seen_pages();
+        if touched
+            .iter()
+            .any(|&p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
+        {
+            return Ok(false);
+        }
+        let pages = ov.into_pages();
+        let mut log = self.op_log.take().unwrap_or_default();
+        let changed = self.cut(&mut log);
+        let v = &*self.inner;
+        for &p in &changed {
+            log.shadow.insert(p, Box::from(v.alias_page(p as usize)));
+        }
+        for (p, bytes) in &pages {
+            // SAFETY: below the mapped size (the overlay loaded it from the
+            // alias), which is private to this view; no reference into it is
+            // alive (the view is borrowed mutably).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    v.mem.alias.base().add(*p as usize * PAGE),
+                    PAGE,
+                )
+            };
+        }
+        let wrote: Vec<u32> = pages.keys().copied().collect();
+        let at = log.ranges.len() as u32;
+        log.ops.push((at, id, wrote.clone(), args.to_vec()));
+        log.commutes.push(Commute {
+            op: log.ops.len() - 1,
+            touched,
+            wrote,
+        });
+        self.op_log = Some(log);
+        v.commuted.store(true, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Adds `delta` to the u64 (or i64) at `off` by [`View::commute`].

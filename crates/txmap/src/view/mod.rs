@@ -691,9 +691,11 @@ impl View {
         } else {
             &[]
         };
-        let commute = op_log.map_or_else(Vec::new, |l| {
-            l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
-        });
+        let written = |p: u32| v.touch_bits(p as usize) & TOUCH_WRITE != 0;
+        let commute = op_log.map_or_else(Vec::new, |l| l.commuted_outside(written));
+        let (op_reads, inside) =
+            op_log.map_or_else(Default::default, |l| l.commuted_inside(written));
+        versions.extend(inside.into_iter().map(|p| (p, v.alias_page(p as usize))));
         if versions.is_empty()
             && commute.is_empty()
             && !op_log.is_some_and(apply::OpLog::has_marker)
@@ -719,6 +721,7 @@ impl View {
         Ok(Some(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
             read_pages,
+            op_reads,
             untracked_reads: v
                 .untracked_reads
                 .load(Ordering::Relaxed)
