@@ -124,6 +124,9 @@ impl Map for LinearHash {
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         LinearHash::put(self, v, key, value)
     }
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        LinearHash::put_blind(self, v, key, value)
+    }
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         LinearHash::delete(self, v, key)
     }
