@@ -24,7 +24,7 @@ pub const FIRST_USER_OP: u32 = 128;
 
 pub use builtin::{
     ADD_I64, ADD_U64, BTREE_DELETE, BTREE_INSERT, BTREE_PUT, BTREE_SPLIT, COBTREE_INSERT,
-    COBTREE_REMOVE, LHASH_PUT, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+    COBTREE_PUT, COBTREE_REMOVE, LHASH_PUT, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
 };
 
 /// An operation's function: deterministic (the same bytes and arguments
@@ -385,6 +385,12 @@ pub(crate) mod builtin {
     /// its inline value of the same length. Arguments as [`BTREE_PUT`],
     /// with the table's header offset.
     pub const LHASH_PUT: u32 = 38;
+    /// The CO B-tree's commit-time blind put of a new key
+    /// (`CoBTree::put_blind`): routes it through the index, allocates its
+    /// record from an arena, inserts its slot and fixes the index minimum.
+    /// Arguments: the tree's header offset u64, arena u32, key length u16,
+    /// key, value (the rest).
+    pub const COBTREE_PUT: u32 = 39;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -492,6 +498,7 @@ pub(crate) mod builtin {
             BTREE_SPLIT => ("B+-tree leaf split", crate::collections::leaf::split_op),
             BTREE_PUT => ("B+-tree blind put", crate::collections::leaf::put_op),
             LHASH_PUT => ("linear hash blind put", crate::collections::lhash::put_op),
+            COBTREE_PUT => ("CO B-tree blind put", crate::collections::cobtree::put_op),
             COBTREE_INSERT => (
                 "CO B-tree slot insert",
                 crate::collections::segment::slot_op,

@@ -156,6 +156,9 @@ impl Map for CoBTree {
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         CoBTree::put(self, v, key, value)
     }
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        CoBTree::put_blind(self, v, key, value)
+    }
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         CoBTree::delete(self, v, key)
     }
