@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::mvcc::Mvcc;
 use crate::os::mem::{Access, PAGE, Reservation, round_up};
-use crate::wal::format::{HEADER_BYTES, LogHeader, Range, RegionHeader};
+use crate::wal::format::{HEADER_BYTES, LogHeader, LoggedOp, Range, RegionHeader};
 use crate::wal::log::Log;
 
 use crate::options::{Durability, Options};
@@ -193,9 +193,10 @@ pub(crate) struct CommitRequest<'a> {
     pub ranges: Vec<Range<'a>>,
     /// Registered operations, interleaved with `ranges` (`crate::ops`).
     pub ops: Vec<crate::wal::format::LoggedOp<'a>>,
-    /// Commutative operations (page, id, arguments) on pages not in
-    /// `pages`, in order: applied under the commit lock to each page's
-    /// newest committed version, which is then published.
+    /// Commit-time operations (index in `ops`, id, arguments) none of whose
+    /// pages the transaction wrote, in order: applied under the commit
+    /// lock to the newest committed versions of the pages they touch, which
+    /// are then published (`RegionInner::commit_time`).
     pub commute: Vec<(u32, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
@@ -480,8 +481,8 @@ impl RegionInner {
                 return Err(self.order_skipped(req.slot));
             }
             self.validate(&req)?;
-            let commuted = self.commute_pages(&req.commute)?;
-            self.check_commuted(&commuted)?;
+            let (commuted, commit_ops) = self.commit_time(&req)?;
+            let req_ops = commit_ops.as_deref().unwrap_or(&req.ops);
             let with_commuted;
             let pages: &[(u32, &[u8])] = if commuted.is_empty() {
                 &req.pages
@@ -502,13 +503,13 @@ impl RegionInner {
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
             let (check, checked);
-            let ops = if crate::ops::changes_bytes(&req.ops) {
+            let ops = if crate::ops::changes_bytes(req_ops) {
                 h.file.note_ops(seq);
-                check = page_check_args(&req.ops, pages);
-                checked = with_page_check(&req.ops, req.ranges.len(), &check);
+                check = page_check_args(req_ops, pages);
+                checked = with_page_check(req_ops, req.ranges.len(), &check);
                 &checked[..]
             } else {
-                &req.ops[..]
+                req_ops
             };
             let logged = self.log.append(
                 &h.log,
@@ -823,7 +824,7 @@ impl RegionInner {
             .filter(|p| !live.contains(&p.token) && crate::ops::is_registered(p.undo));
         for p in orphans {
             let Ok(pages) = self
-                .commute_pages(&[(0, p.undo, &p.args)])
+                .commute_pages(&[(0, p.undo, &p.args)], &[])
                 .and_then(|pages| self.check_commuted(&pages).map(|_| pages))
             else {
                 continue;
@@ -892,15 +893,51 @@ impl RegionInner {
         Ok(())
     }
 
+    /// Runs `req`'s commit-time operations ([`RegionInner::commute_pages`],
+    /// checked by `check_commuted`): the pages they change, and `req.ops`
+    /// with each such operation's pages set to those (what it may have
+    /// changed here, for recovery and the page check), if it has any.
+    pub(crate) fn commit_time<'a>(
+        &self,
+        req: &CommitRequest<'a>,
+    ) -> Result<(Vec<(u32, Vec<u8>)>, Option<Vec<LoggedOp<'a>>>)> {
+        if req.commute.is_empty() {
+            return Ok((Vec::new(), None));
+        }
+        let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
+        written.sort_unstable();
+        let commuted = self.commute_pages(&req.commute, &written)?;
+        self.check_commuted(&commuted)?;
+        let changed: Vec<u32> = commuted.iter().map(|&(p, _)| p).collect();
+        let mut ops = req.ops.clone();
+        for &(i, _, _) in &req.commute {
+            if let Some(o) = ops.get_mut(i as usize) {
+                o.pages = changed.clone();
+            }
+        }
+        Ok((commuted, Some(ops)))
+    }
+
     /// The pages commutative operations change, from each page's newest
     /// committed version. Called under the commit lock (so no pruning or
     /// commit changes the versions meanwhile).
-    pub(crate) fn commute_pages(&self, ops: &[(u32, u32, &[u8])]) -> Result<Vec<(u32, Vec<u8>)>> {
+    /// A commit-time operation that touches a page the transaction wrote
+    /// (`written`, sorted) is a conflict: it ran on its snapshot's pages
+    /// here, its stores to that page were diffed without it, and both
+    /// results cannot be published (the retry runs it on the newer pages).
+    pub(crate) fn commute_pages(
+        &self,
+        ops: &[(u32, u32, &[u8])],
+        written: &[u32],
+    ) -> Result<Vec<(u32, Vec<u8>)>> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
         let now = self.mvcc.commit_seq();
         let mut load = |p: u32, buf: &mut [u8]| {
+            if written.binary_search(&p).is_ok() {
+                return Err(Error::Conflict);
+            }
             match self.mvcc.lookup(p as usize, now) {
                 Some(v) => buf.copy_from_slice(v.data),
                 // SAFETY: a page of a committed word lies below the region

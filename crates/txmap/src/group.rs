@@ -128,14 +128,15 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     // change), room for their versions, and its sequence number.
     let mut writers = Vec::new();
     let mut owned: Vec<Vec<(u32, Vec<u8>)>> = Vec::new();
+    let mut commit_ops = Vec::new();
     for &i in &order {
         let p = &parts[i];
         if !writes(&p.req) {
             continue;
         }
-        let commuted = p.region.commute_pages(&p.req.commute)?;
-        p.region.check_commuted(&commuted)?;
+        let (commuted, ops) = p.region.commit_time(&p.req)?;
         owned.push(commuted);
+        commit_ops.push(ops);
         writers.push(i);
     }
     let mut pages: Vec<Vec<(u32, &[u8])>> = Vec::new();
@@ -191,7 +192,8 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if k == 1 {
             crate::debug::hit(crate::debug::CrashPoint::GroupAppended);
         }
-        if crate::ops::changes_bytes(&parts[i].req.ops) {
+        let ops = commit_ops[k].as_deref().unwrap_or(&parts[i].req.ops);
+        if crate::ops::changes_bytes(ops) {
             // Its checkpoint journals the pages first (`journal.rs`).
             h.file.note_ops(seqs[k]);
         }
@@ -202,7 +204,7 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
                 seqs[k],
                 r.size(),
                 parts[i].req.ranges.iter().cloned(),
-                &parts[i].req.ops,
+                ops,
                 trailer.as_ref(),
             )
             .map_err(fail)?;

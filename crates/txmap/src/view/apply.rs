@@ -74,16 +74,14 @@ impl OpLog {
     }
 
     /// The commit-time operations none of whose pages the transaction
-    /// wrote otherwise (`written`), as (page, id, arguments): the commit
-    /// applies them again to the newest committed versions of their pages.
+    /// wrote otherwise (`written`), as (index in the logged operations, id,
+    /// arguments): the commit applies them again to the newest committed
+    /// versions of the pages they touch.
     pub(super) fn commuted_outside(&self, written: impl Fn(u32) -> bool) -> Vec<(u32, u32, &[u8])> {
         self.commutes
             .iter()
             .filter(|c| !c.touched.iter().any(|&p| written(p)))
-            .map(|c| {
-                let page = c.wrote.first().copied().unwrap_or(c.touched[0]);
-                (page, self.ops[c.op].1, &self.ops[c.op].3[..])
-            })
+            .map(|c| (c.op as u32, self.ops[c.op].1, &self.ops[c.op].3[..]))
             .collect()
     }
 
@@ -427,6 +425,13 @@ impl View {
                     PAGE,
                 )
             };
+        }
+        // If the transaction stores to one of these pages later, the
+        // operation stays in order, and those stores must be diffed against
+        // its result, not the snapshot (a store that undoes part of it
+        // would otherwise leave no diff, and replay would keep the part).
+        for (p, bytes) in &pages {
+            log.shadow.insert(*p, bytes.clone().into_boxed_slice());
         }
         let wrote: Vec<u32> = pages.keys().copied().collect();
         let at = log.ranges.len() as u32;
