@@ -176,6 +176,10 @@ fn with_page_check<'b>(
     out
 }
 
+/// What `RegionInner::commit_time` gives: the pages commit-time operations
+/// changed, and the request's operations with their pages, if any ran.
+pub(crate) type CommitTime<'a> = (Vec<(u32, Vec<u8>)>, Option<Vec<LoggedOp<'a>>>);
+
 /// A transaction's changes, ready to commit.
 pub(crate) struct CommitRequest<'a> {
     pub snapshot: u64,
@@ -900,7 +904,7 @@ impl RegionInner {
     pub(crate) fn commit_time<'a>(
         &self,
         req: &CommitRequest<'a>,
-    ) -> Result<(Vec<(u32, Vec<u8>)>, Option<Vec<LoggedOp<'a>>>)> {
+    ) -> Result<CommitTime<'a>> {
         if req.commute.is_empty() {
             return Ok((Vec::new(), None));
         }
