@@ -901,10 +901,7 @@ impl RegionInner {
     /// checked by `check_commuted`): the pages they change, and `req.ops`
     /// with each such operation's pages set to those (what it may have
     /// changed here, for recovery and the page check), if it has any.
-    pub(crate) fn commit_time<'a>(
-        &self,
-        req: &CommitRequest<'a>,
-    ) -> Result<CommitTime<'a>> {
+    pub(crate) fn commit_time<'a>(&self, req: &CommitRequest<'a>) -> Result<CommitTime<'a>> {
         if req.commute.is_empty() {
             return Ok((Vec::new(), None));
         }

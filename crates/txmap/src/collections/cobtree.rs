@@ -261,15 +261,16 @@ impl CoBTree {
         if !v.logs_ops() {
             return self.write_seg(v, seg, slots);
         }
-        let mut a = seg.to_le_bytes().to_vec();
-        a.extend_from_slice(&(i as u32).to_le_bytes());
         match new {
-            Some(s) => {
-                a.extend_from_slice(&s.prefix.to_le_bytes());
-                a.extend_from_slice(&s.rec.to_le_bytes());
-                v.apply(crate::ops::COBTREE_INSERT, &a)
+            Some(s) => v.apply(
+                crate::ops::COBTREE_INSERT,
+                &super::segment::insert_args(seg, i, s.prefix, s.rec),
+            ),
+            None => {
+                let mut a = seg.to_le_bytes().to_vec();
+                a.extend_from_slice(&(i as u32).to_le_bytes());
+                v.apply(crate::ops::COBTREE_REMOVE, &a)
             }
-            None => v.apply(crate::ops::COBTREE_REMOVE, &a),
         }
     }
 
@@ -745,10 +746,7 @@ pub(crate) fn put_op(mem: &mut dyn crate::opmem::OpMemory, args: &[u8]) -> Resul
     }
     let mut b = vec![0u8; SEG_BYTES as usize];
     mem.read(seg, &mut b)?;
-    let count = b
-        .chunks_exact(16)
-        .position(|c| c[8..] == [0u8; 8])
-        .unwrap_or(SEG as usize);
+    let count = super::segment::slot_count(&b);
     if count as u64 >= SEG {
         return Err(crate::Error::Conflict);
     }
@@ -776,10 +774,10 @@ pub(crate) fn put_op(mem: &mut dyn crate::opmem::OpMemory, args: &[u8]) -> Resul
         prefix: prefix(key),
         rec,
     };
-    b.copy_within(16 * lo..16 * count, 16 * lo + 16);
-    b[16 * lo..16 * lo + 8].copy_from_slice(&new.prefix.to_le_bytes());
-    b[16 * lo + 8..16 * lo + 16].copy_from_slice(&new.rec.to_le_bytes());
-    mem.write(seg + 16 * lo as u64, &b[16 * lo..16 * (count + 1)])?;
+    super::segment::slot_op(
+        mem,
+        &super::segment::insert_args(seg, lo, new.prefix, new.rec),
+    )?;
     if lo > 0 {
         return Ok(());
     }

@@ -242,7 +242,7 @@ pub(super) fn remove_slot(b: &mut [u8], i: usize, n: usize) {
 
 /// The arguments of [`crate::ops::BTREE_INSERT`] and `BTREE_DELETE`
 /// (docs/FORMAT.md): node offset u64, key length u16, key, value.
-pub(super) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+pub(crate) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut a = Vec::with_capacity(10 + key.len() + value.len());
     a.extend_from_slice(&node.to_le_bytes());
     a.extend_from_slice(&(key.len() as u16).to_le_bytes());
@@ -253,9 +253,16 @@ pub(super) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
 
 /// Splits [`op_args`] into (node, key, value), checking the lengths.
 fn parse_op_args(args: &[u8]) -> Result<(u64, &[u8], &[u8])> {
+    parse_kv_args(args, "B+-tree operation")
+}
+
+/// Splits arguments laid out as [`op_args`] lays them out (offset u64, key
+/// length u16, key, value) into their parts, checking the lengths against
+/// 512-byte keys and inline values; errors name `what`.
+pub(super) fn parse_kv_args<'a>(args: &'a [u8], what: &str) -> Result<(u64, &'a [u8], &'a [u8])> {
     let bad = || {
         invalid(format!(
-            "B+-tree operation: malformed arguments ({} bytes)",
+            "{what}: malformed arguments ({} bytes)",
             args.len()
         ))
     };

@@ -443,15 +443,10 @@ impl LinearHash {
     /// with it. Otherwise it is an ordinary [`LinearHash::put`].
     pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
         check_key(key, MAX_KEY)?;
-        if value.len() <= INLINE_MAX {
-            let mut a = Vec::with_capacity(10 + key.len() + value.len());
-            a.extend_from_slice(&self.at.to_le_bytes());
-            a.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            a.extend_from_slice(key);
-            a.extend_from_slice(value);
-            if v.apply_blind(crate::ops::LHASH_PUT, &a)? {
-                return Ok(());
-            }
+        // Same argument layout as the B+-tree's operations.
+        let a = super::leaf::op_args(self.at, key, value);
+        if value.len() <= INLINE_MAX && v.apply_blind(crate::ops::LHASH_PUT, &a)? {
+            return Ok(());
         }
         self.put(v, key, value).map(|_| ())
     }
@@ -719,19 +714,7 @@ impl LinearHash {
 /// `put_in_place` does; `Err(Error::Conflict)`, changing nothing, when
 /// that does not apply (the chain must be rewritten).
 pub(crate) fn put_op(mem: &mut dyn crate::opmem::OpMemory, args: &[u8]) -> Result<()> {
-    let bad = || {
-        invalid(format!(
-            "linear hash blind put: malformed arguments ({} bytes)",
-            args.len()
-        ))
-    };
-    let at = u64_at(args, 0).ok_or_else(bad)?;
-    let klen = u16_at(args, 8).ok_or_else(bad)? as usize;
-    let key = args.get(10..10 + klen).ok_or_else(bad)?;
-    let value = &args[10 + klen..];
-    if klen > MAX_KEY || value.len() > INLINE_MAX {
-        return Err(bad());
-    }
+    let (at, key, value) = super::leaf::parse_kv_args(args, "linear hash blind put")?;
     let mut h = [0u8; 40];
     mem.read(at, &mut h)?;
     let field = |f: u64| u64_at(&h, f as usize).unwrap_or(0);
