@@ -935,21 +935,32 @@ impl RegionInner {
             return Ok(Vec::new());
         }
         let now = self.mvcc.commit_seq();
-        let mut load = |p: u32, buf: &mut [u8]| {
+        let size = self.size();
+        let peek = |p: u32| -> Result<&[u8]> {
             if written.binary_search(&p).is_ok() {
                 return Err(Error::Conflict);
             }
-            match self.mvcc.lookup(p as usize, now) {
-                Some(v) => buf.copy_from_slice(v.data),
-                // SAFETY: a page of a committed word lies below the region
-                // size, which the image maps.
-                None => buf.copy_from_slice(unsafe {
-                    std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
-                }),
+            if u64::from(p + 1) * PAGE as u64 > size {
+                return Err(Error::OutOfRange {
+                    off: u64::from(p) * PAGE as u64,
+                    len: PAGE,
+                    size: size as usize,
+                });
             }
+            Ok(match self.mvcc.lookup(p as usize, now) {
+                Some(v) => v.data,
+                // SAFETY: below the region size (checked), which the image
+                // maps; under the commit lock no commit changes it.
+                None => unsafe {
+                    std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
+                },
+            })
+        };
+        let mut load = |p: u32, buf: &mut [u8]| {
+            buf.copy_from_slice(peek(p)?);
             Ok(())
         };
-        let mut overlay = crate::ops::Overlay::new(self.size(), &mut load);
+        let mut overlay = crate::ops::Overlay::with_peek(size, &mut load, &peek);
         for (_, id, args) in ops {
             overlay.run(*id, args)?;
         }

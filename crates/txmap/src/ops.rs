@@ -146,7 +146,16 @@ pub(crate) struct Overlay<'a> {
     dirty: BTreeSet<u32>,
     size: u64,
     load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
+    /// A page's base content in place: reads of pages not written yet
+    /// copy only the bytes asked for, not the page (commit-time
+    /// operations under the commit lock read more pages than they write).
+    peek: Option<Peek<'a>>,
+    /// Pages read through `peek`.
+    peeked: BTreeSet<u32>,
 }
+
+/// A page's base content, borrowed ([`Overlay::with_peek`]).
+pub(crate) type Peek<'a> = &'a dyn Fn(u32) -> Result<&'a [u8]>;
 
 impl<'a> Overlay<'a> {
     /// `load(page, buf)` fills a page's base content.
@@ -156,6 +165,21 @@ impl<'a> Overlay<'a> {
             dirty: BTreeSet::new(),
             size,
             load,
+            peek: None,
+            peeked: BTreeSet::new(),
+        }
+    }
+
+    /// [`Overlay::new`], reading pages not written yet through `peek`
+    /// (which must give what `load` would copy).
+    pub(crate) fn with_peek(
+        size: u64,
+        load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
+        peek: Peek<'a>,
+    ) -> Self {
+        Overlay {
+            peek: Some(peek),
+            ..Overlay::new(size, load)
         }
     }
 
@@ -213,9 +237,11 @@ impl<'a> Overlay<'a> {
         (op.apply)(self, args)
     }
 
-    /// Every page loaded so far (read or written), in order.
+    /// Every page read or written so far, in order.
     pub(crate) fn seen_pages(&self) -> Vec<u32> {
-        self.pages.keys().copied().collect()
+        let mut all: BTreeSet<u32> = self.pages.keys().copied().collect();
+        all.extend(self.peeked.iter().copied());
+        all.into_iter().collect()
     }
 
     /// How many pages were written so far.
@@ -241,7 +267,14 @@ impl OpMemory for Overlay<'_> {
         while !buf.is_empty() {
             let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
             let n = buf.len().min(PAGE - at);
-            buf[..n].copy_from_slice(&self.page(p)?[at..at + n]);
+            match self.peek {
+                Some(peek) if !self.pages.contains_key(&p) => {
+                    let src = peek(p)?;
+                    buf[..n].copy_from_slice(&src[at..at + n]);
+                    self.peeked.insert(p);
+                }
+                _ => buf[..n].copy_from_slice(&self.page(p)?[at..at + n]),
+            }
             off += n as u64;
             buf = &mut buf[n..];
         }

@@ -303,7 +303,21 @@ pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
                 "B+-tree insert into leaf {node}: the key is present or the leaf is full"
             ))
         })?;
-    put_in_place(&mut b, spot, key, value);
+    write_in_place(mem, node, &mut b, spot, key, value)
+}
+
+/// Inserts in place into the leaf at `node`, whose bytes `b` are, at
+/// `spot` ([`in_place_spot`]): writes only the count, the shifted slots and
+/// the new cell.
+fn write_in_place(
+    mem: &mut dyn OpMemory,
+    node: u64,
+    b: &mut [u8],
+    spot: (usize, usize, usize),
+    key: &[u8],
+    value: &[u8],
+) -> Result<()> {
+    put_in_place(b, spot, key, value);
     let (pos, n, at) = spot;
     mem.write(node + 2, &b[2..4])?;
     mem.write(
@@ -351,13 +365,10 @@ pub(crate) fn put_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
         }
         return Err(crate::error::Error::Conflict);
     }
-    if in_place_spot(&r, key, value.len())
-        .map_err(|what| bad(node, what))?
-        .is_none()
-    {
+    let Some(spot) = in_place_spot(&r, key, value.len()).map_err(|what| bad(node, what))? else {
         return Err(crate::error::Error::Conflict);
-    }
-    insert_op(mem, &op_args(node, key, value))
+    };
+    write_in_place(mem, node, &mut b, spot, key, value)
 }
 
 /// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half

@@ -375,7 +375,7 @@ impl View {
         }
         let snapshot = v.snapshot.load(Ordering::Relaxed);
         let mapped = v.mem.mapped.load(Ordering::Relaxed);
-        let mut load = |p: u32, buf: &mut [u8]| {
+        let peek = |p: u32| -> Result<&[u8]> {
             let page = p as usize;
             if (page + 1) * PAGE > mapped {
                 return Err(Error::OutOfRange {
@@ -391,10 +391,13 @@ impl View {
             {
                 v.install(page, snapshot);
             }
-            buf.copy_from_slice(v.alias_page(page));
+            Ok(v.alias_page(page))
+        };
+        let mut load = |p: u32, buf: &mut [u8]| {
+            buf.copy_from_slice(peek(p)?);
             Ok(())
         };
-        let mut ov = crate::ops::Overlay::new(mapped as u64, &mut load);
+        let mut ov = crate::ops::Overlay::with_peek(mapped as u64, &mut load, &peek);
         match ov.run(id, args) {
             Ok(()) => {}
             Err(Error::Conflict) => return Ok(false),
