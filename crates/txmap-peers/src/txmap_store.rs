@@ -141,9 +141,10 @@ impl Session for TxSession {
                 attempts += 1;
                 for op in ops {
                     match *op {
-                        Op::Put(k, val) => {
-                            map.put(v, k, val)?;
-                        }
+                        // A write batch does not read what it replaces:
+                        // a blind put (commit-time where the structure
+                        // has one), like the peers' puts.
+                        Op::Put(k, val) => map.put_blind(v, k, val)?,
                         Op::Delete(k) => {
                             map.delete(v, k)?;
                         }

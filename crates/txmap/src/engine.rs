@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::mvcc::Mvcc;
 use crate::os::mem::{Access, PAGE, Reservation, round_up};
-use crate::wal::format::{HEADER_BYTES, LogHeader, Range, RegionHeader};
+use crate::wal::format::{HEADER_BYTES, LogHeader, LoggedOp, Range, RegionHeader};
 use crate::wal::log::Log;
 
 use crate::options::{Durability, Options};
@@ -179,8 +179,8 @@ fn with_page_check<'b>(
     out
 }
 
-/// What commutative operations did to the newest committed state
-/// (`RegionInner::commute_pages`).
+/// What commit-time operations did to the newest committed state
+/// (`RegionInner::commit_time`).
 #[derive(Default)]
 pub(crate) struct Commuted {
     /// The pages they changed, as they left them.
@@ -189,27 +189,53 @@ pub(crate) struct Commuted {
     pub writes: Vec<Vec<(u64, Vec<u8>)>>,
 }
 
-/// A commit record's ranges and operations with each commutative
-/// operation resolved at commit (`commute`, indices into `ops`) replaced by
-/// the bytes it wrote (`writes`) at its place in the sequence: replaying
-/// them gives what the operation gave under the commit lock, with no
-/// operation to run again, so a record of plain adds is byte diffs only
+/// Log bytes a commit-time operation may cost beyond its operation
+/// record and still be logged as the bytes it wrote: a record without
+/// byte-changing operations needs no page check, and its pages no page
+/// journal at checkpoint.
+const RESOLVE_SLACK: usize = 256;
+
+/// Whether commit-time operation `args`, which wrote `writes` and changed
+/// `n_pages` pages at commit, is logged as those bytes rather than as the
+/// operation: the smaller of the two, with [`RESOLVE_SLACK`] for bytes.
+fn log_as_bytes(args: &[u8], writes: &[(u64, Vec<u8>)], n_pages: usize) -> bool {
+    // Sizes as in docs/FORMAT.md: a range is offset u64 + length u32 +
+    // bytes; an operation 16 bytes + its pages + its arguments, and a page
+    // check entry per page.
+    let as_bytes: usize = writes.iter().map(|(_, b)| 12 + b.len()).sum();
+    let as_op = 16 + 4 * n_pages + args.len() + 8 * n_pages;
+    as_bytes <= as_op + RESOLVE_SLACK
+}
+
+/// A commit record's ranges and operations after its commit-time
+/// operations ran (`commute`, indices into `ops`; `c`, what they did):
+/// each is replaced by the bytes it wrote (`c.writes`) at its place in the
+/// sequence when that is smaller ([`log_as_bytes`]), else kept with the
+/// pages they changed. Replaying either gives what the operation gave
+/// under the commit lock; a record of plain adds is byte diffs only
 /// (idempotent: no page check, and its checkpoint needs no page journal).
-pub(crate) fn resolve_commutes<'b>(
+pub(crate) fn commit_record<'b>(
     ranges: &[Range<'b>],
-    ops: &[crate::wal::format::LoggedOp<'b>],
+    ops: &[LoggedOp<'b>],
     commute: &[(usize, u32, &[u8])],
-    writes: &'b [Vec<(u64, Vec<u8>)>],
-) -> (Vec<Range<'b>>, Vec<crate::wal::format::LoggedOp<'b>>) {
+    c: &'b Commuted,
+) -> (Vec<Range<'b>>, Vec<LoggedOp<'b>>) {
     if commute.is_empty() {
         return (ranges.to_vec(), ops.to_vec());
     }
+    let changed: Vec<u32> = c.pages.iter().map(|&(p, _)| p).collect();
     let resolved: std::collections::BTreeMap<usize, &'b [(u64, Vec<u8>)]> = commute
         .iter()
-        .zip(writes)
+        .zip(&c.writes)
+        .filter(|((_, _, args), w)| log_as_bytes(args, w, changed.len()))
         .map(|(&(i, _, _), w)| (i, &w[..]))
         .collect();
-    let mut out_ranges = Vec::with_capacity(ranges.len() + writes.len());
+    let kept: std::collections::BTreeSet<usize> = commute
+        .iter()
+        .map(|&(i, _, _)| i)
+        .filter(|i| !resolved.contains_key(i))
+        .collect();
+    let mut out_ranges = Vec::with_capacity(ranges.len() + resolved.len());
     let mut out_ops = Vec::with_capacity(ops.len());
     let mut next = ops.iter().enumerate().peekable();
     for i in 0..=ranges.len() {
@@ -219,8 +245,15 @@ pub(crate) fn resolve_commutes<'b>(
                     offset: *offset,
                     bytes,
                 })),
-                None => out_ops.push(crate::wal::format::LoggedOp {
+                None => out_ops.push(LoggedOp {
                     at: out_ranges.len() as u32,
+                    // A kept commit-time operation names what it changed
+                    // here (for recovery and the page check).
+                    pages: if kept.contains(&k) {
+                        changed.clone()
+                    } else {
+                        o.pages.clone()
+                    },
                     ..o.clone()
                 }),
             }
@@ -237,6 +270,9 @@ pub(crate) struct CommitRequest<'a> {
     pub snapshot: u64,
     /// Pages whose reads must not have changed since the snapshot (serializable).
     pub read_pages: &'a [u32],
+    /// Pages commit-time operations read that must be validated like
+    /// reads (the operation stays where it ran in the record).
+    pub op_reads: Vec<u32>,
     /// Serializable without a read set: tells which pages the transaction
     /// may have read; it conflicts if a commit after the snapshot changed
     /// one of them (or the change journal no longer reaches back).
@@ -246,10 +282,11 @@ pub(crate) struct CommitRequest<'a> {
     pub ranges: Vec<Range<'a>>,
     /// Registered operations, interleaved with `ranges` (`crate::ops`).
     pub ops: Vec<crate::wal::format::LoggedOp<'a>>,
-    /// Commutative operations (index in `ops`, id, arguments) on pages not
-    /// in `pages`, in order: applied under the commit lock to each page's
-    /// newest committed version, which is then published; the log holds
-    /// the bytes they wrote there in their place (`resolve_commutes`).
+    /// Commit-time operations (index in `ops`, id, arguments) none of whose
+    /// pages the transaction wrote, in order: applied under the commit
+    /// lock to the newest committed versions of the pages they touch, which
+    /// are then published; the log holds the bytes they wrote or the
+    /// operations (`commit_record`).
     pub commute: Vec<(usize, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
@@ -535,10 +572,8 @@ impl RegionInner {
                 return Err(self.order_skipped(req.slot));
             }
             self.validate(&req)?;
-            let commuted = self.commute_pages(&req.commute)?;
-            self.check_commuted(&commuted.pages)?;
-            let (ranges, rec_ops) =
-                resolve_commutes(&req.ranges, &req.ops, &req.commute, &commuted.writes);
+            let commuted = self.commit_time(&req)?;
+            let (ranges, rec_ops) = commit_record(&req.ranges, &req.ops, &req.commute, &commuted);
             let with_commuted;
             let pages: &[(u32, &[u8])] = if commuted.pages.is_empty() {
                 &req.pages
@@ -965,7 +1000,7 @@ impl RegionInner {
             .filter(|p| !live.contains(&p.token) && crate::ops::is_registered(p.undo));
         for p in orphans {
             let Ok(pages) = self
-                .commute_pages(&[(0, p.undo, &p.args)])
+                .commute_pages(&[(0, p.undo, &p.args)], &[])
                 .and_then(|c| self.check_commuted(&c.pages).map(|_| c.pages))
             else {
                 continue;
@@ -1015,7 +1050,10 @@ impl RegionInner {
     /// snapshot changed a page it read or wrote. Caller holds the commit lock.
     pub(crate) fn validate(&self, req: &CommitRequest<'_>) -> Result<()> {
         let changed = |p: &u32| self.mvcc.page_seq(*p as usize) > req.snapshot;
-        if req.read_pages.iter().any(changed) || req.pages.iter().any(|(p, _)| changed(p)) {
+        if req.read_pages.iter().any(changed)
+            || req.op_reads.iter().any(changed)
+            || req.pages.iter().any(|(p, _)| changed(p))
+        {
             return Err(Error::Conflict);
         }
         if let Some(maybe_read) = &req.untracked_reads {
@@ -1031,26 +1069,61 @@ impl RegionInner {
         Ok(())
     }
 
-    /// The pages commutative operations change, from each page's newest
-    /// committed version. Called under the commit lock (so no pruning or
-    /// commit changes the versions meanwhile).
-    pub(crate) fn commute_pages(&self, ops: &[(usize, u32, &[u8])]) -> Result<Commuted> {
+    /// Runs `req`'s commit-time operations ([`RegionInner::commute_pages`],
+    /// checked by `check_commuted`); `commit_record` makes the record.
+    pub(crate) fn commit_time(&self, req: &CommitRequest<'_>) -> Result<Commuted> {
+        if req.commute.is_empty() {
+            return Ok(Commuted::default());
+        }
+        let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
+        written.sort_unstable();
+        let commuted = self.commute_pages(&req.commute, &written)?;
+        self.check_commuted(&commuted.pages)?;
+        Ok(commuted)
+    }
+
+    /// The pages commit-time operations change, from each page's newest
+    /// committed version, and the bytes each wrote. Called under the commit
+    /// lock (so no pruning or commit changes the versions meanwhile).
+    /// A commit-time operation that touches a page the transaction wrote
+    /// (`written`, sorted) is a conflict: it ran on its snapshot's pages
+    /// here, its stores to that page were diffed without it, and both
+    /// results cannot be published (the retry runs it on the newer pages).
+    pub(crate) fn commute_pages(
+        &self,
+        ops: &[(usize, u32, &[u8])],
+        written: &[u32],
+    ) -> Result<Commuted> {
         if ops.is_empty() {
             return Ok(Commuted::default());
         }
         let now = self.mvcc.commit_seq();
-        let mut load = |p: u32, buf: &mut [u8]| {
-            match self.mvcc.lookup(p as usize, now) {
-                Some(v) => buf.copy_from_slice(v.data),
-                // SAFETY: a page of a committed word lies below the region
-                // size, which the image maps.
-                None => buf.copy_from_slice(unsafe {
-                    std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
-                }),
+        let size = self.size();
+        let peek = |p: u32| -> Result<&[u8]> {
+            if written.binary_search(&p).is_ok() {
+                return Err(Error::Conflict);
             }
+            if u64::from(p + 1) * PAGE as u64 > size {
+                return Err(Error::OutOfRange {
+                    off: u64::from(p) * PAGE as u64,
+                    len: PAGE,
+                    size: size as usize,
+                });
+            }
+            Ok(match self.mvcc.lookup(p as usize, now) {
+                Some(v) => v.data,
+                // SAFETY: below the region size (checked), which the image
+                // maps; under the commit lock no commit changes it.
+                None => unsafe {
+                    std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
+                },
+            })
+        };
+        let mut load = |p: u32, buf: &mut [u8]| {
+            buf.copy_from_slice(peek(p)?);
             Ok(())
         };
-        let mut overlay = crate::ops::Overlay::new(self.size(), &mut load);
+        let mut overlay = crate::ops::Overlay::with_peek(size, &mut load, &peek);
         let mut writes = Vec::with_capacity(ops.len());
         for (_, id, args) in ops {
             writes.push(overlay.run_recorded(*id, args)?);

@@ -133,19 +133,18 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if !writes(&p.req) {
             continue;
         }
-        let commuted = p.region.commute_pages(&p.req.commute)?;
-        p.region.check_commuted(&commuted.pages)?;
+        let commuted = p.region.commit_time(&p.req)?;
         owned.push(commuted);
         writers.push(i);
     }
-    // Each writer's record: its commutative operations as the bytes they
-    // wrote (`resolve_commutes`).
+    // Each writer's record: its commit-time operations as the bytes they
+    // wrote or with their pages (`commit_record`).
     let records: Vec<_> = writers
         .iter()
         .enumerate()
         .map(|(k, &i)| {
             let r = &parts[i].req;
-            crate::engine::resolve_commutes(&r.ranges, &r.ops, &r.commute, &owned[k].writes)
+            crate::engine::commit_record(&r.ranges, &r.ops, &r.commute, &owned[k])
         })
         .collect();
     let mut pages: Vec<Vec<(u32, &[u8])>> = Vec::new();

@@ -23,8 +23,9 @@ pub use crate::opmem::OpMemory;
 pub const FIRST_USER_OP: u32 = 128;
 
 pub use builtin::{
-    ADD_I64, ADD_U64, ARRAY_APPEND, BTREE_DELETE, BTREE_INSERT, BTREE_SPLIT, COBTREE_INSERT,
-    COBTREE_REMOVE, MAX_I64, MAX_U64, MIN_I64, MIN_U64, PAGE_CHECK,
+    ADD_I64, ADD_U64, ARRAY_APPEND, BTREE_DELETE, BTREE_INSERT, BTREE_PUT, BTREE_SPLIT,
+    COBTREE_INSERT, COBTREE_PUT, COBTREE_REMOVE, LHASH_PUT, MAX_I64, MAX_U64, MIN_I64, MIN_U64,
+    PAGE_CHECK,
 };
 
 /// An operation's function: deterministic (the same bytes and arguments
@@ -148,7 +149,16 @@ pub(crate) struct Overlay<'a> {
     load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
     /// The writes made while recording (`run_recorded`).
     recorded: Option<Vec<(u64, Vec<u8>)>>,
+    /// A page's base content in place: reads of pages not written yet
+    /// copy only the bytes asked for, not the page (commit-time
+    /// operations under the commit lock read more pages than they write).
+    peek: Option<Peek<'a>>,
+    /// Pages read through `peek`.
+    peeked: BTreeSet<u32>,
 }
+
+/// A page's base content, borrowed ([`Overlay::with_peek`]).
+pub(crate) type Peek<'a> = &'a dyn Fn(u32) -> Result<&'a [u8]>;
 
 impl<'a> Overlay<'a> {
     /// `load(page, buf)` fills a page's base content.
@@ -159,6 +169,21 @@ impl<'a> Overlay<'a> {
             size,
             load,
             recorded: None,
+            peek: None,
+            peeked: BTreeSet::new(),
+        }
+    }
+
+    /// [`Overlay::new`], reading pages not written yet through `peek`
+    /// (which must give what `load` would copy).
+    pub(crate) fn with_peek(
+        size: u64,
+        load: &'a mut dyn FnMut(u32, &mut [u8]) -> Result<()>,
+        peek: Peek<'a>,
+    ) -> Self {
+        Overlay {
+            peek: Some(peek),
+            ..Overlay::new(size, load)
         }
     }
 
@@ -225,6 +250,13 @@ impl<'a> Overlay<'a> {
         r.map(|()| writes)
     }
 
+    /// Every page read or written so far, in order.
+    pub(crate) fn seen_pages(&self) -> Vec<u32> {
+        let mut all: BTreeSet<u32> = self.pages.keys().copied().collect();
+        all.extend(self.peeked.iter().copied());
+        all.into_iter().collect()
+    }
+
     /// How many pages were written so far.
     pub(crate) fn dirty_pages(&self) -> usize {
         self.dirty.len()
@@ -248,7 +280,14 @@ impl OpMemory for Overlay<'_> {
         while !buf.is_empty() {
             let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
             let n = buf.len().min(PAGE - at);
-            buf[..n].copy_from_slice(&self.page(p)?[at..at + n]);
+            match self.peek {
+                Some(peek) if !self.pages.contains_key(&p) => {
+                    let src = peek(p)?;
+                    buf[..n].copy_from_slice(&src[at..at + n]);
+                    self.peeked.insert(p);
+                }
+                _ => buf[..n].copy_from_slice(&self.page(p)?[at..at + n]),
+            }
             off += n as u64;
             buf = &mut buf[n..];
         }
@@ -391,6 +430,23 @@ pub(crate) mod builtin {
     /// The CO B-tree: removes a slot from a segment, shifting the slots
     /// after it down. Arguments: the segment's offset u64, the index u32.
     pub const COBTREE_REMOVE: u32 = 36;
+    /// The B+-tree's commit-time blind put (`BTree::put_blind`): descends
+    /// from the root and inserts the key in place into its leaf, or
+    /// overwrites its inline value of the same length. Arguments: the
+    /// tree's header offset u64, key length u16, key, value (the rest).
+    pub const BTREE_PUT: u32 = 37;
+    /// The linear hash's commit-time blind put (`LinearHash::put_blind`):
+    /// finds the key's bucket from the header and directory and appends
+    /// the entry to the first page of its chain with room, or overwrites
+    /// its inline value of the same length. Arguments as [`BTREE_PUT`],
+    /// with the table's header offset.
+    pub const LHASH_PUT: u32 = 38;
+    /// The CO B-tree's commit-time blind put of a new key
+    /// (`CoBTree::put_blind`): routes it through the index, allocates its
+    /// record from an arena, inserts its slot and fixes the index minimum.
+    /// Arguments: the tree's header offset u64, arena u32, key length u16,
+    /// key, value (the rest).
+    pub const COBTREE_PUT: u32 = 39;
 
     /// `PAGE_CHECK`'s arguments for `pages` (page, content).
     pub(crate) fn page_check_args<'a>(pages: impl Iterator<Item = (u32, &'a [u8])>) -> Vec<u8> {
@@ -497,6 +553,9 @@ pub(crate) mod builtin {
             BTREE_INSERT => ("B+-tree insert", crate::collections::leaf::insert_op),
             BTREE_DELETE => ("B+-tree delete", crate::collections::leaf::delete_op),
             BTREE_SPLIT => ("B+-tree leaf split", crate::collections::leaf::split_op),
+            BTREE_PUT => ("B+-tree blind put", crate::collections::leaf::put_op),
+            LHASH_PUT => ("linear hash blind put", crate::collections::lhash::put_op),
+            COBTREE_PUT => ("CO B-tree blind put", crate::collections::cobtree::put_op),
             COBTREE_INSERT => (
                 "CO B-tree slot insert",
                 crate::collections::segment::slot_op,

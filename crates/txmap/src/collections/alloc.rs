@@ -250,6 +250,54 @@ pub fn alloc_in(v: &mut View, size: u64, a: u64) -> Result<u64> {
     Ok(block + BLOCK_HEADER)
 }
 
+/// [`alloc_in`] inside a commit-time operation (`View::apply_blind`), over
+/// `mem`: the block comes from arena `a`'s free list or its bump range as
+/// they are in `mem`. `Err(Error::Conflict)`, changing nothing, where
+/// `alloc_in` would carve or take a new chunk (then the caller allocates
+/// the ordinary way). Deterministic, so replay allocates the same block.
+pub(crate) fn alloc_op(mem: &mut dyn crate::opmem::OpMemory, size: u64, a: u64) -> Result<u64> {
+    let class = class_for(size)?;
+    let ao = arena_off(a % ARENAS);
+    let bad = |at: u64, what: &str| invalid(format!("heap at offset {at}: {what}"));
+    if mem.read_u64(ao + A_MAGIC)? != ARENA_MAGIC {
+        return Err(bad(ao, "bad arena magic"));
+    }
+    let head_at = ao + A_HEADS + class * 8;
+    let head = mem.read_u64(head_at)?;
+    let bs = block_size(class);
+    let block = if head != 0 {
+        let m = mem.read_u64(head + 8)?;
+        if head < HEAP_START
+            || !head.is_multiple_of(32)
+            || m >> 48 != BLOCK_MAGIC
+            || m & 0xffff != class
+            || (m >> 16) & 0xff != STATE_FREE
+        {
+            return Err(bad(
+                head,
+                "free list holds a block that is not free or of another class",
+            ));
+        }
+        let next = mem.read_u64(head)?;
+        mem.write_u64(head_at, next)?;
+        head
+    } else {
+        let (cur, end) = (mem.read_u64(ao + A_CUR)?, mem.read_u64(ao + A_END)?);
+        if !cur.is_multiple_of(bs.min(PAGE)) || cur + bs > end {
+            return Err(Error::Conflict);
+        }
+        mem.write_u64(ao + A_CUR, cur + bs)?;
+        cur
+    };
+    mem.write_u64(block, 0)?;
+    mem.write_u64(block + 8, meta(class, STATE_USED, a % ARENAS))?;
+    let n = mem.read_u64(ao + A_USED_BLOCKS)?;
+    mem.write_u64(ao + A_USED_BLOCKS, n + 1)?;
+    let b = mem.read_u64(ao + A_USED_BYTES)?;
+    mem.write_u64(ao + A_USED_BYTES, b + bs)?;
+    Ok(block + BLOCK_HEADER)
+}
+
 /// Checks that `block` can be a block offset. Bounded by the region's size,
 /// not the heap top: reading the top (page 0) in every allocation would make
 /// every allocating transaction conflict with any arena taking a new chunk.

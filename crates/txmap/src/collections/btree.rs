@@ -22,18 +22,12 @@ use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::format::{Val, cell_at, u64_at};
 pub use super::leaf::{INLINE_MAX, MAX_KEY, NODE};
 use super::leaf::{
-    INTERNAL, Internal, LEAF, Leaf, Raw, encode_internal, encode_leaf, in_place_spot,
-    internal_bytes, internal_cell, leaf_bytes, leaf_cell, op_args, put_in_place, remove_slot,
-    split_point,
+    INTERNAL, Internal, LEAF, Leaf, MAGIC, Raw, T_HEIGHT, T_MAGIC, T_ROOT, encode_internal,
+    encode_leaf, in_place_spot, internal_bytes, internal_cell, leaf_bytes, leaf_cell, op_args,
+    put_in_place, remove_slot, split_point,
 };
 use super::node::check_key;
 use crate::{Result, View};
-
-const MAGIC: u64 = u64::from_le_bytes(*b"TXMBTRE1");
-// Tree header block fields.
-const T_MAGIC: u64 = 0;
-const T_ROOT: u64 = 8;
-const T_HEIGHT: u64 = 16;
 
 /// A B+-tree in a region, named by the offset of its header block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +169,26 @@ impl BTree {
     pub fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         self.put_inner(v, key, value, true)
             .map(|r| r == TryPut::Replaced)
+    }
+
+    /// Inserts or replaces, as a *blind* put: the transaction does not
+    /// learn whether `key` was present, so the put need not depend on the
+    /// leaf as this transaction's snapshot has it. When it fits in place
+    /// (a new key with an inline value in the leaf's free gap, or an inline
+    /// value of the same length) it runs as the commit-time operation
+    /// [`crate::ops::BTREE_PUT`]: at once here, and again at commit on the
+    /// newest committed tree, so concurrent blind puts of different keys
+    /// into one leaf do not conflict. Otherwise (the leaf must split) it is
+    /// an ordinary [`BTree::put`]. Reads of the key in the same transaction
+    /// are validated as usual.
+    pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key, MAX_KEY)?;
+        if value.len() <= INLINE_MAX
+            && v.apply_blind(crate::ops::BTREE_PUT, &op_args(self.at, key, value))?
+        {
+            return Ok(());
+        }
+        self.put(v, key, value).map(|_| ())
     }
 
     /// Like [`BTree::put`], but changes nothing and returns `NeedsSplit` if

@@ -50,6 +50,8 @@ const H_MAGIC: u64 = 0;
 const H_SEGS: u64 = 8;
 const H_INDEX: u64 = 16;
 const H_LEVELS: u64 = 24;
+/// Longest value a blind put carries in its operation's arguments.
+const BLIND_VALUE_MAX: usize = 512;
 
 /// Position in van Emde Boas order of node `i` (1-based breadth-first) of a
 /// complete binary tree with `h` levels.
@@ -259,15 +261,16 @@ impl CoBTree {
         if !v.logs_ops() {
             return self.write_seg(v, seg, slots);
         }
-        let mut a = seg.to_le_bytes().to_vec();
-        a.extend_from_slice(&(i as u32).to_le_bytes());
         match new {
-            Some(s) => {
-                a.extend_from_slice(&s.prefix.to_le_bytes());
-                a.extend_from_slice(&s.rec.to_le_bytes());
-                v.apply(crate::ops::COBTREE_INSERT, &a)
+            Some(s) => v.apply(
+                crate::ops::COBTREE_INSERT,
+                &super::segment::insert_args(seg, i, s.prefix, s.rec),
+            ),
+            None => {
+                let mut a = seg.to_le_bytes().to_vec();
+                a.extend_from_slice(&(i as u32).to_le_bytes());
+                v.apply(crate::ops::COBTREE_REMOVE, &a)
             }
-            None => v.apply(crate::ops::COBTREE_REMOVE, &a),
         }
     }
 
@@ -443,6 +446,28 @@ impl CoBTree {
                 Ok(false)
             }
         }
+    }
+
+    /// Inserts or replaces, as a *blind* put (see `BTree::put_blind`): a
+    /// new key whose segment has a free slot runs as the commit-time
+    /// operation [`crate::ops::COBTREE_PUT`] (record allocated from this
+    /// thread's arena, slot inserted, index minimum fixed), at once here
+    /// and again at commit on the newest committed tree, so concurrent
+    /// blind puts of other keys into one segment do not conflict.
+    /// Otherwise (the key is present, the segment is full, the arena must
+    /// take a chunk) it is an ordinary [`CoBTree::put`].
+    pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key, MAX_KEY)?;
+        let mut a = Vec::with_capacity(14 + key.len() + value.len());
+        a.extend_from_slice(&self.at.to_le_bytes());
+        a.extend_from_slice(&(alloc::thread_arena() as u32).to_le_bytes());
+        a.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        a.extend_from_slice(key);
+        a.extend_from_slice(value);
+        if value.len() <= BLIND_VALUE_MAX && v.apply_blind(crate::ops::COBTREE_PUT, &a)? {
+            return Ok(());
+        }
+        self.put(v, key, value).map(|_| ())
     }
 
     /// Like [`CoBTree::put`], but changes nothing and returns `NeedsSplit`
@@ -652,6 +677,132 @@ impl CoBTree {
 }
 
 /// First entry of part `j` when `total` entries are spread over `parts`.
+/// Built-in operation [`crate::ops::COBTREE_PUT`], a commit-time blind
+/// put (`CoBTree::put_blind`). Arguments: the tree's header offset u64,
+/// arena u32, key length u16, key, value (the rest). Routes the key
+/// through the index as it is, allocates its record from the arena
+/// (`alloc::alloc_op`), inserts its slot into the segment and fixes the
+/// index minimum as `CoBTree::put` does. `Err(Error::Conflict)`, changing
+/// nothing, if the key is present or its segment is full, or the arena
+/// must take a chunk (the caller then puts the ordinary way).
+pub(crate) fn put_op(mem: &mut dyn crate::opmem::OpMemory, args: &[u8]) -> Result<()> {
+    let bad = |what: String| invalid(format!("CO B-tree blind put: {what}"));
+    if args.len() < 14 {
+        return Err(bad(format!("malformed arguments ({} bytes)", args.len())));
+    }
+    let at = u64::from_le_bytes(args[..8].try_into().expect("8 bytes"));
+    let arena = u32::from_le_bytes(args[8..12].try_into().expect("4 bytes")) as u64;
+    let klen = u16::from_le_bytes(args[12..14].try_into().expect("2 bytes")) as usize;
+    let (key, value) = match args.get(14..14 + klen) {
+        Some(k) if klen <= MAX_KEY => (k, &args[14 + klen..]),
+        _ => return Err(bad(format!("malformed arguments ({} bytes)", args.len()))),
+    };
+    let mut h = [0u8; 32];
+    mem.read(at, &mut h)?;
+    let field = |f: u64| u64::from_le_bytes(h[f as usize..f as usize + 8].try_into().expect("8"));
+    let (n, index, levels) = (field(H_SEGS), field(H_INDEX), field(H_LEVELS));
+    if field(H_MAGIC) != MAGIC
+        || n == 0
+        || !n.is_power_of_two()
+        || n > 1 << 40
+        || levels != n.trailing_zeros() as u64 + 1
+    {
+        return Err(bad(format!("no CO B-tree header at offset {at}")));
+    }
+    let levels = levels as u32;
+    let node_at = |i: u64| index + veb_pos(i, levels) * NODE;
+    let slot_at = |mem: &mut dyn crate::opmem::OpMemory, o: u64| -> Result<Slot> {
+        Ok(Slot {
+            prefix: mem.read_u64(o)?,
+            rec: mem.read_u64(o + 8)?,
+        })
+    };
+    let cmp = |mem: &mut dyn crate::opmem::OpMemory, s: Slot| -> Result<Ordering> {
+        match prefix(key).cmp(&s.prefix) {
+            Ordering::Equal => {
+                let kl = mem.read_u64(s.rec)? as u32 as usize;
+                if kl > MAX_KEY {
+                    return Err(bad(format!("record at {} has a key too long", s.rec)));
+                }
+                let mut k = vec![0u8; kl];
+                mem.read(s.rec + 12, &mut k)?;
+                Ok(key.cmp(&k[..]))
+            }
+            o => Ok(o),
+        }
+    };
+    let mut i = 1;
+    while i < n {
+        let r = slot_at(mem, node_at(2 * i + 1))?;
+        i = if r.rec != 0 && cmp(mem, r)? != Ordering::Less {
+            2 * i + 1
+        } else {
+            2 * i
+        };
+    }
+    let seg = mem.read_u64(node_at(i) + 16)?;
+    if seg == 0 {
+        return Err(bad(format!("segment {} missing", i - n)));
+    }
+    let mut b = vec![0u8; SEG_BYTES as usize];
+    mem.read(seg, &mut b)?;
+    let count = super::segment::slot_count(&b);
+    if count as u64 >= SEG {
+        return Err(crate::Error::Conflict);
+    }
+    let slot = |j: usize| Slot {
+        prefix: u64::from_le_bytes(b[16 * j..16 * j + 8].try_into().expect("8")),
+        rec: u64::from_le_bytes(b[16 * j + 8..16 * j + 16].try_into().expect("8")),
+    };
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match cmp(mem, slot(mid))? {
+            Ordering::Greater => lo = mid + 1,
+            Ordering::Less => hi = mid,
+            Ordering::Equal => return Err(crate::Error::Conflict),
+        }
+    }
+    let rec = alloc::alloc_op(mem, 12 + key.len() as u64 + value.len() as u64, arena)?;
+    let mut r = Vec::with_capacity(12 + key.len() + value.len());
+    r.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    r.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    r.extend_from_slice(key);
+    r.extend_from_slice(value);
+    mem.write(rec, &r)?;
+    let new = Slot {
+        prefix: prefix(key),
+        rec,
+    };
+    super::segment::slot_op(
+        mem,
+        &super::segment::insert_args(seg, lo, new.prefix, new.rec),
+    )?;
+    if lo > 0 {
+        return Ok(());
+    }
+    // The segment's minimum changed: as `CoBTree::fix_min`.
+    let set = |mem: &mut dyn crate::opmem::OpMemory, i: u64, s: Slot| -> Result<()> {
+        mem.write_u64(node_at(i), s.prefix)?;
+        mem.write_u64(node_at(i) + 8, s.rec)
+    };
+    if slot_at(mem, node_at(i))? == new {
+        return Ok(());
+    }
+    set(mem, i, new)?;
+    while i > 1 {
+        i /= 2;
+        let l = slot_at(mem, node_at(2 * i))?;
+        let r = slot_at(mem, node_at(2 * i + 1))?;
+        let s = if l.rec != 0 { l } else { r };
+        if slot_at(mem, node_at(i))? == s {
+            break;
+        }
+        set(mem, i, s)?;
+    }
+    Ok(())
+}
+
 fn spread(total: u64, parts: u64, j: u64) -> u64 {
     total * j / parts
 }

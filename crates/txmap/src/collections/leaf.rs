@@ -20,6 +20,12 @@ pub(super) const LEAF: u8 = 1;
 pub(super) const INTERNAL: u8 = 2;
 const HDR: usize = 16;
 
+pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"TXMBTRE1");
+// Tree header block fields.
+pub(super) const T_MAGIC: u64 = 0;
+pub(super) const T_ROOT: u64 = 8;
+pub(super) const T_HEIGHT: u64 = 16;
+
 pub(super) type Entry = (Vec<u8>, Val);
 
 /// A node read for modification.
@@ -236,7 +242,7 @@ pub(super) fn remove_slot(b: &mut [u8], i: usize, n: usize) {
 
 /// The arguments of [`crate::ops::BTREE_INSERT`] and `BTREE_DELETE`
 /// (docs/FORMAT.md): node offset u64, key length u16, key, value.
-pub(super) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+pub(crate) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
     let mut a = Vec::with_capacity(10 + key.len() + value.len());
     a.extend_from_slice(&node.to_le_bytes());
     a.extend_from_slice(&(key.len() as u16).to_le_bytes());
@@ -247,9 +253,16 @@ pub(super) fn op_args(node: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
 
 /// Splits [`op_args`] into (node, key, value), checking the lengths.
 fn parse_op_args(args: &[u8]) -> Result<(u64, &[u8], &[u8])> {
+    parse_kv_args(args, "B+-tree operation")
+}
+
+/// Splits arguments laid out as [`op_args`] lays them out (offset u64, key
+/// length u16, key, value) into their parts, checking the lengths against
+/// 512-byte keys and inline values; errors name `what`.
+pub(super) fn parse_kv_args<'a>(args: &'a [u8], what: &str) -> Result<(u64, &'a [u8], &'a [u8])> {
     let bad = || {
         invalid(format!(
-            "B+-tree operation: malformed arguments ({} bytes)",
+            "{what}: malformed arguments ({} bytes)",
             args.len()
         ))
     };
@@ -290,7 +303,21 @@ pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
                 "B+-tree insert into leaf {node}: the key is present or the leaf is full"
             ))
         })?;
-    put_in_place(&mut b, spot, key, value);
+    write_in_place(mem, node, &mut b, spot, key, value)
+}
+
+/// Inserts in place into the leaf at `node`, whose bytes `b` are, at
+/// `spot` ([`in_place_spot`]): writes only the count, the shifted slots and
+/// the new cell.
+fn write_in_place(
+    mem: &mut dyn OpMemory,
+    node: u64,
+    b: &mut [u8],
+    spot: (usize, usize, usize),
+    key: &[u8],
+    value: &[u8],
+) -> Result<()> {
+    put_in_place(b, spot, key, value);
     let (pos, n, at) = spot;
     mem.write(node + 2, &b[2..4])?;
     mem.write(
@@ -299,6 +326,49 @@ pub(crate) fn insert_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     )?;
     let cell = 8 + key.len() + value.len();
     mem.write(node + at as u64, &b[at..at + cell])
+}
+
+/// Built-in operation [`crate::ops::BTREE_PUT`], a commit-time blind put
+/// (`BTree::put_blind`): descends from the tree's root (arguments as
+/// [`op_args`], with the tree's header offset for the node) and inserts the
+/// key in place into its leaf's free gap, or overwrites its inline value
+/// of the same length. `Err(Error::Conflict)`, changing nothing, when
+/// neither fits (the leaf must split, or the value changes size): the
+/// caller then puts the ordinary way.
+pub(crate) fn put_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
+    let (tree, key, value) = parse_op_args(args)?;
+    let bad = |at: u64, what: &str| invalid(format!("B+-tree blind put at node {at}: {what}"));
+    let mut hdr = [0u8; 24];
+    mem.read(tree, &mut hdr)?;
+    let field = |f: u64| u64_at(&hdr, f as usize).unwrap_or(0);
+    let (mut node, height) = (field(T_ROOT), field(T_HEIGHT));
+    if field(T_MAGIC) != MAGIC || height == 0 || height > 64 {
+        return Err(bad(tree, "not a B+-tree header"));
+    }
+    let mut b = vec![0u8; NODE];
+    for _ in 1..height {
+        mem.read(node, &mut b)?;
+        let r = Raw::parse(&b)
+            .filter(|r| r.kind == INTERNAL)
+            .ok_or_else(|| bad(node, "malformed internal node"))?;
+        let i = r.route(key).ok_or_else(|| bad(node, "bad key"))?;
+        node = r.child(i).ok_or_else(|| bad(node, "bad child"))?;
+    }
+    mem.read(node, &mut b)?;
+    let r = Raw::parse(&b)
+        .filter(|r| r.kind == LEAF)
+        .ok_or_else(|| bad(node, "malformed leaf"))?;
+    if let Ok(i) = r.search(key).ok_or_else(|| bad(node, "bad key"))? {
+        let c = r.cell(i).ok_or_else(|| bad(node, "bad cell"))?;
+        if inline_at(&b, c).is_some_and(|old| old.len() == value.len()) {
+            return mem.write(node + (c + 8 + key.len()) as u64, value);
+        }
+        return Err(crate::error::Error::Conflict);
+    }
+    let Some(spot) = in_place_spot(&r, key, value.len()).map_err(|what| bad(node, what))? else {
+        return Err(crate::error::Error::Conflict);
+    };
+    write_in_place(mem, node, &mut b, spot, key, value)
 }
 
 /// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half

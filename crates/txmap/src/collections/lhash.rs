@@ -434,6 +434,23 @@ impl LinearHash {
         Ok(Some(false))
     }
 
+    /// Inserts or replaces, as a *blind* put (see `BTree::put_blind`): when
+    /// the value is inline and fits in place (a new key in the first page
+    /// of its bucket's chain with room, or a value of the same length) it
+    /// runs as the commit-time operation [`crate::ops::LHASH_PUT`], again
+    /// at commit on the newest committed table, so concurrent blind puts
+    /// of other keys into one bucket (and bucket splits) do not conflict
+    /// with it. Otherwise it is an ordinary [`LinearHash::put`].
+    pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        check_key(key, MAX_KEY)?;
+        // Same argument layout as the B+-tree's operations.
+        let a = super::leaf::op_args(self.at, key, value);
+        if value.len() <= INLINE_MAX && v.apply_blind(crate::ops::LHASH_PUT, &a)? {
+            return Ok(());
+        }
+        self.put(v, key, value).map(|_| ())
+    }
+
     /// Splits the bucket at the split pointer and advances it.
     pub fn split_step(&self, v: &mut View) -> Result<()> {
         let mut m = self.meta(v)?;
@@ -688,4 +705,57 @@ impl LinearHash {
         }
         Ok(r)
     }
+}
+
+/// Built-in operation [`crate::ops::LHASH_PUT`], a commit-time blind put
+/// (`LinearHash::put_blind`). Arguments: the table's header offset u64,
+/// key length u16, key, value (the rest, inline). Finds the key's bucket
+/// from the header and directory as they are, then puts as
+/// `put_in_place` does; `Err(Error::Conflict)`, changing nothing, when
+/// that does not apply (the chain must be rewritten).
+pub(crate) fn put_op(mem: &mut dyn crate::opmem::OpMemory, args: &[u8]) -> Result<()> {
+    let (at, key, value) = super::leaf::parse_kv_args(args, "linear hash blind put")?;
+    let mut h = [0u8; 40];
+    mem.read(at, &mut h)?;
+    let field = |f: u64| u64_at(&h, f as usize).unwrap_or(0);
+    let m = (field(H_N0), field(H_LEVEL), field(H_SPLIT));
+    if field(H_MAGIC) != MAGIC || m.0 == 0 || !m.0.is_power_of_two() || m.1 > 40 {
+        return Err(invalid(format!("no linear hash header at offset {at}")));
+    }
+    let hv = hash(key);
+    let mut bucket = hv % (m.0 << m.1);
+    if bucket < m.2 {
+        bucket = hv % (m.0 << (m.1 + 1));
+    }
+    let slot = ArrayList::offset_u64_in(field(H_DIR), mem, bucket)?;
+    let first = mem.read_u64(slot)?;
+    let need = 8 + key.len() + value.len();
+    let mut b = vec![0u8; BUCKET];
+    let (mut p, mut hops, mut room) = (first, 0u64, None);
+    while p != 0 {
+        mem.read(p, &mut b)?;
+        let s = scan_page(&b, key)
+            .ok_or_else(|| invalid(format!("malformed bucket page at offset {p}")))?;
+        if let Some((c, end)) = s.found {
+            if b[c + 2] == 0 && u32_at(&b, c + 4) == Some(value.len() as u32) {
+                return mem.write(p + (end - value.len()) as u64, value);
+            }
+            return Err(crate::Error::Conflict);
+        }
+        if room.is_none() && s.end + need <= BUCKET {
+            room = Some((p, s.end, s.count));
+        }
+        p = s.next;
+        hops += 1;
+        if hops > mem.size() / PAGE {
+            return Err(invalid(format!("bucket chain at {first} has a cycle")));
+        }
+    }
+    let Some((p, end, count)) = room else {
+        return Err(crate::Error::Conflict);
+    };
+    let mut cell = vec![0u8; need];
+    put_inline_cell(&mut cell, 0, key, value);
+    mem.write(p + end as u64, &cell)?;
+    mem.write(p, &(count + 1).to_le_bytes())
 }

@@ -63,6 +63,13 @@ pub trait Map {
     }
     /// Inserts or replaces; true if `key` was present.
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool>;
+    /// Inserts or replaces without telling whether `key` was present (a
+    /// blind put): structures that can run it as a commit-time operation
+    /// (`BTree::put_blind`) do, so it does not conflict with concurrent
+    /// puts of other keys; the others put as usual.
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put(v, key, value).map(|_| ())
+    }
     /// Removes; true if `key` was present.
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool>;
     /// Calls `f` for the keys in range in key order until it returns false.
@@ -82,6 +89,9 @@ impl Map for BTree {
     }
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         BTree::put(self, v, key, value)
+    }
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        BTree::put_blind(self, v, key, value)
     }
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         BTree::delete(self, v, key)
@@ -115,6 +125,9 @@ impl Map for LinearHash {
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         LinearHash::put(self, v, key, value)
     }
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        LinearHash::put_blind(self, v, key, value)
+    }
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         LinearHash::delete(self, v, key)
     }
@@ -143,6 +156,9 @@ impl Map for CoBTree {
     }
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         CoBTree::put(self, v, key, value)
+    }
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        CoBTree::put_blind(self, v, key, value)
     }
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         CoBTree::delete(self, v, key)
@@ -273,6 +289,9 @@ impl Map for AnyMap {
     }
     fn put(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<bool> {
         self.inner().put(v, key, value)
+    }
+    fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
+        self.inner().put_blind(v, key, value)
     }
     fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         self.inner().delete(v, key)

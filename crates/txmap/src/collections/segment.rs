@@ -28,10 +28,7 @@ pub(crate) fn slot_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     let i = u32::from_le_bytes(args[8..12].try_into().expect("4 bytes")) as usize;
     let mut b = vec![0u8; SEG_BYTES as usize];
     mem.read(seg, &mut b)?;
-    let count = b
-        .chunks_exact(16)
-        .position(|c| c[8..] == [0u8; 8])
-        .unwrap_or(SEG as usize);
+    let count = slot_count(&b);
     let end = if insert {
         if i > count || count == SEG as usize {
             return Err(bad(&format!(
@@ -50,4 +47,21 @@ pub(crate) fn slot_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
         count
     };
     mem.write(seg + 16 * i as u64, &b[16 * i..16 * end])
+}
+
+/// Used slots of segment bytes `b` (packed to the left: the index of the
+/// first empty slot).
+pub(super) fn slot_count(b: &[u8]) -> usize {
+    b.chunks_exact(16)
+        .position(|c| c[8..] == [0u8; 8])
+        .unwrap_or(SEG as usize)
+}
+
+/// [`slot_op`]'s arguments for inserting (`prefix`, `rec`) at slot `i`.
+pub(super) fn insert_args(seg: u64, i: usize, prefix: u64, rec: u64) -> Vec<u8> {
+    let mut a = seg.to_le_bytes().to_vec();
+    a.extend_from_slice(&(i as u32).to_le_bytes());
+    a.extend_from_slice(&prefix.to_le_bytes());
+    a.extend_from_slice(&rec.to_le_bytes());
+    a
 }

@@ -12,13 +12,15 @@
 //! steps on the same bytes (serializable validation guarantees that what
 //! the operation read is what the commit order gives it).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
-use super::{View, ViewInner, diff};
+use super::{TOUCH_WRITE, View, ViewInner, diff};
 use crate::error::{Error, Result};
 use crate::ops::OpMemory;
 use crate::os::mem::{Access, PAGE};
+use crate::viewmem::page_state;
 use crate::wal::format::{LoggedOp, Range};
 
 /// Most pages a transaction may have written for a collection to log its
@@ -38,8 +40,8 @@ pub(crate) struct OpLog {
     ranges: Vec<(u64, Vec<u8>)>,
     /// (ranges before it, id, pages it wrote, arguments).
     ops: Vec<(u32, u32, Vec<u32>, Vec<u8>)>,
-    /// Commutative operations: (the pages they wrote here, index in `ops`).
-    commutes: Vec<(Vec<u32>, usize)>,
+    /// Commit-time operations (commutative word updates, blind puts).
+    commutes: Vec<Commute>,
     /// A nested-top-action marker is among `ops`: the commit is logged
     /// even if it changed no bytes.
     marker: bool,
@@ -63,41 +65,73 @@ impl OpLog {
         self.shadow.get(&page).map(|b| &b[..])
     }
 
-    /// Pages commutative operations changed.
+    /// What a written `page` is diffed against: its shadow; else, if a
+    /// commutative operation wrote it (unshadowed), the snapshot's bytes
+    /// `old` with those the operation wrote made to differ from `cur`, so
+    /// the diff always carries them (a store that put the old bytes back
+    /// must be logged: replay runs the operation first); else `old`.
+    pub(super) fn base<'s>(&'s self, page: u32, old: &'s [u8], cur: &[u8]) -> Cow<'s, [u8]> {
+        if let Some(s) = self.shadow(page) {
+            return Cow::Borrowed(s);
+        }
+        let start = u64::from(page) * PAGE as u64;
+        let end = start + PAGE as u64;
+        let mut patched: Option<Vec<u8>> = None;
+        for c in &self.commutes {
+            for &(off, len) in &c.writes {
+                let (a, b) = (off.max(start), (off + len as u64).min(end));
+                if a >= b {
+                    continue;
+                }
+                let buf = patched.get_or_insert_with(|| old.to_vec());
+                for i in (a - start) as usize..(b - start) as usize {
+                    buf[i] = !cur[i];
+                }
+            }
+        }
+        patched.map_or(Cow::Borrowed(old), Cow::Owned)
+    }
+
+    /// Pages commit-time operations changed in this view (their local
+    /// results, not committed versions).
     pub(super) fn commuted_pages(&self) -> BTreeSet<u32> {
         self.commutes
             .iter()
-            .flat_map(|(p, _)| p.iter().copied())
+            .flat_map(|c| c.wrote.iter().copied())
             .collect()
     }
 
-    /// The pages of commutative operations that are not `written` while
-    /// another page of the same operation is: the commit must write them
-    /// too (an operation is either resolved at commit as a whole, or its
-    /// local result is validated and published as a whole).
-    pub(super) fn partly_written(&self, written: impl Fn(u32) -> bool) -> Vec<u32> {
-        let mut out = Vec::new();
-        for (pages, _) in &self.commutes {
-            if pages.iter().any(|&p| written(p)) {
-                out.extend(pages.iter().copied().filter(|&p| !written(p)));
-            }
-        }
-        out
-    }
-
-    /// The commutative operations on pages the transaction did not write
-    /// otherwise (`written`), as (index in [`OpLog::logged`], id,
+    /// The commit-time operations none of whose pages the transaction
+    /// wrote otherwise (`written`), as (index in the logged operations, id,
     /// arguments): the commit applies them again to the newest committed
-    /// version of their page and logs the bytes they resolve to.
+    /// versions of the pages they touch.
     pub(super) fn commuted_outside(
         &self,
         written: impl Fn(u32) -> bool,
     ) -> Vec<(usize, u32, &[u8])> {
         self.commutes
             .iter()
-            .filter(|(p, _)| !p.iter().any(|&p| written(p)))
-            .map(|&(_, i)| (i, self.ops[i].1, &self.ops[i].3[..]))
+            .filter(|c| !c.touched.iter().any(|&p| written(p)))
+            .map(|c| (c.op, self.ops[c.op].1, &self.ops[c.op].3[..]))
             .collect()
+    }
+
+    /// The commit-time operations with a page the transaction also wrote
+    /// otherwise: they stay where they ran in the record (replayed before
+    /// the stores after them), so every page they read is validated like a
+    /// read (first), and the pages they changed that are not in the write
+    /// set are published with their local result (second).
+    pub(super) fn commuted_inside(&self, written: impl Fn(u32) -> bool) -> (Vec<u32>, Vec<u32>) {
+        let (mut reads, mut pages) = (Vec::new(), Vec::new());
+        for c in &self.commutes {
+            if c.touched.iter().any(|&p| written(p)) {
+                reads.extend_from_slice(&c.touched);
+                pages.extend(c.wrote.iter().copied().filter(|&p| !written(p)));
+            }
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        (reads, pages)
     }
 
     /// Whether the commit must be logged although it changed nothing.
@@ -117,6 +151,19 @@ impl OpLog {
             })
             .collect()
     }
+}
+
+/// A commit-time operation of the open transaction.
+struct Commute {
+    /// Index in `OpLog::ops`.
+    op: usize,
+    /// Pages it read or wrote when it ran here.
+    touched: Vec<u32>,
+    /// Pages it wrote when it ran here.
+    wrote: Vec<u32>,
+    /// The bytes it wrote here (offset, length), for pages it left without
+    /// a shadow (`OpLog::base`).
+    writes: Vec<(u64, usize)>,
 }
 
 /// An operation's view of the transaction's memory: the accessors, which
@@ -246,9 +293,9 @@ impl View {
                     std::slice::from_raw_parts(v.mem.alias.base().add(page * PAGE), PAGE),
                 )
             };
-            let base = log.shadow(page as u32).unwrap_or(old);
+            let base = log.base(page as u32, old, cur);
             let before = found.len();
-            diff(base, cur, (page * PAGE) as u64, &mut found);
+            diff(&base, cur, (page * PAGE) as u64, &mut found);
             if found.len() > before {
                 changed.push(page as u32);
             }
@@ -308,12 +355,13 @@ impl View {
         let mut mem = Private {
             view: v,
             pages: BTreeSet::new(),
+            writes: Vec::new(),
         };
         let r = (op.apply)(&mut mem, args);
-        let pages: Vec<u32> = if r.is_ok() {
-            mem.pages.into_iter().collect()
+        let (pages, writes): (Vec<u32>, _) = if r.is_ok() {
+            (mem.pages.into_iter().collect(), mem.writes)
         } else {
-            Vec::new()
+            Default::default()
         };
         let written = |p: u32| v.touch_bits(p as usize) & super::TOUCH_WRITE != 0;
         if pages.iter().any(|&p| written(p)) {
@@ -323,8 +371,9 @@ impl View {
         }
         // A page needs a shadow only if commit diffs it (it is written, or
         // has a shadow already): otherwise a later store makes it written
-        // and validated, and its diff from the snapshot (the operation's
-        // bytes included) then replays to the same bytes.
+        // and validated, and it is diffed against the snapshot with the
+        // operation's bytes always included (`OpLog::base`), which then
+        // replays to the same bytes.
         let diffed: Vec<u32> = pages
             .iter()
             .copied()
@@ -336,7 +385,12 @@ impl View {
         if r.is_ok() {
             let at = log.ranges.len() as u32;
             log.ops.push((at, id, pages.clone(), args.to_vec()));
-            log.commutes.push((pages, log.ops.len() - 1));
+            log.commutes.push(Commute {
+                op: log.ops.len() - 1,
+                touched: pages.clone(),
+                wrote: pages,
+                writes,
+            });
             v.commuted.store(true, Ordering::Relaxed);
         }
         self.op_log = Some(log);
@@ -350,9 +404,128 @@ impl View {
         Private {
             view: &self.inner,
             pages: BTreeSet::new(),
+            writes: Vec::new(),
         }
         .read(off, &mut b)?;
         Ok(u64::from_le_bytes(b))
+    }
+
+    /// Runs registered operation `id` as a *commit-time* (blind) operation:
+    /// at once on this transaction's memory, so it sees the effect, but
+    /// without putting the pages the operation reads or writes in the read
+    /// or write set. At commit it runs again, under the commit lock, on the
+    /// newest committed versions of its pages (re-traversing whatever it
+    /// traverses), and that result is published and logged as the
+    /// operation. So the operation must give the right result on any
+    /// committed state: a blind put of a key, whose outcome the transaction
+    /// does not read. It signals "cannot run blindly here" (a leaf without
+    /// room) by `Err(Error::Conflict)`: then nothing is changed and this
+    /// returns false (the caller takes its ordinary path); at commit the
+    /// same signal is a conflict (the retry takes the ordinary path).
+    ///
+    /// False too, changing nothing, in a large transaction (as for
+    /// [`View::logs_ops`]), or if the transaction already wrote a page
+    /// the operation touches (its stores must stay ordered with it). If it
+    /// writes one later, the operation stays where it ran in the record and
+    /// every page it touched is validated at commit like a read. Reads by
+    /// lookups (accessors, plain loads) are validated as usual.
+    pub(crate) fn apply_blind(&mut self, id: u32, args: &[u8]) -> Result<bool> {
+        self.inner.region.check_owner()?;
+        if self.depth == 0 {
+            return Err(Error::NotInTransaction { op: "apply_blind" });
+        }
+        self.check_expired()?;
+        let v = &*self.inner;
+        if v.read_only.load(Ordering::Relaxed) {
+            v.doom(super::DOOM_READ_ONLY_WRITE);
+            return Err(Error::StoreInReadOnlyTransaction);
+        }
+        // A large transaction gains nothing (it conflicts on its other
+        // pages) and would replay every operation under the commit lock.
+        if v.write_n.load(Ordering::Relaxed) > LOGICAL_MAX_PAGES
+            || self
+                .op_log
+                .as_ref()
+                .is_some_and(|l| l.ops.len() >= LOGICAL_MAX_OPS)
+        {
+            return Ok(false);
+        }
+        let snapshot = v.snapshot.load(Ordering::Relaxed);
+        let mapped = v.mem.mapped.load(Ordering::Relaxed);
+        let peek = |p: u32| -> Result<&[u8]> {
+            let page = p as usize;
+            if (page + 1) * PAGE > mapped {
+                return Err(Error::OutOfRange {
+                    off: (page * PAGE) as u64,
+                    len: PAGE,
+                    size: mapped,
+                });
+            }
+            if v.mem
+                .valid
+                .get(page)
+                .is_some_and(|x| x.load(Ordering::Acquire) == page_state::NONE)
+            {
+                v.install(page, snapshot);
+            }
+            Ok(v.alias_page(page))
+        };
+        let mut load = |p: u32, buf: &mut [u8]| {
+            buf.copy_from_slice(peek(p)?);
+            Ok(())
+        };
+        let mut ov = crate::ops::Overlay::with_peek(mapped as u64, &mut load, &peek);
+        match ov.run(id, args) {
+            Ok(()) => {}
+            Err(Error::Conflict) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let touched = ov.seen_pages();
+        if touched
+            .iter()
+            .any(|&p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
+        {
+            return Ok(false);
+        }
+        let pages = ov.into_pages();
+        let mut log = self.op_log.take().unwrap_or_default();
+        let changed = self.cut(&mut log);
+        let v = &*self.inner;
+        for &p in &changed {
+            log.shadow.insert(p, Box::from(v.alias_page(p as usize)));
+        }
+        for (p, bytes) in &pages {
+            // SAFETY: below the mapped size (the overlay loaded it from the
+            // alias), which is private to this view; no reference into it is
+            // alive (the view is borrowed mutably).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    v.mem.alias.base().add(*p as usize * PAGE),
+                    PAGE,
+                )
+            };
+        }
+        // If the transaction stores to one of these pages later, the
+        // operation stays in order, and those stores must be diffed against
+        // its result, not the snapshot (a store that undoes part of it
+        // would otherwise leave no diff, and replay would keep the part).
+        for (p, bytes) in &pages {
+            log.shadow.insert(*p, bytes.clone().into_boxed_slice());
+        }
+        let wrote: Vec<u32> = pages.keys().copied().collect();
+        let at = log.ranges.len() as u32;
+        log.ops.push((at, id, wrote.clone(), args.to_vec()));
+        log.commutes.push(Commute {
+            op: log.ops.len() - 1,
+            touched,
+            wrote,
+            // Every page it wrote has a shadow.
+            writes: Vec::new(),
+        });
+        self.op_log = Some(log);
+        v.commuted.store(true, Ordering::Relaxed);
+        Ok(true)
     }
 
     /// Adds `delta` to the u64 (or i64) at `off` by [`View::commute`].
@@ -415,6 +588,8 @@ fn word(off: u64, x: u64) -> [u8; 16] {
 struct Private<'a> {
     view: &'a ViewInner,
     pages: BTreeSet<u32>,
+    /// The writes (offset, length), in order.
+    writes: Vec<(u64, usize)>,
 }
 
 impl Private<'_> {
@@ -478,6 +653,7 @@ impl OpMemory for Private<'_> {
             (off + bytes.len() as u64 - 1) / PAGE as u64,
         );
         self.pages.extend((first..=last).map(|p| p as u32));
+        self.writes.push((off, bytes.len()));
         Ok(())
     }
 }

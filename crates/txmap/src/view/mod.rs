@@ -28,6 +28,7 @@ pub use pause::Paused;
 /// carries them (`pause.rs`).
 type NestedActions = Option<Box<nta::Nested>>;
 
+use std::borrow::Cow;
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -636,13 +637,6 @@ impl View {
                 )));
             }
         }
-        if let Some(l) = self.op_log.as_deref() {
-            // A commutative operation whose pages the transaction partly
-            // wrote is published from it as a whole (`View::commute_op`).
-            for p in l.partly_written(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0) {
-                v.touch(p as usize, true);
-            }
-        }
         let n = v.write_n.load(Ordering::Relaxed);
         let validate = validate && !v.read_only.load(Ordering::Relaxed);
         if n == 0 && self.op_log.is_none() && !validate {
@@ -679,10 +673,10 @@ impl View {
                 }
                 continue;
             }
-            let base = op_log.and_then(|l| l.shadow(page)).unwrap_or(old);
+            let base = op_log.map_or(Cow::Borrowed(old), |l| l.base(page, old, cur));
             let before = ranges.len();
-            diff(base, cur, page as u64 * PAGE as u64, &mut ranges);
-            if ranges.len() > before || (!std::ptr::eq(base, old) && old != cur) {
+            diff(&base, cur, page as u64 * PAGE as u64, &mut ranges);
+            if ranges.len() > before || (!std::ptr::eq(&base[..], old) && old != cur) {
                 versions.push((page, cur));
             }
         }
@@ -698,9 +692,11 @@ impl View {
         } else {
             &[]
         };
-        let commute = op_log.map_or_else(Vec::new, |l| {
-            l.commuted_outside(|p| v.touch_bits(p as usize) & TOUCH_WRITE != 0)
-        });
+        let written = |p: u32| v.touch_bits(p as usize) & TOUCH_WRITE != 0;
+        let commute = op_log.map_or_else(Vec::new, |l| l.commuted_outside(written));
+        let (op_reads, inside) =
+            op_log.map_or_else(Default::default, |l| l.commuted_inside(written));
+        versions.extend(inside.into_iter().map(|p| (p, v.alias_page(p as usize))));
         if versions.is_empty()
             && commute.is_empty()
             && !op_log.is_some_and(apply::OpLog::has_marker)
@@ -726,6 +722,7 @@ impl View {
         Ok(Some(CommitRequest {
             snapshot: v.snapshot.load(Ordering::Relaxed),
             read_pages,
+            op_reads,
             untracked_reads: v
                 .untracked_reads
                 .load(Ordering::Relaxed)

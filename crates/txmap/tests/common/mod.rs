@@ -180,7 +180,10 @@ pub fn seed(test: &str) -> u64 {
     let s = std::env::var("TXMAP_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| test.bytes().fold(7u64, |a, b| a * 31 + u64::from(b)));
+        .unwrap_or_else(|| {
+            test.bytes()
+                .fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
+        });
     eprintln!("{test}: TXMAP_SEED={s}");
     s
 }
