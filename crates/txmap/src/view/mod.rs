@@ -16,6 +16,7 @@ mod apply;
 mod fair;
 mod fault;
 mod fence;
+mod filemap;
 mod group;
 mod nta;
 mod ordered;
@@ -129,6 +130,8 @@ pub(crate) struct ViewInner {
     last_commit: AtomicU64,
     /// Entries of `mem.file_set` in this transaction.
     file_n: AtomicUsize,
+    /// Runs of user pages this transaction mapped from the file (`filemap.rs`).
+    ufile_runs: AtomicUsize,
     /// Pages of `mem.file` the fence made private in this transaction.
     file_private: fence::PrivatePages,
     /// The view may hand out pages of its file mapping (false once pages
@@ -273,6 +276,7 @@ impl View {
                 valid_seq: AtomicU64::new(region.mvcc.visible_seq()),
                 last_commit: AtomicU64::new(0),
                 file_n: AtomicUsize::new(0),
+                ufile_runs: AtomicUsize::new(0),
                 file_private: Default::default(),
                 file_ok: AtomicBool::new(false),
                 trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
