@@ -67,6 +67,17 @@ fn pointers(v: &View) -> Vec<*const u8> {
         .collect()
 }
 
+/// How a reader takes its pointers.
+#[derive(Clone, Copy, Debug)]
+enum How {
+    /// `View::slice` (accessor reads).
+    Slice,
+    /// `View::base` (plain loads, first touches fault).
+    Raw,
+    /// `View::base` after the advisory call for the whole region.
+    Advised,
+}
+
 /// Pointers to every page at the view's own address (`View::base`): plain
 /// loads, which fault on first touch.
 fn raw_pointers(v: &View) -> Vec<*const u8> {
@@ -78,14 +89,21 @@ fn raw_pointers(v: &View) -> Vec<*const u8> {
 
 /// Read-only transactions on `v` that hold raw pointers to every page while
 /// `stop` is unset, checking again and again that every page still holds
-/// the value it held at the start. Returns the transactions run. `raw`:
-/// pointers from `View::base` (plain loads), else from `View::slice`.
-fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, raw: bool) -> u64 {
+/// the value it held at the start. Returns the transactions run.
+fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) -> u64 {
     let mut txns = 0;
     let mut rounds = 0u64;
     while !stop() {
         v.begin_read().unwrap();
-        let ptrs = if raw { raw_pointers(v) } else { pointers(v) };
+        let ptrs = match how {
+            How::Slice => pointers(v),
+            How::Raw => raw_pointers(v),
+            How::Advised => {
+                v.set_page_access(0, PAGES * PAGE, txmap::PageAccess::Read)
+                    .unwrap();
+                raw_pointers(v)
+            }
+        };
         let x = whole(ptrs[0], who);
         for _ in 0..(txns % 5 + 1) * 20 {
             for (p, &ptr) in ptrs.iter().enumerate() {
@@ -187,7 +205,7 @@ fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
                     &mut v,
                     &|| stop.load(Ordering::Relaxed),
                     &format!("reader {k}"),
-                    false,
+                    How::Slice,
                 )
             })
         })
@@ -200,7 +218,8 @@ fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
 }
 
 /// Reader threads holding plain-load pointers (`View::base`) into pages
-/// their faults mapped from the region file, while a writer commits and
+/// their faults (or, for one, the advisory call) mapped from the region
+/// file at their own addresses, while a writer commits and
 /// checkpoints after every commit: every byte they see is their snapshot's
 /// (fails when the fence skips pages mapped at the user address).
 #[test]
@@ -218,7 +237,7 @@ fn raw_pointer_readers_keep_their_snapshot_while_checkpoints_overwrite_pages() {
                     &mut v,
                     &|| stop.load(Ordering::Relaxed),
                     &format!("raw reader {k}"),
-                    true,
+                    if k == 2 { How::Advised } else { How::Raw },
                 )
             })
         })
@@ -349,8 +368,12 @@ fn reader_child() {
     let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
     let mut v = r.view().unwrap();
     let stop = env("TXMAP_STOP");
-    let raw = std::env::var("TXMAP_RAW").is_ok();
-    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process", raw);
+    let how = match std::env::var("TXMAP_RAW").as_deref() {
+        Ok("advised") => How::Advised,
+        Ok(_) => How::Raw,
+        Err(_) => How::Slice,
+    };
+    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process", how);
     std::fs::write(env("TXMAP_RESULT"), format!("OK {n}")).unwrap();
 }
 
@@ -366,8 +389,9 @@ fn readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_sh
     readers_in_processes(test, "sp-procs", false);
 }
 
-/// The same with plain loads through `View::base`: the pages the readers'
-/// faults mapped from the region file at their own addresses are made
+/// The same with plain loads through `View::base` (one reader after the
+/// advisory call): the pages the readers' faults mapped from the region
+/// file at their own addresses are made
 /// private by their fence threads before the checkpoints overwrite them.
 #[test]
 fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages() {
@@ -392,7 +416,8 @@ fn readers_in_processes(test: &str, name: &str, raw: bool) {
                 ("TXMAP_RESULT", result.display().to_string()),
             ];
             if raw {
-                envs.push(("TXMAP_RAW", "1".into()));
+                let how = if k == 1 { "advised" } else { "raw" };
+                envs.push(("TXMAP_RAW", how.into()));
             }
             let proc = Proc::spawn(test, "reader", &envs, d.join(&format!("err-{k}")));
             (proc, result)

@@ -476,14 +476,17 @@ impl ViewInner {
                 };
             }
             // A store, or a page left from a failed end: the memory file first.
-            if !self.map_back(page, page + 1, flags & user_file::LISTED | user_file::SEEN) {
+            if self
+                .map_back(page, page + 1, flags & user_file::LISTED | user_file::SEEN)
+                .is_err()
+            {
                 return FaultOutcome::ProtectFailed;
             }
         }
         if active && !write && self.read_only.load(Ordering::Relaxed) {
             match self.map_file_fault(page) {
                 FileMap::Mapped => return FaultOutcome::Handled,
-                FileMap::Failed => return FaultOutcome::ProtectFailed,
+                FileMap::Failed(_) => return FaultOutcome::ProtectFailed,
                 FileMap::No => {}
             }
         }

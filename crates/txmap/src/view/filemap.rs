@@ -46,7 +46,7 @@ pub(super) enum FileMap {
     No,
     /// The memory file could not be mapped back over a run whose file
     /// pages may be newer than the snapshot: the fault must not return.
-    Failed,
+    Failed(rustix::io::Errno),
 }
 
 impl ViewInner {
@@ -106,20 +106,10 @@ impl ViewInner {
             return FileMap::No;
         }
         let s = self.snapshot.load(Ordering::Relaxed);
-        let mvcc = &self.region.mvcc;
         let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
         let start = page / BLOCK * BLOCK;
         let end = (start + BLOCK).min(pages);
-        let candidate = |q: usize| {
-            self.user_file_flags(q) & (uf::FILE | uf::SEEN) == 0
-                && self
-                    .mem
-                    .valid
-                    .get(q)
-                    .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
-                && self.touch_bits(q) & TOUCH_WRITE == 0
-                && mvcc.file_holds(q, s)
-        };
+        let candidate = |q: usize| self.file_candidate(q, s);
         if page >= end || !candidate(page) {
             return FileMap::No;
         }
@@ -132,6 +122,47 @@ impl ViewInner {
             e += 1;
         }
         self.map_file_run(a, e, s)
+    }
+
+    /// Whether a read of `page` at snapshot `s` may map the file: the
+    /// view holds no valid copy (nor mapped it already, nor in an earlier
+    /// transaction: see `SEEN`), the transaction did not store to it, and
+    /// the file holds its version.
+    fn file_candidate(&self, q: usize, s: u64) -> bool {
+        self.user_file_flags(q) & (uf::FILE | uf::SEEN) == 0
+            && self
+                .mem
+                .valid
+                .get(q)
+                .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
+            && self.touch_bits(q) & TOUCH_WRITE == 0
+            && self.region.mvcc.file_holds(q, s)
+    }
+
+    /// The advisory call's read of `[first, end)` in a read-only
+    /// transaction: maps every run of pages that may map the file (the
+    /// caller then populates them). `Err` as `FileMap::Failed`.
+    pub(super) fn map_file_range(&self, first: usize, end: usize) -> rustix::io::Result<()> {
+        if !self.file_ok.load(Ordering::Relaxed) || !self.region.fence.running() {
+            return Ok(());
+        }
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let mut p = first;
+        while p < end && self.ufile_runs.load(Ordering::Relaxed) < MAX_RUNS {
+            if !self.file_candidate(p, s) {
+                p += 1;
+                continue;
+            }
+            let mut e = p + 1;
+            while e < end && self.file_candidate(e, s) {
+                e += 1;
+            }
+            if let FileMap::Failed(e) = self.map_file_run(p, e, s) {
+                return Err(e);
+            }
+            p = e;
+        }
+        Ok(())
     }
 
     /// Maps the region file over the user pages `[a, e)`, lists them for
@@ -179,29 +210,27 @@ impl ViewInner {
             return FileMap::Mapped;
         }
         // A checkpoint of a newer commit raced: back to the memory file.
-        if self.map_back(a, e, uf::LISTED | uf::SEEN) {
-            FileMap::No
-        } else {
-            FileMap::Failed
+        match self.map_back(a, e, uf::LISTED | uf::SEEN) {
+            Ok(()) => FileMap::No,
+            Err(e) => FileMap::Failed(e),
         }
     }
 
     /// Maps the memory file back over the user pages `[a, e)`,
     /// inaccessible (the next touch faults and installs as before), and
-    /// leaves `flags` on them. False if the mapping failed (they keep
+    /// leaves `flags` on them. Fails if the mapping failed (they keep
     /// mapping the file, flagged `FILE`).
-    pub(super) fn map_back(&self, a: usize, e: usize, flags: u8) -> bool {
+    pub(super) fn map_back(&self, a: usize, e: usize, flags: u8) -> rustix::io::Result<()> {
         let mut was = uf::FILE;
         for q in a..e {
             was |= self.user_file_lock(q);
         }
         let (off, len) = (a * PAGE, (e - a) * PAGE);
-        let ok = self
+        let r = self
             .mem
             .user
-            .map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None)
-            .is_ok();
-        let left = if ok {
+            .map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None);
+        let left = if r.is_ok() {
             flags
         } else {
             (was | uf::FILE) & !uf::PRIV
@@ -209,7 +238,7 @@ impl ViewInner {
         for q in a..e {
             self.user_file_unlock(q, left);
         }
-        ok
+        r
     }
 
     /// At the end of a transaction that mapped pages from the file (the
@@ -224,7 +253,7 @@ impl ViewInner {
         let mut ok = true;
         let mut flush = |run: Option<(usize, usize)>| {
             if let Some((a, e)) = run
-                && !self.map_back(a, e, uf::SEEN)
+                && self.map_back(a, e, uf::SEEN).is_err()
             {
                 ok = false;
                 let _ = self

@@ -965,10 +965,21 @@ impl View {
         }
         let v = &*self.inner;
         let (first, last) = (o / PAGE, (o + len - 1) / PAGE);
+        // A read-only transaction's reads map what they can from the region
+        // file (`filemap.rs`); the rest is installed as below.
+        let from_file = access == PageAccess::Read && v.read_only.load(Ordering::Relaxed);
+        if from_file {
+            v.map_file_range(first, last + 1)
+                .map_err(|e| Error::os("map view memory back over region file pages", e))?;
+        }
+        let mapped_file =
+            |p: usize| from_file && v.user_file_flags(p) & crate::viewmem::user_file::FILE != 0;
         // Allocate the private pages of the whole range in one call.
-        v.mem
-            .alias
-            .populate(first * PAGE, (last + 1 - first) * PAGE, true);
+        if !(first..=last).all(mapped_file) {
+            v.mem
+                .alias
+                .populate(first * PAGE, (last + 1 - first) * PAGE, true);
+        }
         // Counted before any page becomes accessible here (see `refresh`).
         v.islands
             .fetch_add((last + 1 - first) as u64, Ordering::Relaxed);
@@ -982,6 +993,11 @@ impl View {
             None => Ok(()),
         };
         for page in first..=last {
+            if mapped_file(page) {
+                flush(run, page)?;
+                run = None;
+                continue;
+            }
             let a = v.touch(page, access == PageAccess::Write);
             if a == Access::ReadWrite {
                 v.mark_exposed_rw(page);
