@@ -31,8 +31,11 @@ use super::{TOUCH_WRITE, ViewInner};
 use crate::os::mem::{Access, PAGE};
 use crate::viewmem::{page_state, user_file as uf};
 
-/// Pages of the aligned block within which one fault maps a run (1 MiB).
-const BLOCK: usize = 256;
+/// Pages of the aligned block within which one fault maps a run (4 MiB):
+/// a fault costs ~15-20 µs here besides its pages (signal, `mmap`,
+/// checks), so a sequential first read of 1,024 pages takes one, not four
+/// (0.28 against 0.33 µs per page, beside a 0.22 µs bare fault).
+const BLOCK: usize = 1024;
 /// Runs one transaction maps from the file at most: each may split the
 /// user range's mapping in two more (`vm.max_map_count`); beyond, pages
 /// are copied as before.
