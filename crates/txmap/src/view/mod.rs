@@ -974,8 +974,9 @@ impl View {
         }
         let mapped_file =
             |p: usize| from_file && v.user_file_flags(p) & crate::viewmem::user_file::FILE != 0;
+        let all_file = (first..=last).all(mapped_file);
         // Allocate the private pages of the whole range in one call.
-        if !(first..=last).all(mapped_file) {
+        if !all_file {
             v.mem
                 .alias
                 .populate(first * PAGE, (last + 1 - first) * PAGE, true);
@@ -1011,7 +1012,14 @@ impl View {
             }
         }
         flush(run, last + 1)?;
-        // Map the range at the user address too, so its accesses take no fault.
+        // Map the range at the user address too, so its accesses take no
+        // signal. Not a range mapped from the file: its loads take only the
+        // kernel's fault, which maps 16 cached pages at once, where
+        // `MADV_POPULATE_READ` faults them in one by one (0.36 against
+        // 0.27 µs per page).
+        if all_file {
+            return Ok(());
+        }
         v.mem.user.populate(
             first * PAGE,
             (last + 1 - first) * PAGE,
