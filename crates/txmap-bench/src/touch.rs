@@ -153,7 +153,14 @@ pub fn touch_once(v: &mut View, cell: &Cell, n: usize, expect: u8) -> txmap::Res
 
 fn check(ctx: &mut Ctx, scenario: &str, cell: &Cell, n: usize, s: &Sample, expect: u8) {
     let want = if cell.how == How::Raw { n as u64 } else { 0 };
-    if s.faults != want {
+    // A read fault of a read-only transaction maps a run of pages from the
+    // region file (issue 20): fewer faults than pages, never more.
+    let ok = if cell.how == How::Raw && cell.kind == Kind::ReadOnly {
+        (1..=want).contains(&s.faults)
+    } else {
+        s.faults == want
+    };
+    if !ok {
         ctx.anomaly(format!(
             "page touch ({scenario}, {}, n={n}): {} faults, expected {want}",
             cell.name, s.faults

@@ -331,10 +331,11 @@ def test_gil_is_released_while_a_commit_waits_for_its_sync(region):
 
 
 def _pages_held_after_reading(region, pages):
-    """Reads every page by plain loads (a memoryview) in one read-only
-    transaction of a fresh view; the view's private pages during and after."""
+    """Reads every page by plain loads (a memoryview) in one read-write
+    transaction of a fresh view (a read-only one maps the region file and
+    copies nothing); the view's private pages during and after."""
     with region.view() as v:
-        with v.transaction(read_only=True):
+        with v.transaction():
             mv = memoryview(v)
             assert sum(mv[p * 4096] for p in range(pages)) == 0
             during = v.private_bytes // 4096

@@ -3,7 +3,7 @@
 //! Below the engine, which only holds it in its pool, and the view.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
@@ -46,6 +46,18 @@ pub(crate) struct ViewMemory {
     /// [`ViewMemory::trim`] gives back, without scanning the region.
     pub(crate) resident_list: ReservedArray<AtomicU32>,
     pub(crate) resident_n: AtomicUsize,
+    /// Per page, its [`user_file`] flags: whether the user address maps the
+    /// region file instead of the memfd (plain loads of a read-only
+    /// transaction, `view/fault.rs` `map_file_run`).
+    pub(crate) ufile: ReservedArray<AtomicU8>,
+    /// Pages listed in the current transaction as mapped from the file at
+    /// the user address, in the order they were mapped (`ufile_n` of them):
+    /// what the fence scans and the transaction's end maps back.
+    pub(crate) ufile_list: ReservedArray<AtomicU32>,
+    pub(crate) ufile_n: AtomicUsize,
+    /// The memory file could not be mapped back over file pages at a
+    /// transaction's end: the memory is not pooled.
+    pub(crate) ufile_stuck: AtomicBool,
 }
 
 /// A view's state of one page (its `valid` entry). A page is *valid* in
@@ -62,6 +74,24 @@ pub(crate) mod page_state {
     /// installed yet).
     #[expect(dead_code, reason = "installed by the next step of issue 20")]
     pub const SHARED: u8 = 2;
+}
+
+/// Flags of a page's `ufile` entry. The view's owner thread (fault handler,
+/// transaction end) and the process's fence thread change a listed page's
+/// mapping or content only while holding `BUSY` (a spin bit: each holds it
+/// for one system call or two and waits for nothing while holding it).
+pub(crate) mod user_file {
+    /// In `ufile_list` (this transaction).
+    pub const LISTED: u8 = 1;
+    /// The user address maps the region file's page (`MAP_PRIVATE`).
+    pub const FILE: u8 = 2;
+    /// Held by the owner or the fence thread.
+    pub const BUSY: u8 = 4;
+    /// The fence made the page private (its content stays the snapshot's).
+    pub const PRIV: u8 = 8;
+    /// Mapped from the file by an earlier transaction of this view: a page
+    /// read again is copied and stays valid across transactions, as before.
+    pub const SEEN: u8 = 16;
 }
 
 /// Most closed views' memory a region keeps for reuse.
@@ -97,7 +127,17 @@ impl ViewMemory {
             resident: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             resident_list: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             resident_n: AtomicUsize::new(0),
+            ufile: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            ufile_list: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            ufile_n: AtomicUsize::new(0),
+            ufile_stuck: AtomicBool::new(false),
         })
+    }
+
+    /// The memory file, to map it.
+    pub(crate) fn memfd_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.memfd.as_fd()
     }
 
     /// Bytes the memfd holds (0 if it cannot be asked).
@@ -213,6 +253,10 @@ impl ViewMemory {
     /// (the memory is freed) if that fails or the memory is too large to keep.
     /// At most `keep` private pages (and `POOLED_BYTES`) stay allocated.
     pub(crate) fn recycle(mut self, exposed: bool, keep: usize) -> Option<ViewMemory> {
+        // The file still mapped at the user address (a failed map back).
+        if self.ufile_n.load(Ordering::Relaxed) != 0 || self.ufile_stuck.load(Ordering::Relaxed) {
+            return None;
+        }
         if exposed {
             self.user
                 .protect(0, self.mapped.load(Ordering::Relaxed), Access::None)
@@ -221,6 +265,7 @@ impl ViewMemory {
         self.trim(keep.min(POOLED_BYTES / PAGE), false, |_| false);
         self.valid.clear().ok()?;
         self.touched.clear().ok()?;
+        self.ufile.clear().ok()?;
         Some(self)
     }
 }

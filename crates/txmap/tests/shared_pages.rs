@@ -67,15 +67,43 @@ fn pointers(v: &View) -> Vec<*const u8> {
         .collect()
 }
 
+/// How a reader takes its pointers.
+#[derive(Clone, Copy, Debug)]
+enum How {
+    /// `View::slice` (accessor reads).
+    Slice,
+    /// `View::base` (plain loads, first touches fault).
+    Raw,
+    /// `View::base` after the advisory call for the whole region.
+    Advised,
+}
+
+/// Pointers to every page at the view's own address (`View::base`): plain
+/// loads, which fault on first touch.
+fn raw_pointers(v: &View) -> Vec<*const u8> {
+    // SAFETY: every page lies inside the view's mapping of the region.
+    (0..PAGES)
+        .map(|p| unsafe { v.base().add(p * PAGE) as *const u8 })
+        .collect()
+}
+
 /// Read-only transactions on `v` that hold raw pointers to every page while
 /// `stop` is unset, checking again and again that every page still holds
 /// the value it held at the start. Returns the transactions run.
-fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
+fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) -> u64 {
     let mut txns = 0;
     let mut rounds = 0u64;
     while !stop() {
         v.begin_read().unwrap();
-        let ptrs = pointers(v);
+        let ptrs = match how {
+            How::Slice => pointers(v),
+            How::Raw => raw_pointers(v),
+            How::Advised => {
+                v.set_page_access(0, PAGES * PAGE, txmap::PageAccess::Read)
+                    .unwrap();
+                raw_pointers(v)
+            }
+        };
         let x = whole(ptrs[0], who);
         for _ in 0..(txns % 5 + 1) * 20 {
             for (p, &ptr) in ptrs.iter().enumerate() {
@@ -177,6 +205,7 @@ fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
                     &mut v,
                     &|| stop.load(Ordering::Relaxed),
                     &format!("reader {k}"),
+                    How::Slice,
                 )
             })
         })
@@ -188,11 +217,163 @@ fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
     }
 }
 
+/// Reader threads holding plain-load pointers (`View::base`) into pages
+/// their faults (or, for one, the advisory call) mapped from the region
+/// file at their own addresses, while a writer commits and
+/// checkpoints after every commit: every byte they see is their snapshot's
+/// (fails when the fence skips pages mapped at the user address).
+#[test]
+fn raw_pointer_readers_keep_their_snapshot_while_checkpoints_overwrite_pages() {
+    let d = ext4_dir("sp-threads-raw");
+    let r = Region::create(&d.join("r.txm"), (PAGES * PAGE) as u64, opts()).unwrap();
+    write_and_checkpoint(&r, 1, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|k| {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                hold_and_check(
+                    &mut v,
+                    &|| stop.load(Ordering::Relaxed),
+                    &format!("raw reader {k}"),
+                    if k == 2 { How::Advised } else { How::Raw },
+                )
+            })
+        })
+        .collect();
+    write_and_checkpoint(&r, 2, 300);
+    stop.store(true, Ordering::Relaxed);
+    for h in readers {
+        assert!(h.join().unwrap() > 0);
+    }
+}
+
+/// Pss of this process's anonymous and shared-memory pages (KiB): the
+/// views' private copies, not the page cache.
+fn private_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    ["Pss_Anon:", "Pss_Shmem:"]
+        .iter()
+        .map(|k| {
+            s.lines()
+                .find(|l| l.starts_with(k))
+                .and_then(|l| l[k.len()..].split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap()
+        })
+        .sum()
+}
+
+/// 8 threads whose read-only transactions read every page of a 4 MiB
+/// region by plain loads (`View::base`) hold it once: their faults map the
+/// region file's pages (page cache), no view copies them into its memory
+/// file (the copy made 8 × 4 MiB).
+#[test]
+fn a_page_read_by_plain_loads_in_eight_threads_is_one_physical_page() {
+    const BIG: usize = 1024; // 4 MiB
+    let d = ext4_dir("sp-eight-raw");
+    let r = Region::create(&d.join("r.txm"), (BIG * PAGE) as u64, opts()).unwrap();
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..BIG, 3);
+    drop(w);
+    r.checkpoint().unwrap();
+    let before = private_kib();
+    let read = Arc::new(std::sync::Barrier::new(9));
+    let done = Arc::new(std::sync::Barrier::new(9));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (r, read, done) = (r.clone(), read.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                let memfd = v.private_bytes();
+                v.begin_read().unwrap();
+                for p in 0..BIG {
+                    // SAFETY: inside the view's mapping, in a transaction.
+                    let x = unsafe { (v.base().add(p * PAGE) as *const u64).read_volatile() };
+                    assert_eq!(x, 3, "page {p}");
+                }
+                let grew = v.private_bytes().saturating_sub(memfd);
+                read.wait();
+                done.wait();
+                v.commit().unwrap();
+                grew
+            })
+        })
+        .collect();
+    read.wait();
+    let added = private_kib().saturating_sub(before);
+    done.wait();
+    for t in threads {
+        let grew = t.join().unwrap();
+        assert!(
+            grew < (BIG * PAGE / 4) as u64,
+            "a view's memory file grew by {grew} bytes reading 4 MiB by plain loads"
+        );
+    }
+    // One copy per view would be 8 × 4 MiB = 32 MiB; page tables and the
+    // views' own tables are a few hundred KiB.
+    assert!(
+        added < 4 << 10,
+        "8 views that read 4 MiB by plain loads added {added} KiB of private memory"
+    );
+}
+
+/// A read-only transaction maps pages from the file at the user address;
+/// a read-write transaction on the same view then stores to them by plain
+/// stores: it reads its snapshot, its stores land in its own memory (not
+/// in the region file, not lost), and it commits them.
+#[test]
+fn a_read_write_transaction_after_plain_file_reads_writes_its_own_copy() {
+    let d = ext4_dir("sp-ro-then-rw");
+    let path = d.join("r.txm");
+    let r = Region::create(&path, (PAGES * PAGE) as u64, opts()).unwrap();
+    write_and_checkpoint(&r, 1, 1);
+    for round in 0..3u64 {
+        // A fresh view each round (a closed view's memory is reused): its
+        // faults map the file again.
+        let mut v = r.view().unwrap();
+        let ptrs = raw_pointers(&v);
+        v.begin_read().unwrap();
+        for (p, &ptr) in ptrs.iter().enumerate() {
+            assert_eq!(whole(ptr, "read-only"), 1 + round, "page {p}");
+        }
+        v.commit().unwrap();
+        v.begin().unwrap();
+        for (p, &ptr) in ptrs.iter().enumerate() {
+            assert_eq!(whole(ptr, "read-write"), 1 + round, "page {p}");
+            for i in 0..WORDS {
+                // SAFETY: inside the view's mapping, in a transaction.
+                unsafe { (ptr as *mut u64).add(i).write_volatile(2 + round) };
+            }
+        }
+        v.commit().unwrap();
+        // Another view sees the commit; the file still holds the checkpoint.
+        let mut o = r.view().unwrap();
+        o.begin_read().unwrap();
+        for p in 0..PAGES {
+            let at = (p * PAGE) as u64;
+            assert_eq!(o.read::<u64>(at).unwrap(), 2 + round, "page {p}");
+            assert_eq!(o.read::<u64>(at + PAGE as u64 - 8).unwrap(), 2 + round);
+        }
+        o.commit().unwrap();
+        let file = std::fs::read(&path).unwrap();
+        // The region's data follows a one-page header (docs/FORMAT.md).
+        let word = u64::from_ne_bytes(file[PAGE..PAGE + 8].try_into().unwrap());
+        assert_eq!(word, 1 + round, "a store reached the region file");
+        r.checkpoint().unwrap();
+    }
+}
+
 fn reader_child() {
     let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
     let mut v = r.view().unwrap();
     let stop = env("TXMAP_STOP");
-    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process");
+    let how = match std::env::var("TXMAP_RAW").as_deref() {
+        Ok("advised") => How::Advised,
+        Ok(_) => How::Raw,
+        Err(_) => How::Slice,
+    };
+    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process", how);
     std::fs::write(env("TXMAP_RESULT"), format!("OK {n}")).unwrap();
 }
 
@@ -205,16 +386,39 @@ fn readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_sh
     if role().is_some() {
         return reader_child();
     }
-    let (d, p, r) = region_with_pages("sp-procs");
+    readers_in_processes(test, "sp-procs", false);
+}
+
+/// The same with plain loads through `View::base` (one reader after the
+/// advisory call): the pages the readers' faults mapped from the region
+/// file at their own addresses are made
+/// private by their fence threads before the checkpoints overwrite them.
+#[test]
+fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages() {
+    let test = "raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages";
+    if role().is_some() {
+        return reader_child();
+    }
+    readers_in_processes(test, "sp-procs-raw", true);
+}
+
+/// Two reader processes (`reader_child`, plain loads if `raw`) hold their
+/// snapshots while this process commits and checkpoints 300 times.
+fn readers_in_processes(test: &str, name: &str, raw: bool) {
+    let (d, p, r) = region_with_pages(name);
     let stop = d.join("stop");
     let mut readers: Vec<(Proc, std::path::PathBuf)> = (0..2)
         .map(|k| {
             let result = d.join(&format!("result-{k}"));
-            let envs = [
+            let mut envs = vec![
                 ("TXMAP_PATH", p.display().to_string()),
                 ("TXMAP_STOP", stop.display().to_string()),
                 ("TXMAP_RESULT", result.display().to_string()),
             ];
+            if raw {
+                let how = if k == 1 { "advised" } else { "raw" };
+                envs.push(("TXMAP_RAW", how.into()));
+            }
             let proc = Proc::spawn(test, "reader", &envs, d.join(&format!("err-{k}")));
             (proc, result)
         })

@@ -8,13 +8,14 @@
 
 use std::sync::atomic::Ordering;
 
+use super::filemap::FileMap;
 use super::{
     DOOM_READ_ONLY_WRITE, DOOM_TOO_LARGE, TOUCH_BITS, TOUCH_EXPOSED_RW, TOUCH_FILE, TOUCH_READ,
     TOUCH_WRITE, ViewInner,
 };
 use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::os::signal::FaultOutcome;
-use crate::viewmem::page_state;
+use crate::viewmem::{page_state, user_file};
 
 /// What a page reads as in the region file before anything is written there.
 static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
@@ -405,12 +406,7 @@ impl ViewInner {
             if n >= self.mem.file_set.capacity() {
                 return None;
             }
-            if n == 0 {
-                // Fences from now on cover this view; those before it were
-                // for commits this transaction's checks see.
-                mvcc.set_file_reads(self.slot(), Some(s));
-                mvcc.fence_ack(self.slot(), mvcc.fence_word().load(Ordering::SeqCst));
-            }
+            self.start_file_reads(s);
             // Listed before the check (see fence.rs).
             // SAFETY: n < capacity of the reserved array.
             unsafe { *self.mem.file_set.as_ptr().add(n) = page as u32 };
@@ -473,6 +469,32 @@ impl ViewInner {
         let active = self.active.load(Ordering::Acquire);
         if active && write && self.round_window.load(Ordering::Relaxed) > 0 {
             return self.round_fault(page);
+        }
+        let flags = self.user_file_flags(page);
+        if flags & user_file::FILE != 0 {
+            if active && !write && flags & user_file::LISTED != 0 {
+                // Read-only transaction (only those map the file), page made
+                // inaccessible by a trim: the fence keeps its content the
+                // snapshot's.
+                return match protect_raw(page_addr, PAGE, Access::Read) {
+                    Ok(()) => FaultOutcome::Handled,
+                    Err(_) => FaultOutcome::ProtectFailed,
+                };
+            }
+            // A store, or a page left from a failed end: the memory file first.
+            if self
+                .map_back(page, page + 1, flags & user_file::LISTED | user_file::SEEN)
+                .is_err()
+            {
+                return FaultOutcome::ProtectFailed;
+            }
+        }
+        if active && !write && self.read_only.load(Ordering::Relaxed) {
+            match self.map_file_fault(page) {
+                FileMap::Mapped => return FaultOutcome::Handled,
+                FileMap::Failed(_) => return FaultOutcome::ProtectFailed,
+                FileMap::No => {}
+            }
         }
         let access = if active {
             let a = self.touch(page, write);

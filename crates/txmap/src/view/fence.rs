@@ -31,6 +31,7 @@ use std::time::Duration;
 use super::ViewInner;
 use crate::engine::{RegionInner, lock};
 use crate::os::mem::PAGE;
+use crate::viewmem::user_file as uf;
 
 /// The fence thread: applies each new generation to every registered view.
 pub(super) fn run(region: usize, stop: &AtomicBool, mem: &std::fs::File) {
@@ -84,6 +85,25 @@ impl ViewInner {
                 ok = false;
             }
         }
+        // Pages mapped from the file at the user address (`filemap.rs`).
+        for i in 0..self.mem.ufile_n.load(Ordering::SeqCst) {
+            let Some(p) = self.mem.ufile_list.get(i) else {
+                break;
+            };
+            let p = p.load(Ordering::Relaxed) as usize;
+            if mvcc.page_seq(p) <= s {
+                continue;
+            }
+            let mut f = self.user_file_lock(p);
+            if f & uf::FILE != 0 && f & uf::PRIV == 0 {
+                if privatize_any(self.mem.user.base() as usize + p * PAGE, mem) {
+                    f |= uf::PRIV;
+                } else {
+                    ok = false;
+                }
+            }
+            self.user_file_unlock(p, f);
+        }
         if ok {
             mvcc.fence_ack(self.slot(), g);
         }
@@ -95,7 +115,8 @@ impl ViewInner {
     /// again. False if one could not be given back (then the view must not
     /// read from the file again).
     pub(super) fn end_file_reads(&self) -> bool {
-        if self.file_n.load(Ordering::Relaxed) == 0 {
+        if self.file_n.load(Ordering::Relaxed) == 0 && self.mem.ufile_n.load(Ordering::Relaxed) == 0
+        {
             return true;
         }
         self.region.mvcc.set_file_reads(self.slot(), None);
@@ -106,7 +127,7 @@ impl ViewInner {
             ok &= self.mem.file.discard(p as usize * PAGE, PAGE).is_ok();
         }
         self.file_n.store(0, Ordering::Relaxed);
-        ok
+        ok & self.end_user_file()
     }
 }
 
@@ -119,6 +140,15 @@ fn privatize(file: &crate::os::mem::Reservation, page: usize, mem: &std::fs::Fil
     // out, so it is below the mapped size), which is readable.
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), PAGE) };
     matches!(mem.write_at(&buf, addr as u64), Ok(n) if n == PAGE)
+}
+
+/// `privatize` of the page at `addr`, which may be inaccessible (a trim
+/// protected it): read through `/proc/self/mem` too, which ignores
+/// protection as the forced write does.
+fn privatize_any(addr: usize, mem: &std::fs::File) -> bool {
+    let mut buf = vec![0u8; PAGE];
+    matches!(mem.read_at(&mut buf, addr as u64), Ok(n) if n == PAGE)
+        && matches!(mem.write_at(&buf, addr as u64), Ok(n) if n == PAGE)
 }
 
 /// Keeps `HashSet` in the signature of `ViewInner::file_private` readable.

@@ -16,6 +16,7 @@ mod apply;
 mod fair;
 mod fault;
 mod fence;
+mod filemap;
 mod group;
 mod nta;
 mod ordered;
@@ -130,6 +131,8 @@ pub(crate) struct ViewInner {
     last_commit: AtomicU64,
     /// Entries of `mem.file_set` in this transaction.
     file_n: AtomicUsize,
+    /// Runs of user pages this transaction mapped from the file (`filemap.rs`).
+    ufile_runs: AtomicUsize,
     /// Pages of `mem.file` the fence made private in this transaction.
     file_private: fence::PrivatePages,
     /// The view may hand out pages of its file mapping (false once pages
@@ -274,6 +277,7 @@ impl View {
                 valid_seq: AtomicU64::new(region.mvcc.visible_seq()),
                 last_commit: AtomicU64::new(0),
                 file_n: AtomicUsize::new(0),
+                ufile_runs: AtomicUsize::new(0),
                 file_private: Default::default(),
                 file_ok: AtomicBool::new(false),
                 trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
@@ -965,10 +969,22 @@ impl View {
         }
         let v = &*self.inner;
         let (first, last) = (o / PAGE, (o + len - 1) / PAGE);
+        // A read-only transaction's reads map what they can from the region
+        // file (`filemap.rs`); the rest is installed as below.
+        let from_file = access == PageAccess::Read && v.read_only.load(Ordering::Relaxed);
+        if from_file {
+            v.map_file_range(first, last + 1)
+                .map_err(|e| Error::os("map view memory back over region file pages", e))?;
+        }
+        let mapped_file =
+            |p: usize| from_file && v.user_file_flags(p) & crate::viewmem::user_file::FILE != 0;
+        let all_file = (first..=last).all(mapped_file);
         // Allocate the private pages of the whole range in one call.
-        v.mem
-            .alias
-            .populate(first * PAGE, (last + 1 - first) * PAGE, true);
+        if !all_file {
+            v.mem
+                .alias
+                .populate(first * PAGE, (last + 1 - first) * PAGE, true);
+        }
         // Counted before any page becomes accessible here (see `refresh`).
         v.islands
             .fetch_add((last + 1 - first) as u64, Ordering::Relaxed);
@@ -982,6 +998,11 @@ impl View {
             None => Ok(()),
         };
         for page in first..=last {
+            if mapped_file(page) {
+                flush(run, page)?;
+                run = None;
+                continue;
+            }
             let a = v.touch(page, access == PageAccess::Write);
             if a == Access::ReadWrite {
                 v.mark_exposed_rw(page);
@@ -995,7 +1016,14 @@ impl View {
             }
         }
         flush(run, last + 1)?;
-        // Map the range at the user address too, so its accesses take no fault.
+        // Map the range at the user address too, so its accesses take no
+        // signal. Not a range mapped from the file: its loads take only the
+        // kernel's fault, which maps 16 cached pages at once, where
+        // `MADV_POPULATE_READ` faults them in one by one (0.36 against
+        // 0.27 µs per page).
+        if all_file {
+            return Ok(());
+        }
         v.mem.user.populate(
             first * PAGE,
             (last + 1 - first) * PAGE,

@@ -1,0 +1,303 @@
+//! Plain loads of read-only transactions from the region file (issue 20,
+//! docs/design/shared-pages.md, step 6).
+//!
+//! A read fault of a read-only transaction on a page the view holds no
+//! valid copy of, whose version at the snapshot the region file holds
+//! (`Mvcc::file_holds`), maps the region file at the user address
+//! (`MAP_FIXED | MAP_PRIVATE`, `PROT_READ`) for the run of such pages
+//! around it in its aligned block, instead of copying the page into the
+//! view's memory file. Loads then share the page cache: no copy, and the
+//! rest of the run costs only the kernel's fault. The pages are listed
+//! (`mem.ufile_list`) so that the process's fence thread makes a page
+//! private in place before a checkpoint overwrites it with a newer version
+//! (`fence.rs`), exactly as for the accessor reads of `file_access`; the
+//! transaction's end maps the memory file back (`PROT_NONE`, one call per
+//! run), so outside a read-only transaction the user range is what it was
+//! before.
+//!
+//! Order, as in `file_access`: a run is mapped and its pages flagged
+//! `FILE` before the owner checks `file_holds` again (a full fence
+//! between); a checkpoint raises the fence generation after the commits it
+//! writes were published. So either the check sees the newer commit (the
+//! run goes back to the memory file) or the fence thread sees the page
+//! mapped. The owner and the fence thread change a page's mapping or
+//! content only holding its `BUSY` bit.
+//!
+//! Called from the SIGSEGV handler: atomics and raw system calls only.
+
+use std::sync::atomic::{Ordering, fence};
+
+use super::{TOUCH_WRITE, ViewInner};
+use crate::os::mem::{Access, PAGE};
+use crate::viewmem::{page_state, user_file as uf};
+
+/// Pages of the aligned block within which one fault maps a run (4 MiB):
+/// a fault costs ~15-20 µs here besides its pages (signal, `mmap`,
+/// checks), so a sequential first read of 1,024 pages takes one, not four
+/// (0.28 against 0.33 µs per page, beside a 0.22 µs bare fault).
+const BLOCK: usize = 1024;
+/// Runs one transaction maps from the file at most: each may split the
+/// user range's mapping in two more (`vm.max_map_count`); beyond, pages
+/// are copied as before.
+const MAX_RUNS: usize = 2048;
+
+/// What a read fault's attempt to map the file gave.
+pub(super) enum FileMap {
+    /// The page maps the file and is readable with its snapshot version.
+    Mapped,
+    /// Nothing changed: copy the page as before.
+    No,
+    /// The memory file could not be mapped back over a run whose file
+    /// pages may be newer than the snapshot: the fault must not return.
+    Failed(rustix::io::Errno),
+}
+
+impl ViewInner {
+    /// `page`'s `ufile` flags.
+    pub(super) fn user_file_flags(&self, page: usize) -> u8 {
+        self.mem
+            .ufile
+            .get(page)
+            .map_or(0, |f| f.load(Ordering::Acquire))
+    }
+
+    /// Takes `page`'s `BUSY` bit, waiting while the other side holds it
+    /// (for a system call or two); returns its flags.
+    pub(super) fn user_file_lock(&self, page: usize) -> u8 {
+        let Some(f) = self.mem.ufile.get(page) else {
+            return 0;
+        };
+        loop {
+            let cur = f.load(Ordering::Acquire);
+            if cur & uf::BUSY == 0
+                && f.compare_exchange_weak(cur, cur | uf::BUSY, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return cur;
+            }
+            rustix::thread::sched_yield();
+        }
+    }
+
+    /// Releases `page`'s `BUSY` bit, leaving `flags`.
+    pub(super) fn user_file_unlock(&self, page: usize, flags: u8) {
+        if let Some(f) = self.mem.ufile.get(page) {
+            f.store(flags & !uf::BUSY, Ordering::SeqCst);
+        }
+    }
+
+    /// Before the first page of a transaction is listed for the fence (by
+    /// `file_access` or here): the slot reads from the file at `s` from now
+    /// on. Fences before this were for commits this transaction's checks see.
+    pub(super) fn start_file_reads(&self, s: u64) {
+        if self.file_n.load(Ordering::Relaxed) == 0 && self.mem.ufile_n.load(Ordering::Relaxed) == 0
+        {
+            let mvcc = &self.region.mvcc;
+            mvcc.set_file_reads(self.slot(), Some(s));
+            mvcc.fence_ack(self.slot(), mvcc.fence_word().load(Ordering::SeqCst));
+        }
+    }
+
+    /// A read fault of a read-only transaction on `page` (no valid copy in
+    /// the view, the region file holds its snapshot version): maps the run
+    /// of such pages around it, within its aligned block, from the file.
+    pub(super) fn map_file_fault(&self, page: usize) -> FileMap {
+        if !self.file_ok.load(Ordering::Relaxed)
+            || !self.region.fence.running()
+            || self.ufile_runs.load(Ordering::Relaxed) >= MAX_RUNS
+        {
+            return FileMap::No;
+        }
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
+        let start = page / BLOCK * BLOCK;
+        let end = (start + BLOCK).min(pages);
+        let candidate = |q: usize| self.file_candidate(q, s);
+        if page >= end || !candidate(page) {
+            return FileMap::No;
+        }
+        let mut a = page;
+        while a > start && candidate(a - 1) {
+            a -= 1;
+        }
+        let mut e = page + 1;
+        while e < end && candidate(e) {
+            e += 1;
+        }
+        self.map_file_run(a, e, s)
+    }
+
+    /// Whether a read of `page` at snapshot `s` may map the file: the
+    /// view holds no valid copy (nor mapped it already, nor in an earlier
+    /// transaction: see `SEEN`), the transaction did not store to it, and
+    /// the file holds its version.
+    fn file_candidate(&self, q: usize, s: u64) -> bool {
+        self.user_file_flags(q) & (uf::FILE | uf::SEEN) == 0
+            && self
+                .mem
+                .valid
+                .get(q)
+                .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
+            && self.touch_bits(q) & TOUCH_WRITE == 0
+            && self.region.mvcc.file_holds(q, s)
+    }
+
+    /// The advisory call's read of `[first, end)` in a read-only
+    /// transaction: maps every run of pages that may map the file (the
+    /// caller then populates them). `Err` as `FileMap::Failed`.
+    pub(super) fn map_file_range(&self, first: usize, end: usize) -> rustix::io::Result<()> {
+        if !self.file_ok.load(Ordering::Relaxed) || !self.region.fence.running() {
+            return Ok(());
+        }
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let mut p = first;
+        while p < end && self.ufile_runs.load(Ordering::Relaxed) < MAX_RUNS {
+            if !self.file_candidate(p, s) {
+                p += 1;
+                continue;
+            }
+            let mut e = p + 1;
+            while e < end && self.file_candidate(e, s) {
+                e += 1;
+            }
+            if let FileMap::Failed(e) = self.map_file_run(p, e, s) {
+                return Err(e);
+            }
+            p = e;
+        }
+        Ok(())
+    }
+
+    /// Maps the region file over the user pages `[a, e)`, lists them for
+    /// the fence, then checks that the file still holds each at `s`.
+    fn map_file_run(&self, a: usize, e: usize, s: u64) -> FileMap {
+        self.start_file_reads(s);
+        for q in a..e {
+            if self.user_file_lock(q) & uf::LISTED == 0 {
+                let n = self.mem.ufile_n.load(Ordering::Relaxed);
+                // Always there: one entry per page and transaction.
+                if let Some(x) = self.mem.ufile_list.get(n) {
+                    x.store(q as u32, Ordering::Relaxed);
+                    self.mem.ufile_n.store(n + 1, Ordering::Release);
+                }
+            }
+        }
+        let data = &self.region.data;
+        let at = crate::wal::format::HEADER_BYTES + (a * PAGE) as u64 - data.fd_shift();
+        let (off, len) = (a * PAGE, (e - a) * PAGE);
+        let mapped = self
+            .mem
+            .user
+            .map_file(
+                off,
+                len,
+                (data.fd(), at),
+                Access::Read,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+            .is_ok();
+        let flags = uf::LISTED | uf::SEEN | if mapped { uf::FILE } else { 0 };
+        for q in a..e {
+            self.user_file_unlock(q, flags);
+        }
+        if !mapped {
+            return FileMap::No;
+        }
+        self.ufile_runs.fetch_add(1, Ordering::Relaxed);
+        // See `ViewMemory::file`'s mapping in `sync_size`: no read-ahead
+        // window per fault.
+        self.mem.user.advise_random(off, len);
+        // Flagged before the check (see the module's comment).
+        fence(Ordering::SeqCst);
+        if (a..e).all(|q| self.region.mvcc.file_holds(q, s)) {
+            return FileMap::Mapped;
+        }
+        // A checkpoint of a newer commit raced: back to the memory file.
+        match self.map_back(a, e, uf::LISTED | uf::SEEN) {
+            Ok(()) => FileMap::No,
+            Err(e) => FileMap::Failed(e),
+        }
+    }
+
+    /// Maps the memory file back over the user pages `[a, e)`,
+    /// inaccessible (the next touch faults and installs as before), and
+    /// leaves `flags` on them. Fails if the mapping failed (they keep
+    /// mapping the file, flagged `FILE`).
+    pub(super) fn map_back(&self, a: usize, e: usize, flags: u8) -> rustix::io::Result<()> {
+        let mut was = uf::FILE;
+        for q in a..e {
+            was |= self.user_file_lock(q);
+        }
+        let (off, len) = (a * PAGE, (e - a) * PAGE);
+        let r = self
+            .mem
+            .user
+            .map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None);
+        let left = if r.is_ok() {
+            flags
+        } else {
+            (was | uf::FILE) & !uf::PRIV
+        };
+        for q in a..e {
+            self.user_file_unlock(q, left);
+        }
+        r
+    }
+
+    /// At the end of a transaction that mapped pages from the file (the
+    /// fence no longer covers them: the caller cleared the slot's file
+    /// reads and waited for a fence pass under way): maps the memory file
+    /// back over every such page, one call per run. False if a run could
+    /// not be mapped back: it is made inaccessible and stays flagged
+    /// `FILE` (not `LISTED`), so no fault makes it readable again before
+    /// the memory file is mapped back over it.
+    pub(super) fn end_user_file(&self) -> bool {
+        let n = self.mem.ufile_n.load(Ordering::Relaxed);
+        let mut ok = true;
+        let mut flush = |run: Option<(usize, usize)>| {
+            if let Some((a, e)) = run
+                && self.map_back(a, e, uf::SEEN).is_err()
+            {
+                ok = false;
+                let _ = self
+                    .mem
+                    .user
+                    .protect(a * PAGE, (e - a) * PAGE, Access::None);
+                for q in a..e {
+                    if let Some(f) = self.mem.ufile.get(q) {
+                        f.store(uf::FILE | uf::SEEN, Ordering::SeqCst);
+                    }
+                }
+            }
+        };
+        let mut run: Option<(usize, usize)> = None;
+        for i in 0..n {
+            let Some(p) = self.mem.ufile_list.get(i) else {
+                break;
+            };
+            let p = p.load(Ordering::Relaxed) as usize;
+            if self.user_file_flags(p) & uf::FILE == 0 {
+                if let Some(f) = self.mem.ufile.get(p) {
+                    f.store(uf::SEEN, Ordering::SeqCst);
+                }
+                continue;
+            }
+            run = match run {
+                Some((a, e)) if e == p => Some((a, p + 1)),
+                r => {
+                    flush(r);
+                    Some((p, p + 1))
+                }
+            };
+        }
+        flush(run);
+        self.mem.ufile_n.store(0, Ordering::Relaxed);
+        self.ufile_runs.store(0, Ordering::Relaxed);
+        if !ok {
+            self.mem
+                .ufile_stuck
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        ok
+    }
+}
