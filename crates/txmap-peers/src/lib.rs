@@ -116,6 +116,13 @@ pub trait Store: Send + Sync {
             what: "disk_bytes".into(),
         })
     }
+    /// Bytes of log records the store has written since it was opened, if
+    /// it can tell: txmap's log records (`Stats::log_bytes`; none once a
+    /// checkpoint started a new log epoch), Berkeley DB's bytes written to
+    /// its log (`log_stat`). Stores that do not tell say `None`.
+    fn logged_bytes(&self) -> Option<u64> {
+        None
+    }
     /// Copies the store, consistently, into the empty directory `dst` with
     /// the store's own online backup (txmap's `Region::backup`, LMDB's
     /// `mdb_env_copy`, SQLite's backup API), while it stays open.

@@ -56,6 +56,8 @@ fn describe(d: Durability) -> String {
 struct TxStore {
     id: &'static str,
     dir: PathBuf,
+    /// The checkpoint and log bytes at open (`Store::logged_bytes`).
+    log0: (u64, u64),
     region: Region,
     map: AnyMap,
 }
@@ -99,9 +101,11 @@ fn open(c: &Config, id: &'static str, kind: TxKind) -> Result<Box<dyn Store>> {
     }
     .map_err(fail(id))?;
     drop(v);
+    let st = region.stats();
     Ok(Box::new(TxStore {
         id,
         dir: c.dir.clone(),
+        log0: (st.checkpoint_seq, st.log_bytes),
         region,
         map,
     }))
@@ -117,6 +121,10 @@ impl Store for TxStore {
     }
     fn disk_bytes(&self) -> Result<u64> {
         crate::store_disk_bytes(self.id, &self.dir)
+    }
+    fn logged_bytes(&self) -> Option<u64> {
+        let st = self.region.stats();
+        (st.checkpoint_seq == self.log0.0).then(|| st.log_bytes.saturating_sub(self.log0.1))
     }
     fn backup(&self, dst: &std::path::Path) -> Result<()> {
         self.region

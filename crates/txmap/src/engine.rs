@@ -189,22 +189,18 @@ pub(crate) struct Commuted {
     pub writes: Vec<Vec<(u64, Vec<u8>)>>,
 }
 
-/// Log bytes a commit-time operation may cost beyond its operation
-/// record and still be logged as the bytes it wrote: a record without
-/// byte-changing operations needs no page check, and its pages no page
-/// journal at checkpoint.
-const RESOLVE_SLACK: usize = 256;
-
 /// Whether commit-time operation `args`, which wrote `writes` and changed
 /// `n_pages` pages at commit, is logged as those bytes rather than as the
-/// operation: the smaller of the two, with [`RESOLVE_SLACK`] for bytes.
+/// operation: the smaller of the two (bytes on a tie: a record without
+/// byte-changing operations needs no page check, and its pages no page
+/// journal at checkpoint).
 fn log_as_bytes(args: &[u8], writes: &[(u64, Vec<u8>)], n_pages: usize) -> bool {
     // Sizes as in docs/FORMAT.md: a range is offset u64 + length u32 +
     // bytes; an operation 16 bytes + its pages + its arguments, and a page
     // check entry per page.
     let as_bytes: usize = writes.iter().map(|(_, b)| 12 + b.len()).sum();
     let as_op = 16 + 4 * n_pages + args.len() + 8 * n_pages;
-    as_bytes <= as_op + RESOLVE_SLACK
+    as_bytes <= as_op
 }
 
 /// A commit record's ranges and operations after its commit-time

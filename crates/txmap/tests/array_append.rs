@@ -281,3 +281,48 @@ fn processes_appending_lose_nothing_after_sigkill() {
         assert!(mine.iter().copied().eq(0..mine.len() as u64), "writer {w}");
     }
 }
+
+#[test]
+fn a_page_the_append_wrote_only_at_commit_is_read_afresh_by_the_appender() {
+    // Another append commits first, so this transaction's append lands one
+    // element further at commit than where it ran here: the page it wrote
+    // there held other content in this view (read while empty), which must
+    // not stay valid as if this transaction had written it.
+    let d = ext4_dir("append-own-page");
+    let r = Region::create(&d.join("a.txm"), 4 << 20, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    let mut other = r.view().unwrap();
+    let a = v
+        .run(|v| {
+            let a = ArrayList::create(v, 8192)?;
+            a.reserve(v, 4)?;
+            Ok(a)
+        })
+        .unwrap();
+    // A page in the middle of element 1, none of element 0's (found by
+    // pushing two elements and popping them again).
+    let mid1 = v
+        .run(|v| {
+            a.push(v, &[0u8; 8192])?;
+            a.push(v, &[0u8; 8192])?;
+            let at = a.offset(v, 1)? + 4096;
+            a.pop(v)?;
+            a.pop(v)?;
+            Ok(at)
+        })
+        .unwrap();
+    let (x, y) = ([7u8; 8192], [9u8; 8192]);
+    v.begin().unwrap();
+    assert_eq!(v.read::<u64>(mid1).unwrap(), 0, "element 1 is empty yet");
+    assert_eq!(a.append(&mut v, &x).unwrap(), 0, "element 0 here");
+    other.run(|o| a.append(o, &y).map(|_| ())).unwrap();
+    v.commit().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(a.len(&v).unwrap(), 2);
+    assert!(a.get(&v, 0).unwrap() == &y[..], "element 0 is the other's");
+    assert!(
+        a.get(&v, 1).unwrap() == &x[..],
+        "the appender reads the element its commit wrote, not the page it held"
+    );
+    v.commit().unwrap();
+}

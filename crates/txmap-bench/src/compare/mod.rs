@@ -400,6 +400,7 @@ struct InsertRows {
     /// Inserts per second with 1 and 2 processes.
     ins: [Row; 2],
     bytes: Row,
+    logged: Row,
     device: Row,
     retried: Row,
     /// Per store, per run: the most expensive inserts (ns), 1 process.
@@ -415,6 +416,7 @@ fn measure_inserts(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<InsertRo
             Row::new("2 processes", "inserts/s", Better::Higher, n),
         ],
         bytes: Row::new("written per insert", "bytes", Better::Lower, n),
+        logged: Row::new("logged per insert", "bytes", Better::Lower, n),
         device: Row::new("device writes per insert", "bytes", Better::Lower, n),
         retried: Row::new("retried, 2 processes", "per 1000 inserts", Better::Lower, n),
         tops: vec![Vec::new(); n],
@@ -471,6 +473,10 @@ fn record_inserts(
                 if let Some(d) = x.device_bytes {
                     rows.device.push(i, d as f64 / x.done.max(1) as f64);
                 }
+                match x.logged_bytes {
+                    Some(b) => rows.logged.push(i, b as f64 / x.done.max(1) as f64),
+                    None => rows.logged.skip(i, "cannot tell"),
+                }
                 rows.tops[i].push(x.top);
             } else {
                 rows.retried
@@ -492,13 +498,14 @@ fn report_inserts(r: &mut Report, plan: &Plan, rows: &InsertRows) -> Res<()> {
         "## Durable random inserts\n\n{} random 8-byte keys with 8-byte values, each insert its own durable \
      transaction, into an empty store; with 2 processes each inserts half. Written per insert: bytes passed to \
      write calls (`wchar` of /proc/self/io, including closing the store; PMDK writes through a mapping and \
-     shows only its log); device writes: sectors the file system's device wrote meanwhile (whole machine). \
-     Both with 1 process.\n",
+     shows only its log); logged: bytes of log records the store wrote (txmap's log records, Berkeley DB's \
+     bytes written to its log by its own statistics; not told by the other stores); device writes: sectors the file system's device wrote \
+     meanwhile (whole machine). All with 1 process.\n",
         plan.inserts
     );
     let ins = &rows.ins;
     r.table(&[&ins[0], &ins[1], &rows.retried]);
-    r.table(&[&rows.bytes, &rows.device]);
+    r.table(&[&rows.bytes, &rows.logged, &rows.device]);
     r.bars(
         "inserts.svg",
         "Durable random inserts per second",

@@ -101,6 +101,9 @@ pub struct Inserts {
     pub done: usize,
     /// Bytes passed to write calls by the inserting processes.
     pub write_bytes: u64,
+    /// Bytes of log records the store wrote meanwhile, if it can tell
+    /// (`Store::logged_bytes`; 1 process only).
+    pub logged_bytes: Option<u64>,
     /// Bytes the device wrote meanwhile (the whole machine's writes).
     pub device_bytes: Option<u64>,
     /// Most expensive insert latencies, ns, most expensive first.
@@ -146,6 +149,7 @@ pub fn inserts(p: &Peer, dir: &Path, n: usize, procs: usize, seed: u64) -> Res<I
         let t = Instant::now();
         let (mut lat, retries) = insert_loop(&mut *s, n, seed)?;
         let secs = t.elapsed().as_secs_f64();
+        let logged_bytes = store.logged_bytes();
         drop(s);
         drop(store);
         let done = lat.len();
@@ -154,6 +158,7 @@ pub fn inserts(p: &Peer, dir: &Path, n: usize, procs: usize, seed: u64) -> Res<I
             secs,
             done,
             write_bytes: write_bytes() - before,
+            logged_bytes,
             device_bytes: dev(),
             top: lat,
             retries,
@@ -184,6 +189,7 @@ pub fn inserts(p: &Peer, dir: &Path, n: usize, procs: usize, seed: u64) -> Res<I
         secs,
         done: done.reports.iter().map(|r| r.done as usize).sum(),
         write_bytes: done.reports.iter().map(|r| r.write_bytes).sum(),
+        logged_bytes: None,
         device_bytes: dev(),
         top,
         retries: done.reports.iter().map(|r| r.retries).sum(),

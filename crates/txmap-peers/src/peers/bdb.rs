@@ -145,6 +145,7 @@ mod imp {
         ) -> c_int;
         fn txb_close(env: *mut DbEnv, db: *mut Db) -> c_int;
         fn txb_checkpoint(env: *mut DbEnv, kbytes: u32) -> c_int;
+        fn txb_log_bytes(env: *mut DbEnv, out: *mut u64) -> c_int;
         fn txb_begin(env: *mut DbEnv, txn: *mut *mut DbTxn) -> c_int;
         fn txb_commit(txn: *mut DbTxn, durable: c_int) -> c_int;
         fn txb_abort(txn: *mut DbTxn) -> c_int;
@@ -240,6 +241,16 @@ mod imp {
         env: *mut DbEnv,
         db: *mut Db,
         commits: AtomicU64,
+        /// Bytes logged at open (`Store::logged_bytes`).
+        log0: u64,
+    }
+
+    /// Bytes written to the environment's log since it was opened
+    /// (`log_stat`).
+    fn log_bytes(env: *mut DbEnv) -> Option<u64> {
+        let mut out = 0;
+        // SAFETY: `env` is open; the call writes `out` only.
+        (unsafe { txb_log_bytes(env, &mut out) } == 0).then_some(out)
     }
 
     // SAFETY: the environment and database were opened with DB_THREAD, which
@@ -277,6 +288,7 @@ mod imp {
             env,
             db,
             commits: AtomicU64::new(0),
+            log0: log_bytes(env).unwrap_or(0),
         }))
     }
 
@@ -310,6 +322,9 @@ mod imp {
         }
         fn disk_bytes(&self) -> Result<u64> {
             crate::store_disk_bytes(self.id, &self.dir)
+        }
+        fn logged_bytes(&self) -> Option<u64> {
+            log_bytes(self.env)?.checked_sub(self.log0)
         }
     }
 

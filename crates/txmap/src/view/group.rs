@@ -107,6 +107,7 @@ impl View {
             return Ok(());
         }
         let (who, reqs): (Vec<&&mut View>, Vec<_>) = parts.into_iter().unzip();
+        let commit_time: Vec<bool> = reqs.iter().map(|r| !r.commute.is_empty()).collect();
         let engine: Vec<crate::group::Part<'_>> = who
             .iter()
             .zip(reqs)
@@ -116,9 +117,11 @@ impl View {
             })
             .collect();
         let seqs = crate::group::commit(engine)?;
-        for (v, seq) in who.iter().zip(seqs) {
+        for ((v, seq), ct) in who.iter().zip(seqs).zip(commit_time) {
             if seq > 0 {
-                v.inner.last_commit.store(seq, Ordering::Relaxed);
+                v.inner
+                    .last_commit
+                    .store(super::own_pages(seq, ct), Ordering::Relaxed);
             }
         }
         Ok(())

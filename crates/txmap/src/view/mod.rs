@@ -602,8 +602,10 @@ impl View {
             // An ordered transaction still waits for its turn and moves its group on.
             return v.region.order_pass(v.slot(), true);
         };
+        let commit_time = !req.commute.is_empty();
         let seq = v.region.commit(req)?;
-        v.last_commit.store(seq, Ordering::Relaxed);
+        v.last_commit
+            .store(own_pages(seq, commit_time), Ordering::Relaxed);
         Ok(())
     }
 
@@ -1068,6 +1070,15 @@ impl Drop for View {
             self.inner.region.mvcc.release_slot(self.inner.slot());
         }
     }
+}
+
+/// What `last_commit` records for a commit at `seq`: the pages it wrote
+/// stay valid in the view at the next snapshot (they hold what it
+/// committed), unless commit-time operations ran at commit
+/// (`commit_time`): those wrote pages from the newest committed state,
+/// which this view may hold older or local content of, so then none do.
+pub(crate) fn own_pages(seq: u64, commit_time: bool) -> u64 {
+    if commit_time { 0 } else { seq }
 }
 
 /// Appends the byte ranges where `new` differs from `old`; gaps shorter than a
