@@ -117,6 +117,7 @@ impl Store for TxStore {
             id: self.id,
             view: self.region.view().map_err(fail(self.id))?,
             map: self.map,
+            blind: std::env::var_os("TXMAP_BENCH_NO_BLIND").is_none(),
         }))
     }
     fn disk_bytes(&self) -> Result<u64> {
@@ -138,11 +139,14 @@ struct TxSession {
     id: &'static str,
     view: View,
     map: AnyMap,
+    /// Puts are blind (`Map::put_blind`); `TXMAP_BENCH_NO_BLIND` set in
+    /// the environment makes them ordinary tracked puts, to compare.
+    blind: bool,
 }
 
 impl Session for TxSession {
     fn write(&mut self, ops: &[Op<'_>]) -> Result<u32> {
-        let map = self.map;
+        let (map, blind) = (self.map, self.blind);
         let mut attempts = 0u32;
         self.view
             .run(|v| {
@@ -152,7 +156,10 @@ impl Session for TxSession {
                         // A write batch does not read what it replaces:
                         // a blind put (commit-time where the structure
                         // has one), like the peers' puts.
-                        Op::Put(k, val) => map.put_blind(v, k, val)?,
+                        Op::Put(k, val) if blind => map.put_blind(v, k, val)?,
+                        Op::Put(k, val) => {
+                            map.put(v, k, val)?;
+                        }
                         Op::Delete(k) => {
                             map.delete(v, k)?;
                         }
