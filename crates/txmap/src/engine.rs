@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::mvcc::Mvcc;
+use crate::os::lock::lock;
 use crate::os::mem::{Access, PAGE, Reservation, round_up};
 use crate::wal::format::{HEADER_BYTES, LogHeader, LoggedOp, Range, RegionHeader};
 use crate::wal::log::Log;
@@ -128,10 +129,6 @@ pub(crate) fn flock(
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
         Err(e) => Err(Error::io("lock", path, e.into())),
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Checks a region size: whole pages, at least one, at most `max`.

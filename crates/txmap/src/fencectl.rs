@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::os::lock::lock;
+
 /// This process's views of one region and the thread that fences them.
 #[derive(Default)]
 pub(crate) struct Fence {
@@ -35,8 +37,8 @@ impl Fence {
         view: usize,
         body: fn(usize, &AtomicBool, &std::fs::File),
     ) {
-        lock_ok(&self.views).push(view);
-        let mut t = lock_ok(&self.thread);
+        lock(&self.views).push(view);
+        let mut t = lock(&self.thread);
         if t.is_some() {
             return;
         }
@@ -66,7 +68,7 @@ impl Fence {
 
     /// Removes a view; after this the thread never touches it.
     pub(crate) fn unregister(&self, view: usize) {
-        lock_ok(&self.views).retain(|&v| v != view);
+        lock(&self.views).retain(|&v| v != view);
     }
 
     /// True while views may hand out file pages (see `running`).
@@ -81,7 +83,7 @@ impl Fence {
         if !owner {
             return;
         }
-        let Some(ctl) = lock_ok(&self.thread).take() else {
+        let Some(ctl) = lock(&self.thread).take() else {
             return;
         };
         self.running.store(false, Ordering::Release);
@@ -91,8 +93,4 @@ impl Fence {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
-}
-
-fn lock_ok<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

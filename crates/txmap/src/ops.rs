@@ -554,8 +554,8 @@ pub(crate) mod builtin {
             BTREE_DELETE => ("B+-tree delete", crate::collections::leaf::delete_op),
             BTREE_SPLIT => ("B+-tree leaf split", crate::collections::leaf::split_op),
             BTREE_PUT => ("B+-tree blind put", crate::collections::leaf::put_op),
-            LHASH_PUT => ("linear hash blind put", crate::collections::lhash::put_op),
-            COBTREE_PUT => ("CO B-tree blind put", crate::collections::cobtree::put_op),
+            LHASH_PUT => ("linear hash blind put", crate::collections::lhashop::put_op),
+            COBTREE_PUT => ("CO B-tree blind put", crate::collections::cobtreeop::put_op),
             COBTREE_INSERT => (
                 "CO B-tree slot insert",
                 crate::collections::segment::slot_op,

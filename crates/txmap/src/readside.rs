@@ -25,7 +25,7 @@ impl RegionInner {
     pub(crate) fn read_side(&self, slot: usize) -> ReadSide<'_> {
         // A round's copy into the file under way: the file is behind.
         self.round_write.wait_readable();
-        let mapped = (*crate::engine::lock(&self.image_mapped) / PAGE as u64) as usize;
+        let mapped = (*crate::os::lock::lock(&self.image_mapped) / PAGE as u64) as usize;
         ReadSide {
             entered: self.mvcc.enter(slot),
             region: self,

@@ -17,9 +17,10 @@ use crate::os::mem::{PAGE, Reservation};
 use crate::wal::format::{HEADER_BYTES, LogHeader, RegionHeader};
 use crate::wal::log::Log;
 
-use crate::engine::{OpenLocks, RegionInner, RegionRef, check_size, flock, lock};
+use crate::engine::{OpenLocks, RegionInner, RegionRef, check_size, flock};
 use crate::headers::{read_headers, read_headers_raw};
 pub use crate::options::{Durability, Options, SnapshotLimit};
+use crate::os::lock::lock;
 use crate::recovery::{Files, publish_record, read_log, recover, write_region_header};
 
 /// Counters for `txmap info` and benchmarks.

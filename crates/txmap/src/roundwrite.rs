@@ -99,13 +99,13 @@ impl RoundWrite {
             drop(done);
             r
         };
-        let mut slot = crate::engine::lock(&self.thread);
+        let mut slot = crate::os::lock::lock(&self.thread);
         debug_assert!(slot.is_none(), "one round copy at a time");
         let job = Arc::new(Mutex::new(Some(job)));
         let run = Arc::clone(&job);
         let spawned = std::thread::Builder::new()
             .name("txmap-round".into())
-            .spawn(move || match crate::engine::lock(&run).take() {
+            .spawn(move || match crate::os::lock::lock(&run).take() {
                 Some(job) => job(),
                 None => Ok(()),
             });
@@ -114,7 +114,7 @@ impl RoundWrite {
                 *slot = Some(h);
                 Ok(())
             }
-            Err(_) => match crate::engine::lock(&job).take() {
+            Err(_) => match crate::os::lock::lock(&job).take() {
                 Some(job) => job(),
                 None => Ok(()),
             },
@@ -126,7 +126,7 @@ impl RoundWrite {
     /// log poisoned after a failure).
     pub(crate) fn join(&self) -> Result<()> {
         // Held while joining: nobody returns before the copy is done.
-        let mut slot = crate::engine::lock(&self.thread);
+        let mut slot = crate::os::lock::lock(&self.thread);
         let Some(h) = slot.take() else {
             return Ok(());
         };

@@ -28,28 +28,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::{Error, Result, View};
 
+use super::allocop::{
+    A_CUR, A_END, A_HEADS, A_MAGIC, A_USED_BLOCKS, A_USED_BYTES, ARENA_MAGIC, ARENA0, BLOCK_MAGIC,
+    STATE_FREE, STATE_USED, arena_off, block_size, class_for, meta,
+};
+pub use super::allocop::{ARENAS, CLASSES, HEAP_START, MAX_ALLOC};
 pub(crate) use super::format::invalid;
 pub use super::format::{BLOCK_HEADER, PAGE};
 
-/// Number of arenas (each has its own header page).
-pub const ARENAS: u64 = 8;
-/// Size classes: class k holds blocks of `32 << k` bytes.
-pub const CLASSES: usize = 41;
-/// Largest allocation.
-pub const MAX_ALLOC: u64 = (32u64 << (CLASSES - 1)) - BLOCK_HEADER;
-
 const HEAP_MAGIC: u64 = u64::from_le_bytes(*b"TXMHEAP1");
 const CATALOG_MAGIC: u64 = u64::from_le_bytes(*b"TXMCATL1");
-const ARENA_MAGIC: u64 = u64::from_le_bytes(*b"TXMARNA1");
 const LAYOUT_VERSION: u64 = 1;
-const BLOCK_MAGIC: u64 = 0xB10C;
-const STATE_USED: u64 = 1;
-const STATE_FREE: u64 = 2;
 
 pub(crate) const CATALOG: u64 = PAGE;
-const ARENA0: u64 = 2 * PAGE;
-/// First byte of the heap.
-pub const HEAP_START: u64 = (2 + ARENAS) * PAGE;
 /// Bytes an arena takes from the heap at a time (more for a large block).
 const CHUNK: u64 = 256 * 1024;
 
@@ -58,13 +49,6 @@ const H_MAGIC: u64 = 0;
 const H_VERSION: u64 = 8;
 const H_ARENAS: u64 = 16;
 const H_TOP: u64 = 24;
-// Arena header fields.
-const A_MAGIC: u64 = 0;
-const A_CUR: u64 = 8;
-const A_END: u64 = 16;
-const A_USED_BLOCKS: u64 = 24;
-const A_USED_BYTES: u64 = 32;
-const A_HEADS: u64 = 64;
 // Catalog fields.
 const C_MAGIC: u64 = 0;
 const C_ROOT: u64 = 8;
@@ -83,18 +67,6 @@ pub(crate) fn corrupt(v: &View, off: u64, what: impl Into<String>) -> Error {
         what: what.into(),
         lost: None,
     }
-}
-
-fn arena_off(a: u64) -> u64 {
-    ARENA0 + a * PAGE
-}
-
-fn block_size(class: u64) -> u64 {
-    32 << class
-}
-
-fn meta(class: u64, state: u64, arena: u64) -> u64 {
-    BLOCK_MAGIC << 48 | arena << 24 | state << 16 | class
 }
 
 struct Meta {
@@ -194,16 +166,6 @@ pub fn open(v: &View) -> Result<()> {
     Ok(())
 }
 
-fn class_for(size: u64) -> Result<u64> {
-    if size > MAX_ALLOC {
-        return Err(invalid(format!(
-            "allocation of {size} bytes is larger than {MAX_ALLOC}"
-        )));
-    }
-    let need = (size + BLOCK_HEADER).max(32);
-    Ok(need.next_power_of_two().trailing_zeros() as u64 - 5)
-}
-
 /// Allocates `size` zeroed bytes; returns the offset of the first. The
 /// allocation is part of the current transaction. The first allocation in a
 /// fresh region formats the heap.
@@ -247,54 +209,6 @@ pub fn alloc_in(v: &mut View, size: u64, a: u64) -> Result<u64> {
     v.write(ao + A_USED_BLOCKS, &(n + 1))?;
     let b: u64 = v.read(ao + A_USED_BYTES)?;
     v.write(ao + A_USED_BYTES, &(b + block_size(class)))?;
-    Ok(block + BLOCK_HEADER)
-}
-
-/// [`alloc_in`] inside a commit-time operation (`View::apply_blind`), over
-/// `mem`: the block comes from arena `a`'s free list or its bump range as
-/// they are in `mem`. `Err(Error::Conflict)`, changing nothing, where
-/// `alloc_in` would carve or take a new chunk (then the caller allocates
-/// the ordinary way). Deterministic, so replay allocates the same block.
-pub(crate) fn alloc_op(mem: &mut dyn crate::opmem::OpMemory, size: u64, a: u64) -> Result<u64> {
-    let class = class_for(size)?;
-    let ao = arena_off(a % ARENAS);
-    let bad = |at: u64, what: &str| invalid(format!("heap at offset {at}: {what}"));
-    if mem.read_u64(ao + A_MAGIC)? != ARENA_MAGIC {
-        return Err(bad(ao, "bad arena magic"));
-    }
-    let head_at = ao + A_HEADS + class * 8;
-    let head = mem.read_u64(head_at)?;
-    let bs = block_size(class);
-    let block = if head != 0 {
-        let m = mem.read_u64(head + 8)?;
-        if head < HEAP_START
-            || !head.is_multiple_of(32)
-            || m >> 48 != BLOCK_MAGIC
-            || m & 0xffff != class
-            || (m >> 16) & 0xff != STATE_FREE
-        {
-            return Err(bad(
-                head,
-                "free list holds a block that is not free or of another class",
-            ));
-        }
-        let next = mem.read_u64(head)?;
-        mem.write_u64(head_at, next)?;
-        head
-    } else {
-        let (cur, end) = (mem.read_u64(ao + A_CUR)?, mem.read_u64(ao + A_END)?);
-        if !cur.is_multiple_of(bs.min(PAGE)) || cur + bs > end {
-            return Err(Error::Conflict);
-        }
-        mem.write_u64(ao + A_CUR, cur + bs)?;
-        cur
-    };
-    mem.write_u64(block, 0)?;
-    mem.write_u64(block + 8, meta(class, STATE_USED, a % ARENAS))?;
-    let n = mem.read_u64(ao + A_USED_BLOCKS)?;
-    mem.write_u64(ao + A_USED_BLOCKS, n + 1)?;
-    let b = mem.read_u64(ao + A_USED_BYTES)?;
-    mem.write_u64(ao + A_USED_BYTES, b + bs)?;
     Ok(block + BLOCK_HEADER)
 }
 

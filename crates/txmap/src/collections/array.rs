@@ -95,35 +95,6 @@ impl ArrayList {
         Ok(seg + j * e)
     }
 
-    /// [`ArrayList::offset`] read through `mem` (a commit-time operation's
-    /// memory), for 8-byte elements.
-    pub(crate) fn offset_u64_in(
-        at: u64,
-        mem: &mut dyn crate::opmem::OpMemory,
-        i: u64,
-    ) -> Result<u64> {
-        let mut h = [0u8; 32];
-        mem.read(at, &mut h)?;
-        let field = |f: u64| {
-            u64::from_le_bytes(h[f as usize..f as usize + 8].try_into().unwrap_or_default())
-        };
-        let (e, len, b) = (field(A_ELEM), field(A_LEN), field(A_FIRST));
-        if field(A_MAGIC) != MAGIC || e != 8 || b != HEADER / 8 {
-            return Err(invalid(format!(
-                "no array of 8-byte elements at offset {at}"
-            )));
-        }
-        if i >= len {
-            return Err(invalid(format!("index {i} out of bounds (length {len})")));
-        }
-        let (k, j) = locate(b, i);
-        let seg = mem.read_u64(at + A_SEGS + 8 * k)?;
-        if seg == 0 {
-            return Err(invalid(format!("array at {at}: segment {k} missing")));
-        }
-        Ok(seg + j * e)
-    }
-
     /// The bytes of element `i`.
     pub fn get<'v>(&self, v: &'v View, i: u64) -> Result<&'v [u8]> {
         let (e, _, _) = self.meta(v)?;

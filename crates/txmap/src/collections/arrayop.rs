@@ -1,7 +1,8 @@
-//! The array list's header layout and the function of its commutative
-//! append (`ops::ARRAY_APPEND`), over bytes only: no `View`, no `ops`, so
-//! the commit (and the log's replay) runs it without importing the array.
-//! The layout is described in `array`.
+//! The array list's header layout, the function of its commutative append
+//! (`ops::ARRAY_APPEND`) and the element lookup of other operations, over
+//! bytes only: no `View`, no `ops`, so the commit (and the log's replay)
+//! runs them without importing the array. The layout is described in
+//! `array`.
 
 use super::format::{BLOCK_HEADER, PAGE, invalid};
 use crate::error::{Error, Result};
@@ -30,6 +31,31 @@ pub(super) fn locate(b: u64, i: u64) -> (u64, u64) {
 
 pub(super) fn seg_len(b: u64, k: u64) -> u64 {
     if k == 0 { b } else { b << (k - 1) }
+}
+
+/// The offset of element `i` of the array of 8-byte elements at `at`,
+/// read through `mem` (a commit-time operation's memory), as
+/// `ArrayList::offset` finds it.
+pub(super) fn offset_u64_in(at: u64, mem: &mut dyn OpMemory, i: u64) -> Result<u64> {
+    let mut h = [0u8; 32];
+    mem.read(at, &mut h)?;
+    let field =
+        |f: u64| u64::from_le_bytes(h[f as usize..f as usize + 8].try_into().unwrap_or_default());
+    let (e, len, b) = (field(A_ELEM), field(A_LEN), field(A_FIRST));
+    if field(A_MAGIC) != MAGIC || e != 8 || b != HEADER / 8 {
+        return Err(invalid(format!(
+            "no array of 8-byte elements at offset {at}"
+        )));
+    }
+    if i >= len {
+        return Err(invalid(format!("index {i} out of bounds (length {len})")));
+    }
+    let (k, j) = locate(b, i);
+    let seg = mem.read_u64(at + A_SEGS + 8 * k)?;
+    if seg == 0 {
+        return Err(invalid(format!("array at {at}: segment {k} missing")));
+    }
+    Ok(seg + j * e)
 }
 
 /// Built-in operation [`crate::ops::ARRAY_APPEND`]; arguments: the array's

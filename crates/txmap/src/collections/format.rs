@@ -2,7 +2,8 @@
 //! log's replay: bounds-checked little-endian fields in a node's bytes (a
 //! corrupt node gives `None`, never a panic) and the entry cells of values
 //! stored inline or in a heap block. Imports no `View` and no `ops`, so the
-//! replay functions built on it (`leaf`, `segment`) sit below both.
+//! operation functions built on it (`leaf`, `segment`, `arrayop`,
+//! `allocop`, `lhashop`, `cobtreeop`) sit below both.
 
 use crate::error::Error;
 

@@ -25,47 +25,25 @@
 
 use std::ops::Bound;
 
-use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
+use super::alloc::{self, PAGE, corrupt, invalid};
 use super::array::ArrayList;
-use super::format::{
-    Val, cell_at, cell_bytes, inline_at, put_cell, put_inline_cell, put16, put64, u16_at, u32_at,
-    u64_at,
+use super::format::{Val, cell_at, cell_bytes, inline_at, put_inline_cell, put16, u32_at};
+pub use super::lhashop::hash;
+use super::lhashop::{
+    BUCKET, Entry, H_DIR, H_LEVEL, H_MAGIC, H_N0, H_SPLIT, MAGIC, PAGE_HDR, bucket_of, encode_page,
+    parse_page, scan_page,
 };
 use super::node::check_key;
 use crate::{Result, View};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"TXMLHSH1");
-const BUCKET: usize = (PAGE - BLOCK_HEADER) as usize;
-const H_MAGIC: u64 = 0;
-const H_N0: u64 = 8;
-const H_LEVEL: u64 = 16;
-const H_SPLIT: u64 = 24;
-const H_DIR: u64 = 32;
 /// Longest key.
 pub const MAX_KEY: usize = 512;
 /// Longest value kept inside a bucket page.
 pub const INLINE_MAX: usize = 512;
-const PAGE_HDR: usize = 16;
 /// Most merges one `merge_step` makes: each writes about two pages, so the
 /// transaction of a delete stays far below the write-set limit even when a
 /// huge table empties at once.
 pub const MAX_MERGES: u64 = 4096;
-
-type Entry = (Vec<u8>, Val);
-
-/// The table's hash: FNV-1a, then a 64-bit finaliser (stable: it is on disk).
-pub fn hash(key: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
 
 fn entry_bytes(e: &Entry) -> usize {
     cell_bytes(&e.0, &e.1)
@@ -74,76 +52,6 @@ fn entry_bytes(e: &Entry) -> usize {
 /// Bytes of a one-page chain holding `ents`.
 fn chain_bytes(ents: &[Entry]) -> usize {
     PAGE_HDR + ents.iter().map(entry_bytes).sum::<usize>()
-}
-
-/// A bucket page: its entries, the next overflow page, and the bucket's depth.
-fn parse_page(b: &[u8]) -> Option<(Vec<Entry>, u64, u16)> {
-    let n = u16_at(b, 0)? as usize;
-    let depth = u16_at(b, 2)?;
-    let next = u64_at(b, 8)?;
-    let mut at = PAGE_HDR;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (key, val, end) = cell_at(b, at)?;
-        out.push((key.to_vec(), val));
-        at = end;
-    }
-    Some((out, next, depth))
-}
-
-/// A bucket page read in place, for one key: where that key's cell is
-/// (its offset and the offset after it), where the last cell starts and
-/// where the page's cells end, the page's count and its next overflow page.
-/// No copies.
-struct PageScan {
-    found: Option<(usize, usize)>,
-    last: usize,
-    end: usize,
-    count: u16,
-    next: u64,
-}
-
-fn scan_page(b: &[u8], key: &[u8]) -> Option<PageScan> {
-    let count = u16_at(b, 0)?;
-    let next = u64_at(b, 8)?;
-    let mut at = PAGE_HDR;
-    let mut last = PAGE_HDR;
-    let mut found = None;
-    for _ in 0..count {
-        last = at;
-        let klen = u16_at(b, at)? as usize;
-        let vo = at + 8 + klen;
-        let end = match b.get(at + 2)? {
-            0 => vo + u32_at(b, at + 4)? as usize,
-            _ => vo + 16,
-        };
-        if end > b.len() {
-            return None;
-        }
-        if found.is_none() && b[at + 8..vo] == *key {
-            found = Some((at, end));
-        }
-        at = end;
-    }
-    Some(PageScan {
-        found,
-        last,
-        end: at,
-        count,
-        next,
-    })
-}
-
-fn encode_page(ents: &[Entry], next: u64, depth: u16) -> Vec<u8> {
-    let mut b = vec![0u8; BUCKET];
-    put16(&mut b, 0, ents.len() as u16);
-    put16(&mut b, 2, depth);
-    put64(&mut b, 8, next);
-    let mut at = PAGE_HDR;
-    for (k, val) in ents {
-        at = put_cell(&mut b, at, k, val);
-    }
-    b
 }
 
 /// A linear hash table in a region, named by the offset of its header block.
@@ -175,12 +83,7 @@ impl Meta {
         (self.n0 << self.level) + self.split
     }
     fn bucket_of(&self, h: u64) -> u64 {
-        let b = h % (self.n0 << self.level);
-        if b < self.split {
-            h % (self.n0 << (self.level + 1))
-        } else {
-            b
-        }
+        bucket_of((self.n0, self.level, self.split), h)
     }
 }
 
@@ -705,57 +608,4 @@ impl LinearHash {
         }
         Ok(r)
     }
-}
-
-/// Built-in operation [`crate::ops::LHASH_PUT`], a commit-time blind put
-/// (`LinearHash::put_blind`). Arguments: the table's header offset u64,
-/// key length u16, key, value (the rest, inline). Finds the key's bucket
-/// from the header and directory as they are, then puts as
-/// `put_in_place` does; `Err(Error::Conflict)`, changing nothing, when
-/// that does not apply (the chain must be rewritten).
-pub(crate) fn put_op(mem: &mut dyn crate::opmem::OpMemory, args: &[u8]) -> Result<()> {
-    let (at, key, value) = super::leaf::parse_kv_args(args, "linear hash blind put")?;
-    let mut h = [0u8; 40];
-    mem.read(at, &mut h)?;
-    let field = |f: u64| u64_at(&h, f as usize).unwrap_or(0);
-    let m = (field(H_N0), field(H_LEVEL), field(H_SPLIT));
-    if field(H_MAGIC) != MAGIC || m.0 == 0 || !m.0.is_power_of_two() || m.1 > 40 {
-        return Err(invalid(format!("no linear hash header at offset {at}")));
-    }
-    let hv = hash(key);
-    let mut bucket = hv % (m.0 << m.1);
-    if bucket < m.2 {
-        bucket = hv % (m.0 << (m.1 + 1));
-    }
-    let slot = ArrayList::offset_u64_in(field(H_DIR), mem, bucket)?;
-    let first = mem.read_u64(slot)?;
-    let need = 8 + key.len() + value.len();
-    let mut b = vec![0u8; BUCKET];
-    let (mut p, mut hops, mut room) = (first, 0u64, None);
-    while p != 0 {
-        mem.read(p, &mut b)?;
-        let s = scan_page(&b, key)
-            .ok_or_else(|| invalid(format!("malformed bucket page at offset {p}")))?;
-        if let Some((c, end)) = s.found {
-            if b[c + 2] == 0 && u32_at(&b, c + 4) == Some(value.len() as u32) {
-                return mem.write(p + (end - value.len()) as u64, value);
-            }
-            return Err(crate::Error::Conflict);
-        }
-        if room.is_none() && s.end + need <= BUCKET {
-            room = Some((p, s.end, s.count));
-        }
-        p = s.next;
-        hops += 1;
-        if hops > mem.size() / PAGE {
-            return Err(invalid(format!("bucket chain at {first} has a cycle")));
-        }
-    }
-    let Some((p, end, count)) = room else {
-        return Err(crate::Error::Conflict);
-    };
-    let mut cell = vec![0u8; need];
-    put_inline_cell(&mut cell, 0, key, value);
-    mem.write(p + end as u64, &cell)?;
-    mem.write(p, &(count + 1).to_le_bytes())
 }

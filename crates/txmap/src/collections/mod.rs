@@ -19,13 +19,16 @@
 //! ```
 
 pub mod alloc;
+mod allocop;
 pub mod array;
 pub(crate) mod arrayop;
 pub mod btree;
 pub mod cobtree;
+pub(crate) mod cobtreeop;
 mod format;
 pub(crate) mod leaf;
 pub mod lhash;
+pub(crate) mod lhashop;
 mod node;
 pub(crate) mod segment;
 

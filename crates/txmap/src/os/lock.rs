@@ -11,6 +11,7 @@
 use std::cell::UnsafeCell;
 use std::num::NonZeroU32;
 use std::sync::atomic::AtomicU32;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// A robust, process-shared mutex placed in shared memory.
@@ -146,4 +147,10 @@ pub fn futex_wake_bits(word: &AtomicU32, bits: NonZeroU32, count: u32) {
 pub fn futex_wake_all(word: &AtomicU32) {
     let _ =
         rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
+}
+
+/// Locks a process-local mutex, also when a thread panicked holding it
+/// (poisoning is ignored).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

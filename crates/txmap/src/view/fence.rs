@@ -29,7 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::ViewInner;
-use crate::engine::{RegionInner, lock};
+use crate::engine::RegionInner;
+use crate::os::lock::lock;
 use crate::os::mem::PAGE;
 use crate::viewmem::user_file as uf;
 
