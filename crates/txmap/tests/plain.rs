@@ -357,12 +357,18 @@ fn an_old_snapshot_keeps_its_bytes_while_checkpoints_rewrite_the_file() {
     let mut w = r.view().unwrap();
     let after: Vec<u8> = before.iter().map(|b| b ^ 0x5A).collect();
     w.run(|v| put(v, 0, &after)).unwrap();
-    r.checkpoint().unwrap();
-    assert_eq!(
-        &std::fs::read(&p).unwrap()[..len as usize],
-        &after[..],
-        "the checkpoint wrote the file"
-    );
+    // A checkpoint whose fence gets no answer in time (a loaded machine)
+    // writes only what every snapshot is past, and the next one tries
+    // again: checkpoint until the file holds the commit.
+    let mut written = false;
+    for _ in 0..20 {
+        r.checkpoint().unwrap();
+        if std::fs::read(&p).unwrap()[..len as usize] == after[..] {
+            written = true;
+            break;
+        }
+    }
+    assert!(written, "no checkpoint wrote the file");
     assert_eq!(
         old.slice(0, len as usize).unwrap(),
         &before[..],
