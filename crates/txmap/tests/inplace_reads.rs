@@ -7,7 +7,6 @@
 //! overwrite the file and prune and reuse versions.
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,10 +23,6 @@ fn opts() -> Options {
         durability: Durability::Async,
         ..Options::default()
     }
-}
-
-fn env(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"))
 }
 
 /// Commit `i` writes `i` into every word of the pages of its parity
@@ -154,21 +149,13 @@ fn readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
     );
 }
 
-fn reader_child() {
-    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let stop = env("TXMAP_STOP");
-    let n = read_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process");
-    std::fs::write(env("TXMAP_RESULT"), format!("OK {n}")).unwrap();
-}
-
 /// The same with readers in other processes, which read this process's
 /// versions in the shared version store.
 #[test]
 fn readers_in_place_in_other_processes_keep_their_snapshot() {
     let test = "readers_in_place_in_other_processes_keep_their_snapshot";
     if role().is_some() {
-        return reader_child();
+        return run_reader(opts(), |v, stop| read_and_check(v, stop, "reader process"));
     }
     let (d, p, r) = region("inplace-procs");
     let stop = d.join("stop");

@@ -363,16 +363,14 @@ fn a_read_write_transaction_after_plain_file_reads_writes_its_own_copy() {
 }
 
 fn reader_child() {
-    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let stop = env("TXMAP_STOP");
     let how = match std::env::var("TXMAP_RAW").as_deref() {
         Ok("advised") => How::Advised,
         Ok(_) => How::Raw,
         Err(_) => How::Slice,
     };
-    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process", how);
-    std::fs::write(env("TXMAP_RESULT"), format!("OK {n}")).unwrap();
+    run_reader(opts(), |v, stop| {
+        hold_and_check(v, stop, "reader process", how)
+    });
 }
 
 /// The same with readers in other processes: their fence threads make the

@@ -636,3 +636,18 @@ pub fn new_region(name: &str, bytes: u64, opts: txmap::Options) -> (TestDir, Pat
     let r = Region::create(&p, bytes, opts).unwrap();
     (d, p, r)
 }
+
+/// The body of a [`spawn_readers`] child: opens the region with `opts`,
+/// runs `check(view, stopped)` until the stop file exists and reports
+/// "OK <what check returned>".
+pub fn run_reader(
+    opts: txmap::Options,
+    check: impl FnOnce(&mut txmap::View, &dyn Fn() -> bool) -> u64,
+) {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    let r = Region::open(Path::new(&var("TXMAP_PATH")), opts).unwrap();
+    let mut v = r.view().unwrap();
+    let stop = var("TXMAP_STOP");
+    let n = check(&mut v, &|| Path::new(&stop).exists());
+    std::fs::write(var("TXMAP_RESULT"), format!("OK {n}")).unwrap();
+}
