@@ -136,9 +136,7 @@ fn write_and_checkpoint(r: &Region, from: u64, n: u64) {
 /// A region of `PAGES` pages in a fresh directory, every page holding 1
 /// and checkpointed (readers then map the file's pages).
 fn region_with_pages(name: &str) -> (TestDir, std::path::PathBuf, Region) {
-    let d = ext4_dir(name);
-    let p = d.join("r.txm");
-    let r = Region::create(&p, (PAGES * PAGE) as u64, opts()).unwrap();
+    let (d, p, r) = new_region(name, (PAGES * PAGE) as u64, opts());
     write_and_checkpoint(&r, 1, 1);
     (d, p, r)
 }
@@ -365,16 +363,14 @@ fn a_read_write_transaction_after_plain_file_reads_writes_its_own_copy() {
 }
 
 fn reader_child() {
-    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let stop = env("TXMAP_STOP");
     let how = match std::env::var("TXMAP_RAW").as_deref() {
         Ok("advised") => How::Advised,
         Ok(_) => How::Raw,
         Err(_) => How::Slice,
     };
-    let n = hold_and_check(&mut v, &|| Path::new(&stop).exists(), "reader process", how);
-    std::fs::write(env("TXMAP_RESULT"), format!("OK {n}")).unwrap();
+    run_reader(opts(), |v, stop| {
+        hold_and_check(v, stop, "reader process", how)
+    });
 }
 
 /// The same with readers in other processes: their fence threads make the
@@ -407,38 +403,16 @@ fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_
 fn readers_in_processes(test: &str, name: &str, raw: bool) {
     let (d, p, r) = region_with_pages(name);
     let stop = d.join("stop");
-    let mut readers: Vec<(Proc, std::path::PathBuf)> = (0..2)
-        .map(|k| {
-            let result = d.join(&format!("result-{k}"));
-            let mut envs = vec![
-                ("TXMAP_PATH", p.display().to_string()),
-                ("TXMAP_STOP", stop.display().to_string()),
-                ("TXMAP_RESULT", result.display().to_string()),
-            ];
-            if raw {
-                let how = if k == 1 { "advised" } else { "raw" };
-                envs.push(("TXMAP_RAW", how.into()));
-            }
-            let proc = Proc::spawn(test, "reader", &envs, d.join(&format!("err-{k}")));
-            (proc, result)
-        })
-        .collect();
-    // Until both readers hold snapshots, then on for 300 more commits.
-    let start = Instant::now();
-    while r.stats().live_snapshots < 2 {
-        for (proc, _) in &mut readers {
-            proc.check_running("a reader");
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |k| {
+        if raw {
+            let how = if k == 1 { "advised" } else { "raw" };
+            vec![("TXMAP_RAW", how.into())]
+        } else {
+            vec![]
         }
-        assert!(start.elapsed() < LIVENESS, "readers never began");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    });
     write_and_checkpoint(&r, 2, 300);
-    std::fs::write(&stop, "").unwrap();
-    for (proc, result) in &mut readers {
-        proc.wait_ok("a reader process");
-        let out = std::fs::read_to_string(result).unwrap();
-        assert!(out.starts_with("OK "), "{out}");
-    }
+    stop_readers(&stop, &mut readers);
 }
 
 fn stopped_child() {

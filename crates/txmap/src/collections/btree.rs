@@ -85,8 +85,11 @@ impl BTree {
 
     fn header(&self, v: &View) -> Result<(u64, u64)> {
         // One accessor call for the three fields: each call costs a check.
-        let b = v.slice(self.at + T_MAGIC, 24)?;
-        let field = |at: u64| u64_at(b, (at - T_MAGIC) as usize).unwrap_or(0);
+        let field = v.read_with(self.at + T_MAGIC, 24, |b, _| {
+            let field = |at: u64| u64_at(b, (at - T_MAGIC) as usize).unwrap_or(0);
+            [field(T_MAGIC), field(T_ROOT), field(T_HEIGHT)]
+        })?;
+        let field = |at: u64| field[((at - T_MAGIC) / 8) as usize];
         if field(T_MAGIC) != MAGIC {
             return Err(corrupt(v, self.at, "not a B+-tree header"));
         }
@@ -98,12 +101,7 @@ impl BTree {
     }
 
     fn raw<'v>(&self, v: &'v View, node: u64, kind: u8) -> Result<Raw<'v>> {
-        let r = Raw::parse(v.slice(node, NODE)?)
-            .ok_or_else(|| corrupt(v, node, "malformed B+-tree node"))?;
-        if r.kind != kind {
-            return Err(corrupt(v, node, "B+-tree node of the wrong kind"));
-        }
-        Ok(r)
+        parse(v.slice(node, NODE)?, kind).map_err(|why| corrupt(v, node, why))
     }
 
     fn leaf(&self, v: &View, node: u64) -> Result<Leaf> {
@@ -131,9 +129,14 @@ impl BTree {
     fn walk(&self, v: &View, key: &[u8], mut step: impl FnMut(u64, usize)) -> Result<u64> {
         let (mut node, h) = self.header(v)?;
         for _ in 1..h {
-            let r = self.raw(v, node, INTERNAL)?;
-            let i = r.route(key).ok_or_else(|| corrupt(v, node, "bad key"))?;
-            let c = r.child(i).ok_or_else(|| corrupt(v, node, "bad child"))?;
+            // Read in place in a read-only transaction (`View::read_with`).
+            let (i, c) = v
+                .read_with(node, NODE, |b, _| {
+                    let r = parse(b, INTERNAL)?;
+                    let i = r.route(key).ok_or("bad key")?;
+                    Ok((i, r.child(i).ok_or("bad child")?))
+                })?
+                .map_err(|why: &str| corrupt(v, node, why))?;
             step(node, i);
             node = c;
         }
@@ -152,16 +155,40 @@ impl BTree {
     pub fn get_with(&self, v: &View, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<bool> {
         check_key(key, MAX_KEY)?;
         let leaf = self.walk(v, key, |_, _| {})?;
-        let r = self.raw(v, leaf, LEAF)?;
-        let Ok(i) = r.search(key).ok_or_else(|| corrupt(v, leaf, "bad key"))? else {
+        // A leaf read in place (`scoped`) is read on the read side, where
+        // `f` may not run: an inline value is copied out first.
+        let mut buf = [std::mem::MaybeUninit::uninit(); INLINE_MAX];
+        let mut copied: Option<&[u8]> = None;
+        let block = v
+            .read_with(leaf, NODE, |b, scoped| {
+                let r = parse(b, LEAF)?;
+                let Ok(i) = r.search(key).ok_or("bad key")? else {
+                    return Ok(None);
+                };
+                match r.inline(i) {
+                    Some(bytes) if scoped => {
+                        let to = buf.get_mut(..bytes.len()).ok_or("bad value")?;
+                        copied = Some(to.write_copy_of_slice(bytes));
+                        Ok(Some(None))
+                    }
+                    Some(bytes) => {
+                        f(bytes);
+                        Ok(Some(None))
+                    }
+                    None => Ok(Some(Some(r.val(i).ok_or("bad value")?))),
+                }
+            })?
+            .map_err(|why: &str| corrupt(v, leaf, why))?;
+        // None: absent; Some(None): inline, `f` called or the copy is ready.
+        let Some(block) = block else {
             return Ok(false);
         };
-        if let Some(bytes) = r.inline(i) {
+        if let Some(bytes) = copied {
             f(bytes);
-            return Ok(true);
         }
-        let val = r.val(i).ok_or_else(|| corrupt(v, leaf, "bad value"))?;
-        val.with(v, f)?;
+        if let Some(val) = block {
+            val.with(v, f)?;
+        }
         Ok(true)
     }
 
@@ -542,8 +569,12 @@ impl BTree {
         // after its separator, which is above `start`.
         let mut first = true;
         let mut seen = 0u64;
+        // A leaf the view holds no copy of is copied here (read-only
+        // transactions, `View::slice_or_copy`): `f` runs outside the read side.
+        let mut buf = [std::mem::MaybeUninit::uninit(); NODE];
         while leaf != 0 {
-            let r = self.raw(v, leaf, LEAF)?;
+            let r = parse(v.slice_or_copy(leaf, &mut buf)?, LEAF)
+                .map_err(|why| corrupt(v, leaf, why))?;
             let from = if first {
                 match r.search(start).ok_or_else(|| corrupt(v, leaf, "bad key"))? {
                     Ok(i) if matches!(lo, Bound::Excluded(_)) => i + 1,
@@ -733,4 +764,13 @@ impl BTree {
         }
         Ok(())
     }
+}
+
+/// Node bytes `b` as a node of `kind`, or why not.
+fn parse(b: &[u8], kind: u8) -> std::result::Result<Raw<'_>, &'static str> {
+    let r = Raw::parse(b).ok_or("malformed B+-tree node")?;
+    if r.kind != kind {
+        return Err("B+-tree node of the wrong kind");
+    }
+    Ok(r)
 }

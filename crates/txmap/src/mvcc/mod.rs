@@ -608,8 +608,12 @@ impl Mvcc {
         true
     }
 
+    /// Leaves the read side.
     pub fn leave(&self, i: usize) {
-        self.slots()[i].epoch.store(0, Ordering::SeqCst);
+        // Release, not SeqCst: a reclaimer that loads 0 sees every read of
+        // the turn done; one that still loads the epoch only waits longer.
+        // One locked instruction less per turn (per read in place).
+        self.slots()[i].epoch.store(0, Ordering::Release);
     }
 
     /// Live snapshots: (count, oldest).

@@ -18,6 +18,7 @@ mod fault;
 mod fence;
 mod filemap;
 mod group;
+mod inplace;
 mod nta;
 mod ordered;
 mod pause;
@@ -918,6 +919,69 @@ impl View {
         Ok(unsafe { std::slice::from_raw_parts(p, len) })
     }
 
+    /// Calls `f(bytes, scoped)` with the bytes at `off` as [`View::slice`]
+    /// would return them, and returns what it returns. In a read-only
+    /// transaction, a range within one page the view holds no copy of is
+    /// read where the snapshot's version lies (shared memory or the region
+    /// file), without copying the page into the view (`inplace.rs`): then
+    /// `scoped` is true and `f` runs on the MVCC read side, which a
+    /// checkpoint waits for, so it must only look at the bytes or copy them
+    /// (no blocking, no calls into the view).
+    pub(crate) fn read_with<R>(
+        &self,
+        off: u64,
+        len: usize,
+        f: impl FnOnce(&[u8], bool) -> R,
+    ) -> Result<R> {
+        if self.depth == 0 {
+            return self.slice(off, len).map(|b| f(b, false));
+        }
+        let o = self.check_range(off, len)?;
+        let mut f = f;
+        // A copy the view holds is the cheapest read, and the same bytes.
+        let p = if self.inner.holds(o / PAGE) {
+            None
+        } else {
+            self.inner.file_access(o, len)
+        };
+        let p = match p {
+            Some(p) => p,
+            None => match self.inner.read_in_place(o, len, f) {
+                Ok(r) => return Ok(r),
+                Err(g) => {
+                    f = g;
+                    self.inner.access(o, len, false)
+                }
+            },
+        };
+        // SAFETY: as in `slice`.
+        Ok(f(unsafe { std::slice::from_raw_parts(p, len) }, false))
+    }
+
+    /// `buf.len()` bytes at `off`: as [`View::slice`] returns them, or, where
+    /// [`View::read_with`] would read them in place, copied into `buf` (one
+    /// short turn on the read side, no copy into the view).
+    pub(crate) fn slice_or_copy<'a>(
+        &'a self,
+        off: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Result<&'a [u8]> {
+        let len = buf.len();
+        let mut copied = None;
+        let p = self.read_with(off, len, |b, scoped| {
+            if scoped {
+                copied = Some(buf.write_copy_of_slice(b));
+            }
+            b.as_ptr()
+        })?;
+        if let Some(b) = copied {
+            return Ok(b);
+        }
+        // SAFETY: not scoped: `p` is the start of `len` bytes of a mapping
+        // `slice` would have returned, valid while `self` is borrowed.
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
     /// Writable bytes at `off`; stores stay private until commit.
     pub fn slice_mut(&mut self, off: u64, len: usize) -> Result<&mut [u8]> {
         if self.depth == 0 {
@@ -932,9 +996,11 @@ impl View {
 
     /// Reads a plain value at `off` (any alignment).
     pub fn read<T: Pod>(&self, off: u64) -> Result<T> {
-        let b = self.slice(off, std::mem::size_of::<T>())?;
-        // SAFETY: T is Pod, so any bytes are a valid T; read_unaligned handles alignment.
-        Ok(unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) })
+        self.read_with(off, std::mem::size_of::<T>(), |b, _| {
+            // SAFETY: T is Pod, so any bytes are a valid T; read_unaligned
+            // handles alignment; `b` is exactly size_of::<T>() bytes.
+            unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) }
+        })
     }
 
     /// Writes a plain value at `off` (any alignment).

@@ -581,3 +581,73 @@ pub fn assert_journal_pending(p: &Path, what: &str) {
         report.warnings
     );
 }
+
+/// Starts `n` children of `test` in role "reader" that read region `path`
+/// until the file `stop` exists, then write "OK ..." to their result file
+/// (told by `TXMAP_PATH`, `TXMAP_STOP`, `TXMAP_RESULT`, plus `extra(k)`),
+/// and waits until `r` shows `n` live snapshots.
+pub fn spawn_readers(
+    test: &str,
+    d: &TestDir,
+    (path, stop): (&Path, &Path),
+    r: &Region,
+    n: usize,
+    extra: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<(Proc, PathBuf)> {
+    let mut readers: Vec<(Proc, PathBuf)> = (0..n)
+        .map(|k| {
+            let result = d.join(&format!("result-{k}"));
+            let mut envs = vec![
+                ("TXMAP_PATH", path.display().to_string()),
+                ("TXMAP_STOP", stop.display().to_string()),
+                ("TXMAP_RESULT", result.display().to_string()),
+            ];
+            envs.extend(extra(k));
+            let proc = Proc::spawn(test, "reader", &envs, d.join(&format!("err-{k}")));
+            (proc, result)
+        })
+        .collect();
+    let start = Instant::now();
+    while r.stats().live_snapshots < n {
+        for (proc, _) in &mut readers {
+            proc.check_running("a reader");
+        }
+        assert!(start.elapsed() < PROC_LIVENESS, "readers never began");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    readers
+}
+
+/// Creates `stop` and checks that every reader of [`spawn_readers`]
+/// exits cleanly and reports "OK".
+pub fn stop_readers(stop: &Path, readers: &mut [(Proc, PathBuf)]) {
+    std::fs::write(stop, "").unwrap();
+    for (proc, result) in readers {
+        proc.wait_ok("a reader process");
+        let out = std::fs::read_to_string(result).unwrap();
+        assert!(out.starts_with("OK "), "{out}");
+    }
+}
+
+/// A new region of `bytes` named `r.txm` in a fresh ext4 directory `name`.
+pub fn new_region(name: &str, bytes: u64, opts: txmap::Options) -> (TestDir, PathBuf, Region) {
+    let d = ext4_dir(name);
+    let p = d.join("r.txm");
+    let r = Region::create(&p, bytes, opts).unwrap();
+    (d, p, r)
+}
+
+/// The body of a [`spawn_readers`] child: opens the region with `opts`,
+/// runs `check(view, stopped)` until the stop file exists and reports
+/// "OK <what check returned>".
+pub fn run_reader(
+    opts: txmap::Options,
+    check: impl FnOnce(&mut txmap::View, &dyn Fn() -> bool) -> u64,
+) {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    let r = Region::open(Path::new(&var("TXMAP_PATH")), opts).unwrap();
+    let mut v = r.view().unwrap();
+    let stop = var("TXMAP_STOP");
+    let n = check(&mut v, &|| Path::new(&stop).exists());
+    std::fs::write(var("TXMAP_RESULT"), format!("OK {n}")).unwrap();
+}

@@ -1,0 +1,165 @@
+//! Reads in place (docs/design/shared-pages.md, "Fifth session"): accessor
+//! reads of read-only transactions read a page the view holds no copy of
+//! where its snapshot version lies (the version chains in shared memory, or
+//! the region file), on the read side, without copying it into the view.
+//! Readers of old snapshots, in threads and in other processes, must see
+//! exactly their snapshot while commits add versions and checkpoints
+//! overwrite the file and prune and reuse versions.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use txmap::{Durability, Options, Region, View};
+
+const PAGE: usize = 4096;
+const PAGES: usize = 16;
+const WORDS: usize = PAGE / 8;
+
+fn opts() -> Options {
+    Options {
+        durability: Durability::Async,
+        ..Options::default()
+    }
+}
+
+/// Commit `i` writes `i` into every word of the pages of its parity
+/// (`(p + i) % 2 == 0`), so a snapshot whose last commit is `c` reads `c`
+/// in those pages and `c - 1` in the others.
+fn commit(w: &mut View, i: u64) {
+    w.run(|v| {
+        for p in (0..PAGES).filter(|p| (*p as u64 + i).is_multiple_of(2)) {
+            let b = v.slice_mut((p * PAGE) as u64, PAGE)?;
+            for x in b.chunks_exact_mut(8) {
+                x.copy_from_slice(&i.to_ne_bytes());
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// Commits `from..to`, with a checkpoint after every even one (the file is
+/// overwritten, versions are pruned and their blocks reused; between
+/// checkpoints half of the pages are only in the chains).
+fn write(r: &Region, from: u64, to: u64) {
+    let mut w = r.view().unwrap();
+    (from..to).for_each(|i| {
+        commit(&mut w, i);
+        if i % 2 == 0 {
+            r.checkpoint().unwrap();
+        }
+    });
+}
+
+/// A region whose pages read as commits 1 and 2 left them.
+fn region(name: &str) -> (TestDir, std::path::PathBuf, Region) {
+    let (d, p, r) = new_region(name, (PAGES * PAGE) as u64, opts());
+    write(&r, 1, 3);
+    (d, p, r)
+}
+
+/// The value every word of a whole page read holds; panics if torn.
+fn whole(page: &[u64; WORDS], who: &str, p: usize) -> u64 {
+    for (i, &w) in page.iter().enumerate() {
+        assert_eq!(w, page[0], "{who}: page {p} torn at word {i}");
+    }
+    page[0]
+}
+
+/// Read-only transactions on a fresh view until `stop`: each reads every
+/// page whole (one `View::read` of the page) again and again, with commits
+/// and checkpoints going on, and checks the pages are one snapshot's and
+/// never change under it. The view must not copy any page: the reads are
+/// served in place. Returns the transactions run.
+fn read_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
+    // Widen the window between finding a version and reading it.
+    txmap::debug::slow_installs(2_000);
+    // A pooled view may come with pages of an earlier view.
+    let held = v.private_bytes();
+    let mut txns = 0;
+    while !stop() || txns == 0 {
+        v.begin_read().unwrap();
+        let read = |p: usize| whole(&v.read::<[u64; WORDS]>((p * PAGE) as u64).unwrap(), who, p);
+        let first: Vec<u64> = (0..PAGES).map(read).collect();
+        let last = *first.iter().max().unwrap();
+        for (p, &x) in first.iter().enumerate() {
+            let want = if (p as u64 + last).is_multiple_of(2) {
+                last
+            } else {
+                last - 1
+            };
+            assert_eq!(
+                x, want,
+                "{who}: page {p} is not of the snapshot of commit {last}"
+            );
+        }
+        for round in 0..(txns % 4 + 1) * 10 {
+            for (p, &x) in first.iter().enumerate() {
+                assert_eq!(
+                    read(p),
+                    x,
+                    "{who}: page {p} changed under its snapshot (round {round})"
+                );
+            }
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        v.commit().unwrap();
+        txns += 1;
+    }
+    let now = v.private_bytes();
+    assert!(
+        now <= held,
+        "{who}: the reads copied pages into the view instead of reading them in place ({held} -> {now} bytes)"
+    );
+    txmap::debug::slow_installs(0);
+    txns
+}
+
+/// Reader threads with fresh views read old snapshots in place while a
+/// writer commits and checkpoints (fails when the read in place looks up
+/// a newer snapshot's version, or reads outside the read side).
+#[test]
+fn readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
+    let (_d, _p, r) = region("inplace-threads");
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|k| {
+            let (r, stop) = (r.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut v = r.view().unwrap();
+                read_and_check(
+                    &mut v,
+                    &|| stop.load(Ordering::Relaxed),
+                    &format!("reader {k}"),
+                )
+            })
+        })
+        .collect();
+    write(&r, 3, 403);
+    stop.store(true, Ordering::Relaxed);
+    for h in readers {
+        assert!(h.join().unwrap() > 0);
+    }
+    assert!(
+        r.stats().checkpoint_seq > 400,
+        "the checkpoints did not run"
+    );
+}
+
+/// The same with readers in other processes, which read this process's
+/// versions in the shared version store.
+#[test]
+fn readers_in_place_in_other_processes_keep_their_snapshot() {
+    let test = "readers_in_place_in_other_processes_keep_their_snapshot";
+    if role().is_some() {
+        return run_reader(opts(), |v, stop| read_and_check(v, stop, "reader process"));
+    }
+    let (d, p, r) = region("inplace-procs");
+    let stop = d.join("stop");
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
+    write(&r, 3, 403);
+    stop_readers(&stop, &mut readers);
+}
