@@ -186,6 +186,64 @@ pub(crate) struct Commuted {
     pub writes: Vec<Vec<(u64, Vec<u8>)>>,
 }
 
+/// A run of a commit's commit-time operations ahead of the commit lock
+/// (`RegionInner::commit_time_ahead`).
+pub(crate) struct Ahead {
+    /// The newest commit it read.
+    seq: u64,
+    /// The region size then.
+    size: u64,
+    /// Every page it read or wrote.
+    touched: Vec<u32>,
+    commuted: Commuted,
+}
+
+/// Runs commit-time operations `ops` in order on the pages `source` gives
+/// (a page's bytes, `None` if unreadable): what they changed, the bytes
+/// each wrote, and every page they read or wrote. A page of `written`
+/// (sorted) is a conflict (`RegionInner::commute_pages`).
+fn run_commute<'s>(
+    ops: &[(usize, u32, &[u8])],
+    written: &[u32],
+    size: u64,
+    source: &'s dyn Fn(u32) -> Option<&'s [u8]>,
+) -> Result<(Commuted, Vec<u32>)> {
+    if ops.is_empty() {
+        return Ok((Commuted::default(), Vec::new()));
+    }
+    let out_of_range = |p: u32| Error::OutOfRange {
+        off: u64::from(p) * PAGE as u64,
+        len: PAGE,
+        size: size as usize,
+    };
+    let peek = |p: u32| -> Result<&[u8]> {
+        if written.binary_search(&p).is_ok() {
+            return Err(Error::Conflict);
+        }
+        if u64::from(p + 1) * PAGE as u64 > size {
+            return Err(out_of_range(p));
+        }
+        source(p).ok_or_else(|| out_of_range(p))
+    };
+    let mut load = |p: u32, buf: &mut [u8]| {
+        buf.copy_from_slice(peek(p)?);
+        Ok(())
+    };
+    let mut overlay = crate::ops::Overlay::with_peek(size, &mut load, &peek);
+    let mut writes = Vec::with_capacity(ops.len());
+    for (_, id, args) in ops {
+        writes.push(overlay.run_recorded(*id, args)?);
+    }
+    let touched = overlay.seen_pages();
+    Ok((
+        Commuted {
+            pages: overlay.into_pages().into_iter().collect(),
+            writes,
+        },
+        touched,
+    ))
+}
+
 /// Whether commit-time operation `args`, which wrote `writes` and changed
 /// `n_pages` pages at commit, is logged as those bytes rather than as the
 /// operation: the smaller of the two (bytes on a tie: a record without
@@ -559,13 +617,14 @@ impl RegionInner {
         }
         let order = self.order_turn(req.slot)?;
         let pass = self.mvcc.priority_enter(req.slot);
+        let ahead = self.commit_time_ahead(&req);
         let locked = || -> Result<u64> {
             let l = self.lock_commit()?;
             if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
                 return Err(self.order_skipped(req.slot));
             }
             self.validate(&req)?;
-            let commuted = self.commit_time(&req)?;
+            let commuted = self.commit_time(&req, ahead)?;
             let (ranges, rec_ops) = commit_record(&req.ranges, &req.ops, &req.commute, &commuted);
             let with_commuted;
             let pages: &[(u32, &[u8])] = if commuted.pages.is_empty() {
@@ -1063,14 +1122,31 @@ impl RegionInner {
     }
 
     /// Runs `req`'s commit-time operations ([`RegionInner::commute_pages`],
-    /// checked by `check_commuted`); `commit_record` makes the record.
-    pub(crate) fn commit_time(&self, req: &CommitRequest<'_>) -> Result<Commuted> {
+    /// checked by `check_commuted`); `commit_record` makes the record. The
+    /// result of a run ahead of the lock (`ahead`) is taken if no page it
+    /// touched changed since and the region kept its size.
+    pub(crate) fn commit_time(
+        &self,
+        req: &CommitRequest<'_>,
+        ahead: Option<Ahead>,
+    ) -> Result<Commuted> {
         if req.commute.is_empty() {
             return Ok(Commuted::default());
         }
-        let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
-        written.sort_unstable();
-        let commuted = self.commute_pages(&req.commute, &written)?;
+        let fresh = ahead.filter(|a| {
+            a.size == self.size()
+                && a.touched
+                    .iter()
+                    .all(|&p| self.mvcc.page_seq(p as usize) <= a.seq)
+        });
+        let commuted = match fresh {
+            Some(a) => a.commuted,
+            None => {
+                let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
+                written.sort_unstable();
+                self.commute_pages(&req.commute, &written)?
+            }
+        };
         self.check_commuted(&commuted.pages)?;
         Ok(commuted)
     }
@@ -1087,43 +1163,48 @@ impl RegionInner {
         ops: &[(usize, u32, &[u8])],
         written: &[u32],
     ) -> Result<Commuted> {
-        if ops.is_empty() {
-            return Ok(Commuted::default());
-        }
         let now = self.mvcc.commit_seq();
-        let size = self.size();
-        let peek = |p: u32| -> Result<&[u8]> {
-            if written.binary_search(&p).is_ok() {
-                return Err(Error::Conflict);
-            }
-            if u64::from(p + 1) * PAGE as u64 > size {
-                return Err(Error::OutOfRange {
-                    off: u64::from(p) * PAGE as u64,
-                    len: PAGE,
-                    size: size as usize,
-                });
-            }
-            Ok(match self.mvcc.lookup(p as usize, now) {
-                Some(v) => v.data,
-                // SAFETY: below the region size (checked), which the image
-                // maps; under the commit lock no commit changes it.
-                None => unsafe {
-                    std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
-                },
-            })
+        let source = |p: u32| match self.mvcc.lookup(p as usize, now) {
+            Some(v) => Some(&v.data[..]),
+            // SAFETY: below the region size (`run_commute` checks it first),
+            // which the image maps; under the commit lock no commit or
+            // checkpoint changes a page that has no version.
+            None => Some(unsafe {
+                std::slice::from_raw_parts(self.image_data().add(p as usize * PAGE), PAGE)
+            }),
         };
-        let mut load = |p: u32, buf: &mut [u8]| {
-            buf.copy_from_slice(peek(p)?);
-            Ok(())
-        };
-        let mut overlay = crate::ops::Overlay::with_peek(size, &mut load, &peek);
-        let mut writes = Vec::with_capacity(ops.len());
-        for (_, id, args) in ops {
-            writes.push(overlay.run_recorded(*id, args)?);
+        run_commute(ops, written, self.size(), &source).map(|(c, _)| c)
+    }
+
+    /// [`RegionInner::commute_pages`] before the commit lock is taken, on
+    /// the read side of the committing slot, at the newest commit then
+    /// (`Ahead::seq`). Under the lock [`RegionInner::commit_time`] uses the
+    /// result if no page the operations read or wrote changed since, and
+    /// runs them again otherwise: the descent and the page copies leave the
+    /// lock's hold time in the common case. `None` if there is nothing to
+    /// run or the run failed (the locked run decides).
+    pub(crate) fn commit_time_ahead(&self, req: &CommitRequest<'_>) -> Option<Ahead> {
+        if req.commute.is_empty() {
+            return None;
         }
-        Ok(Commuted {
-            pages: overlay.into_pages().into_iter().collect(),
-            writes,
+        let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
+        written.sort_unstable();
+        let side = self.read_side(req.slot);
+        let seq = self.mvcc.commit_seq();
+        let size = self.size();
+        // On the read side a version stays linked and an image page without
+        // one does not change (`readside.rs`); a page a later commit wrote
+        // may be read torn, which the check under the lock discards.
+        let source = |p: u32| match side.version(p as usize, seq) {
+            Some(v) => Some(&v.data[..]),
+            None => side.image(p as usize, 1),
+        };
+        let (commuted, touched) = run_commute(&req.commute, &written, size, &source).ok()?;
+        Some(Ahead {
+            seq,
+            size,
+            touched,
+            commuted,
         })
     }
 

@@ -133,7 +133,7 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         if !writes(&p.req) {
             continue;
         }
-        let commuted = p.region.commit_time(&p.req)?;
+        let commuted = p.region.commit_time(&p.req, None)?;
         owned.push(commuted);
         writers.push(i);
     }

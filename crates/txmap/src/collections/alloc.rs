@@ -206,9 +206,11 @@ pub fn alloc_in(v: &mut View, size: u64, a: u64) -> Result<u64> {
     v.write(block, &0u64)?;
     v.write(block + 8, &meta(class, STATE_USED, a))?;
     let n: u64 = v.read(ao + A_USED_BLOCKS)?;
-    v.write(ao + A_USED_BLOCKS, &(n + 1))?;
+    // An arena's counts may be below zero (wrapped): a block is counted
+    // off by the arena of the thread that frees it (their sum is right).
+    v.write(ao + A_USED_BLOCKS, &n.wrapping_add(1))?;
     let b: u64 = v.read(ao + A_USED_BYTES)?;
-    v.write(ao + A_USED_BYTES, &(b + block_size(class)))?;
+    v.write(ao + A_USED_BYTES, &b.wrapping_add(block_size(class)))?;
     Ok(block + BLOCK_HEADER)
 }
 

@@ -96,8 +96,9 @@ pub(super) fn alloc_op(mem: &mut dyn OpMemory, size: u64, a: u64) -> Result<u64>
     mem.write_u64(block, 0)?;
     mem.write_u64(block + 8, meta(class, STATE_USED, a % ARENAS))?;
     let n = mem.read_u64(ao + A_USED_BLOCKS)?;
-    mem.write_u64(ao + A_USED_BLOCKS, n + 1)?;
+    // Counts may be below zero (wrapped), as in `alloc::alloc`.
+    mem.write_u64(ao + A_USED_BLOCKS, n.wrapping_add(1))?;
     let b = mem.read_u64(ao + A_USED_BYTES)?;
-    mem.write_u64(ao + A_USED_BYTES, b + bs)?;
+    mem.write_u64(ao + A_USED_BYTES, b.wrapping_add(bs))?;
     Ok(block + BLOCK_HEADER)
 }

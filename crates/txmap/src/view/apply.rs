@@ -510,10 +510,10 @@ impl View {
         // operation stays in order, and those stores must be diffed against
         // its result, not the snapshot (a store that undoes part of it
         // would otherwise leave no diff, and replay would keep the part).
-        for (p, bytes) in &pages {
-            log.shadow.insert(*p, bytes.clone().into_boxed_slice());
-        }
         let wrote: Vec<u32> = pages.keys().copied().collect();
+        for (p, bytes) in pages {
+            log.shadow.insert(p, bytes.into_boxed_slice());
+        }
         let at = log.ranges.len() as u32;
         log.ops.push((at, id, wrote.clone(), args.to_vec()));
         log.commutes.push(Commute {
