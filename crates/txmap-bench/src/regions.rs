@@ -240,6 +240,10 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         let med = |v: &[Run], f: fn(&Run) -> f64| {
             Summary::of(&v.iter().map(f).collect::<Vec<_>>()).median
         };
+        // "one / two" medians of a per-commit figure, `digits` decimals.
+        let pair = |digits: usize, f: fn(&Run) -> f64| {
+            format!("{:.digits$} / {:.digits$}", med(&one, f), med(&two, f))
+        };
         let (s1, s2) = (rates(&one), rates(&two));
         let ratio = s2.median / s1.median;
         match (threads, slow) {
@@ -252,26 +256,10 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
             s1.cell(),
             s2.cell(),
             format!("{ratio:.2}"),
-            format!(
-                "{:.2} / {:.2}",
-                med(&one, |r| r.syncs),
-                med(&two, |r| r.syncs)
-            ),
-            format!(
-                "{:.0} / {:.0}",
-                med(&one, |r| r.cpu_us),
-                med(&two, |r| r.cpu_us)
-            ),
-            format!(
-                "{:.1} / {:.1}",
-                med(&one, |r| r.switches),
-                med(&two, |r| r.switches)
-            ),
-            format!(
-                "{:.3} / {:.3}",
-                med(&one, |r| r.tries),
-                med(&two, |r| r.tries)
-            ),
+            pair(2, |r| r.syncs),
+            pair(0, |r| r.cpu_us),
+            pair(1, |r| r.switches),
+            pair(3, |r| r.tries),
         ]);
     }
     t.print();
