@@ -204,8 +204,9 @@ pub fn run(ctx: &mut Ctx) -> Res<()> {
         "context switches per commit: one / two",
         "attempts per commit: one / two",
     ]);
-    // The verdict is on 4 threads: one thread's one-region rate is an
-    // anomaly of this VM's idle vCPU (docs/benchmarks.md).
+    // The verdict is on 4 threads: one thread's one-region rate jumps
+    // between ~300 and ~3,000 commits/s from run to run on the project's
+    // VM, not understood (docs/benchmarks.md).
     let (mut ratio1, mut ratio4, mut ratio_slow) = (0.0, 0.0, 0.0);
     // (threads, µs added to every log sync: 0, or as on a device whose
     // flush costs ~1 ms, where syncs and not CPU bound the rate)
