@@ -186,6 +186,9 @@ pub(crate) struct Commuted {
     pub writes: Vec<Vec<(u64, Vec<u8>)>>,
 }
 
+/// The bytes one commit-time operation wrote: (offset, bytes), in order.
+type Writes = [(u64, Vec<u8>)];
+
 /// A run of a commit's commit-time operations ahead of the commit lock
 /// (`RegionInner::commit_time_ahead`).
 pub(crate) struct Ahead {
@@ -249,7 +252,7 @@ fn run_commute<'s>(
 /// operation: the smaller of the two (bytes on a tie: a record without
 /// byte-changing operations needs no page check, and its pages no page
 /// journal at checkpoint).
-fn log_as_bytes(args: &[u8], writes: &[(u64, Vec<u8>)], n_pages: usize) -> bool {
+fn log_as_bytes(args: &[u8], writes: &Writes, n_pages: usize) -> bool {
     // Sizes as in docs/FORMAT.md: a range is offset u64 + length u32 +
     // bytes; an operation 16 bytes + its pages + its arguments, and a page
     // check entry per page.
@@ -275,36 +278,32 @@ pub(crate) fn commit_record<'b>(
         return (ranges.to_vec(), ops.to_vec());
     }
     let changed: Vec<u32> = c.pages.iter().map(|&(p, _)| p).collect();
-    let resolved: std::collections::BTreeMap<usize, &'b [(u64, Vec<u8>)]> = commute
+    // Each commit-time operation's index in `ops`: the bytes it wrote if
+    // they are logged in its place, `None` if it stays an operation.
+    let timed: std::collections::BTreeMap<usize, Option<&'b Writes>> = commute
         .iter()
         .zip(&c.writes)
-        .filter(|((_, _, args), w)| log_as_bytes(args, w, changed.len()))
-        .map(|(&(i, _, _), w)| (i, &w[..]))
+        .map(|(&(i, _, args), w)| (i, log_as_bytes(args, w, changed.len()).then_some(&w[..])))
         .collect();
-    let kept: std::collections::BTreeSet<usize> = commute
-        .iter()
-        .map(|&(i, _, _)| i)
-        .filter(|i| !resolved.contains_key(i))
-        .collect();
-    let mut out_ranges = Vec::with_capacity(ranges.len() + resolved.len());
+    let mut out_ranges = Vec::with_capacity(ranges.len() + timed.len());
     let mut out_ops = Vec::with_capacity(ops.len());
     let mut next = ops.iter().enumerate().peekable();
     for i in 0..=ranges.len() {
         while let Some((k, o)) = next.next_if(|(_, o)| o.at as usize == i) {
-            match resolved.get(&k) {
-                Some(w) => out_ranges.extend(w.iter().map(|(offset, bytes)| Range {
+            match timed.get(&k) {
+                Some(Some(w)) => out_ranges.extend(w.iter().map(|(offset, bytes)| Range {
                     offset: *offset,
                     bytes,
                 })),
+                // A kept commit-time operation names what it changed here
+                // (for recovery and the page check).
+                Some(None) => out_ops.push(LoggedOp {
+                    at: out_ranges.len() as u32,
+                    pages: changed.clone(),
+                    ..o.clone()
+                }),
                 None => out_ops.push(LoggedOp {
                     at: out_ranges.len() as u32,
-                    // A kept commit-time operation names what it changed
-                    // here (for recovery and the page check).
-                    pages: if kept.contains(&k) {
-                        changed.clone()
-                    } else {
-                        o.pages.clone()
-                    },
                     ..o.clone()
                 }),
             }
@@ -341,6 +340,16 @@ pub(crate) struct CommitRequest<'a> {
     pub commute: Vec<(usize, u32, &'a [u8])>,
     /// The committing view's snapshot slot.
     pub slot: usize,
+}
+
+impl CommitRequest<'_> {
+    /// The pages the transaction wrote, sorted (what a commit-time
+    /// operation may not touch: `RegionInner::commute_pages`).
+    fn written_sorted(&self) -> Vec<u32> {
+        let mut w: Vec<u32> = self.pages.iter().map(|&(p, _)| p).collect();
+        w.sort_unstable();
+        w
+    }
 }
 
 impl RegionInner {
@@ -1141,11 +1150,7 @@ impl RegionInner {
         });
         let commuted = match fresh {
             Some(a) => a.commuted,
-            None => {
-                let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
-                written.sort_unstable();
-                self.commute_pages(&req.commute, &written)?
-            }
+            None => self.commute_pages(&req.commute, &req.written_sorted())?,
         };
         self.check_commuted(&commuted.pages)?;
         Ok(commuted)
@@ -1187,8 +1192,7 @@ impl RegionInner {
         if req.commute.is_empty() {
             return None;
         }
-        let mut written: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
-        written.sort_unstable();
+        let written = req.written_sorted();
         let side = self.read_side(req.slot);
         let seq = self.mvcc.commit_seq();
         let size = self.size();
