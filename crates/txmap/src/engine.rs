@@ -5,6 +5,7 @@
 //! last-out close. Below the view (which commits through it) and the
 //! handle (`region.rs`, which opens it).
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -178,12 +179,13 @@ fn with_page_check<'b>(
 
 /// What commit-time operations did to the newest committed state
 /// (`RegionInner::commit_time`).
+/// Borrowed when it is the transaction's own run (`Ahead::local`).
 #[derive(Default)]
-pub(crate) struct Commuted {
+pub(crate) struct Commuted<'a> {
     /// The pages they changed, as they left them.
-    pub pages: Vec<(u32, Vec<u8>)>,
+    pub pages: Vec<(u32, Cow<'a, [u8]>)>,
     /// For each operation, the bytes it wrote (offset, bytes), in order.
-    pub writes: Vec<Vec<(u64, Vec<u8>)>>,
+    pub writes: Vec<Cow<'a, Writes>>,
 }
 
 /// The bytes one commit-time operation wrote: (offset, bytes), in order.
@@ -191,14 +193,32 @@ type Writes = [(u64, Vec<u8>)];
 
 /// A run of a commit's commit-time operations ahead of the commit lock
 /// (`RegionInner::commit_time_ahead`).
-pub(crate) struct Ahead {
+pub(crate) struct Ahead<'a> {
     /// The newest commit it read.
     seq: u64,
     /// The region size then.
     size: u64,
     /// Every page it read or wrote.
     touched: Vec<u32>,
-    commuted: Commuted,
+    commuted: Commuted<'a>,
+}
+
+impl<'a> Ahead<'a> {
+    /// The run of a commit's commit-time operations in its transaction:
+    /// on snapshot `seq`'s pages, in a region of `size` bytes.
+    pub(crate) fn local(
+        seq: u64,
+        size: u64,
+        touched: Vec<u32>,
+        commuted: Commuted<'a>,
+    ) -> Ahead<'a> {
+        Ahead {
+            seq,
+            size,
+            touched,
+            commuted,
+        }
+    }
 }
 
 /// Runs commit-time operations `ops` in order on the pages `source` gives
@@ -210,7 +230,7 @@ fn run_commute<'s>(
     written: &[u32],
     size: u64,
     source: &'s dyn Fn(u32) -> Option<&'s [u8]>,
-) -> Result<(Commuted, Vec<u32>)> {
+) -> Result<(Commuted<'static>, Vec<u32>)> {
     if ops.is_empty() {
         return Ok((Commuted::default(), Vec::new()));
     }
@@ -235,12 +255,16 @@ fn run_commute<'s>(
     let mut overlay = crate::ops::Overlay::with_peek(size, &mut load, &peek);
     let mut writes = Vec::with_capacity(ops.len());
     for (_, id, args) in ops {
-        writes.push(overlay.run_recorded(*id, args)?);
+        writes.push(Cow::Owned(overlay.run_recorded(*id, args)?));
     }
     let touched = overlay.seen_pages();
     Ok((
         Commuted {
-            pages: overlay.into_pages().into_iter().collect(),
+            pages: overlay
+                .into_pages()
+                .into_iter()
+                .map(|(p, b)| (p, Cow::Owned(b)))
+                .collect(),
             writes,
         },
         touched,
@@ -338,6 +362,9 @@ pub(crate) struct CommitRequest<'a> {
     /// are then published; the log holds the bytes they wrote or the
     /// operations (`commit_record`).
     pub commute: Vec<(usize, u32, &'a [u8])>,
+    /// The commit-time operations' run in the transaction, at its
+    /// snapshot (`OpLog::local_run`): taken like a run ahead of the lock.
+    pub local: Option<Ahead<'a>>,
     /// The committing view's snapshot slot.
     pub slot: usize,
 }
@@ -493,7 +520,7 @@ impl RegionInner {
     /// durable everywhere wrote: its record would then depend on a group
     /// that recovery may drop (its page check would fail). A conflict: the
     /// retry comes after the group's sync.
-    pub(crate) fn check_commuted(&self, pages: &[(u32, Vec<u8>)]) -> Result<()> {
+    pub(crate) fn check_commuted(&self, pages: &[(u32, Cow<'_, [u8]>)]) -> Result<()> {
         let visible = self.mvcc.visible_seq();
         if pages
             .iter()
@@ -608,7 +635,7 @@ impl RegionInner {
 
     /// Validates and commits; returns the commit's sequence number once it is
     /// as durable as the region's mode promises.
-    pub fn commit(&self, req: CommitRequest<'_>) -> Result<u64> {
+    pub fn commit(&self, mut req: CommitRequest<'_>) -> Result<u64> {
         self.check_owner()?;
         self.check_writable("commit")?;
         self.settle_round()?;
@@ -626,7 +653,13 @@ impl RegionInner {
         }
         let order = self.order_turn(req.slot)?;
         let pass = self.mvcc.priority_enter(req.slot);
-        let ahead = self.commit_time_ahead(&req);
+        // The transaction's own run stands if no page it touched changed
+        // since its snapshot; else the operations run again on the newest
+        // pages, still before the lock.
+        let ahead = match req.local.take() {
+            Some(a) if self.ahead_fresh(&a) => Some(a),
+            _ => self.commit_time_ahead(&req),
+        };
         let locked = || -> Result<u64> {
             let l = self.lock_commit()?;
             if order.is_some() && !self.mvcc.order_is_next(&l, req.slot) {
@@ -1134,26 +1167,32 @@ impl RegionInner {
     /// checked by `check_commuted`); `commit_record` makes the record. The
     /// result of a run ahead of the lock (`ahead`) is taken if no page it
     /// touched changed since and the region kept its size.
-    pub(crate) fn commit_time(
+    pub(crate) fn commit_time<'a>(
         &self,
         req: &CommitRequest<'_>,
-        ahead: Option<Ahead>,
-    ) -> Result<Commuted> {
+        ahead: Option<Ahead<'a>>,
+    ) -> Result<Commuted<'a>> {
         if req.commute.is_empty() {
             return Ok(Commuted::default());
         }
-        let fresh = ahead.filter(|a| {
-            a.size == self.size()
-                && a.touched
-                    .iter()
-                    .all(|&p| self.mvcc.page_seq(p as usize) <= a.seq)
-        });
+        let fresh = ahead.filter(|a| self.ahead_fresh(a));
         let commuted = match fresh {
             Some(a) => a.commuted,
             None => self.commute_pages(&req.commute, &req.written_sorted())?,
         };
         self.check_commuted(&commuted.pages)?;
         Ok(commuted)
+    }
+
+    /// Whether a run of commit-time operations ahead of the lock (`a`) is
+    /// their result on the newest pages: no commit after the one it read
+    /// wrote a page it touched, and the region kept its size. Final only
+    /// under the commit lock.
+    fn ahead_fresh(&self, a: &Ahead) -> bool {
+        a.size == self.size()
+            && a.touched
+                .iter()
+                .all(|&p| self.mvcc.page_seq(p as usize) <= a.seq)
     }
 
     /// The pages commit-time operations change, from each page's newest
@@ -1167,7 +1206,7 @@ impl RegionInner {
         &self,
         ops: &[(usize, u32, &[u8])],
         written: &[u32],
-    ) -> Result<Commuted> {
+    ) -> Result<Commuted<'static>> {
         let now = self.mvcc.commit_seq();
         let source = |p: u32| match self.mvcc.lookup(p as usize, now) {
             Some(v) => Some(&v.data[..]),
@@ -1188,7 +1227,7 @@ impl RegionInner {
     /// runs them again otherwise: the descent and the page copies leave the
     /// lock's hold time in the common case. `None` if there is nothing to
     /// run or the run failed (the locked run decides).
-    pub(crate) fn commit_time_ahead(&self, req: &CommitRequest<'_>) -> Option<Ahead> {
+    pub(crate) fn commit_time_ahead(&self, req: &CommitRequest<'_>) -> Option<Ahead<'static>> {
         if req.commute.is_empty() {
             return None;
         }

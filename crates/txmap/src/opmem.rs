@@ -2,6 +2,8 @@
 //! (`ops`) and the collections' replay functions, so neither imports the
 //! other. Re-exported as `ops::OpMemory`.
 
+use std::borrow::Cow;
+
 use crate::error::Result;
 
 /// The bytes an operation works on: the transaction's memory when it runs
@@ -13,6 +15,14 @@ pub trait OpMemory {
     fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
     /// Stores `bytes` at `off`.
     fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()>;
+    /// The `len` bytes at `off`, borrowed where the memory holds them in
+    /// place, else copied (the default): an operation that scans a page to
+    /// change a few of its bytes need not copy the page.
+    fn borrow(&mut self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        let mut buf = vec![0u8; len];
+        self.read(off, &mut buf)?;
+        Ok(Cow::Owned(buf))
+    }
 }
 
 impl dyn OpMemory + '_ {

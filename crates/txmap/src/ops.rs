@@ -9,6 +9,7 @@
 //!
 //! Ids below [`FIRST_USER_OP`] belong to txmap.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::RwLock;
 
@@ -292,6 +293,23 @@ impl OpMemory for Overlay<'_> {
             buf = &mut buf[n..];
         }
         Ok(())
+    }
+    fn borrow(&mut self, off: u64, len: usize) -> Result<Cow<'_, [u8]>> {
+        self.check(off, len)?;
+        let (p, at) = ((off / PAGE as u64) as u32, (off % PAGE as u64) as usize);
+        if at + len > PAGE {
+            let mut buf = vec![0u8; len];
+            self.read(off, &mut buf)?;
+            return Ok(Cow::Owned(buf));
+        }
+        match self.peek {
+            Some(peek) if !self.pages.contains_key(&p) => {
+                let src = peek(p)?;
+                self.peeked.insert(p);
+                Ok(Cow::Borrowed(&src[at..at + len]))
+            }
+            _ => Ok(Cow::Borrowed(&self.page(p)?[at..at + len])),
+        }
     }
     fn write(&mut self, mut off: u64, mut bytes: &[u8]) -> Result<()> {
         self.check(off, bytes.len())?;

@@ -345,22 +345,24 @@ pub(crate) fn put_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     if field(T_MAGIC) != MAGIC || height == 0 || height > 64 {
         return Err(bad(tree, "not a B+-tree header"));
     }
-    let mut b = vec![0u8; NODE];
+    // Nodes are read where they lie (the operation runs two or three times
+    // per commit); the leaf is copied only when the put changes it.
     for _ in 1..height {
-        mem.read(node, &mut b)?;
+        let b = mem.borrow(node, NODE)?;
         let r = Raw::parse(&b)
             .filter(|r| r.kind == INTERNAL)
             .ok_or_else(|| bad(node, "malformed internal node"))?;
         let i = r.route(key).ok_or_else(|| bad(node, "bad key"))?;
         node = r.child(i).ok_or_else(|| bad(node, "bad child"))?;
     }
-    mem.read(node, &mut b)?;
+    let b = mem.borrow(node, NODE)?;
     let r = Raw::parse(&b)
         .filter(|r| r.kind == LEAF)
         .ok_or_else(|| bad(node, "malformed leaf"))?;
     if let Ok(i) = r.search(key).ok_or_else(|| bad(node, "bad key"))? {
         let c = r.cell(i).ok_or_else(|| bad(node, "bad cell"))?;
         if inline_at(&b, c).is_some_and(|old| old.len() == value.len()) {
+            drop(b);
             return mem.write(node + (c + 8 + key.len()) as u64, value);
         }
         return Err(crate::error::Error::Conflict);
@@ -368,6 +370,7 @@ pub(crate) fn put_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     let Some(spot) = in_place_spot(&r, key, value.len()).map_err(|what| bad(node, what))? else {
         return Err(crate::error::Error::Conflict);
     };
+    let mut b = b.into_owned();
     write_in_place(mem, node, &mut b, spot, key, value)
 }
 

@@ -17,6 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
 use super::{TOUCH_WRITE, View, ViewInner, diff};
+use crate::engine::Commuted;
 use crate::error::{Error, Result};
 use crate::ops::OpMemory;
 use crate::os::mem::{Access, PAGE};
@@ -134,6 +135,32 @@ impl OpLog {
         (reads, pages)
     }
 
+    /// The result at commit of the commit-time operations, as they ran
+    /// here: every page they touched, the pages they wrote as they left
+    /// them, and each one's writes. It is their result on the newest
+    /// committed pages too if no commit after the snapshot wrote a page
+    /// they touched (`RegionInner::commit_time` checks that). `None` unless
+    /// each is a blind operation and none touched a page the transaction
+    /// wrote otherwise (`n_outside`: how many `commuted_outside` gave).
+    pub(super) fn local_run(&self, n_outside: usize) -> Option<(Vec<u32>, Commuted<'_>)> {
+        if self.commutes.is_empty() || n_outside != self.commutes.len() {
+            return None;
+        }
+        let mut touched = BTreeSet::new();
+        let mut wrote = BTreeSet::new();
+        let mut writes = Vec::with_capacity(self.commutes.len());
+        for c in &self.commutes {
+            writes.push(Cow::Borrowed(&c.recorded.as_ref()?[..]));
+            touched.extend(c.touched.iter().copied());
+            wrote.extend(c.wrote.iter().copied());
+        }
+        let pages = wrote
+            .into_iter()
+            .map(|p| Some((p, Cow::Borrowed(self.shadow(p)?))))
+            .collect::<Option<Vec<_>>>()?;
+        Some((touched.into_iter().collect(), Commuted { pages, writes }))
+    }
+
     /// Whether the commit must be logged although it changed nothing.
     pub(super) fn has_marker(&self) -> bool {
         self.marker
@@ -164,6 +191,10 @@ struct Commute {
     /// The bytes it wrote here (offset, length), for pages it left without
     /// a shadow (`OpLog::base`).
     writes: Vec<(u64, usize)>,
+    /// A blind operation's writes here, bytes and all, in order: with the
+    /// shadows of the pages it wrote, its result at commit if no page it
+    /// touched changed since the snapshot (`OpLog::local_run`).
+    recorded: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 /// An operation's view of the transaction's memory: the accessors, which
@@ -180,6 +211,9 @@ impl OpMemory for InView<'_> {
     fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
         buf.copy_from_slice(self.view.slice(off, buf.len())?);
         Ok(())
+    }
+    fn borrow(&mut self, off: u64, len: usize) -> Result<std::borrow::Cow<'_, [u8]>> {
+        self.view.slice(off, len).map(std::borrow::Cow::Borrowed)
     }
     fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
         self.view
@@ -390,6 +424,7 @@ impl View {
                 touched: pages.clone(),
                 wrote: pages,
                 writes,
+                recorded: None,
             });
             v.commuted.store(true, Ordering::Relaxed);
         }
@@ -475,11 +510,11 @@ impl View {
             Ok(())
         };
         let mut ov = crate::ops::Overlay::with_peek(mapped as u64, &mut load, &peek);
-        match ov.run(id, args) {
-            Ok(()) => {}
+        let recorded = match ov.run_recorded(id, args) {
+            Ok(w) => w,
             Err(Error::Conflict) => return Ok(false),
             Err(e) => return Err(e),
-        }
+        };
         let touched = ov.seen_pages();
         if touched
             .iter()
@@ -522,6 +557,7 @@ impl View {
             wrote,
             // Every page it wrote has a shadow.
             writes: Vec::new(),
+            recorded: Some(recorded),
         });
         self.op_log = Some(log);
         v.commuted.store(true, Ordering::Relaxed);
@@ -633,6 +669,15 @@ impl OpMemory for Private<'_> {
         };
         buf.copy_from_slice(src);
         Ok(())
+    }
+    fn borrow(&mut self, off: u64, len: usize) -> Result<std::borrow::Cow<'_, [u8]>> {
+        self.prepare(off, len)?;
+        // SAFETY: in bounds of the alias (checked), which is always mapped;
+        // nothing writes it while the borrow of `self` lives.
+        let src = unsafe {
+            std::slice::from_raw_parts(self.view.mem.alias.base().add(off as usize), len)
+        };
+        Ok(std::borrow::Cow::Borrowed(src))
     }
     fn write(&mut self, off: u64, bytes: &[u8]) -> Result<()> {
         self.prepare(off, bytes.len())?;

@@ -35,7 +35,7 @@ use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::engine::{CommitRequest, RegionRef};
+use crate::engine::{Ahead, CommitRequest, RegionRef};
 use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE};
 use crate::os::signal::{self, Registration};
@@ -701,6 +701,9 @@ impl View {
         };
         let written = |p: u32| v.touch_bits(p as usize) & TOUCH_WRITE != 0;
         let commute = op_log.map_or_else(Vec::new, |l| l.commuted_outside(written));
+        let local = op_log
+            .and_then(|l| l.local_run(commute.len()))
+            .map(|(touched, c)| Ahead::local(snapshot, v.region.size(), touched, c));
         let (op_reads, inside) =
             op_log.map_or_else(Default::default, |l| l.commuted_inside(written));
         versions.extend(inside.into_iter().map(|p| (p, v.alias_page(p as usize))));
@@ -738,6 +741,7 @@ impl View {
             ranges,
             ops: op_log.map_or_else(Vec::new, apply::OpLog::logged),
             commute,
+            local,
             slot: v.slot(),
         }))
     }
