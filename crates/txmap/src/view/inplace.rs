@@ -159,7 +159,10 @@ impl ViewInner {
         len: usize,
         f: F,
     ) -> Result<R, F> {
-        let Some(page) = self.in_place_page(off, len) else {
+        let Some(page) = self
+            .in_place_page(off, len)
+            .filter(|_| crate::debug::version_cache_enabled())
+        else {
             return Err(f);
         };
         let Some((addr, found_at)) = self
