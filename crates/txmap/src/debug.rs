@@ -259,6 +259,18 @@ pub(crate) fn fence_enabled() -> bool {
     !NO_FENCE.load(Ordering::Relaxed)
 }
 
+static NO_VERSION_CACHE: AtomicBool = AtomicBool::new(false);
+
+/// Turns this process's caches of versions read in place
+/// (`view/inplace.rs`) off or back on, to measure what they save.
+pub fn version_cache(on: bool) {
+    NO_VERSION_CACHE.store(!on, Ordering::Relaxed);
+}
+
+pub(crate) fn version_cache_enabled() -> bool {
+    !NO_VERSION_CACHE.load(Ordering::Relaxed)
+}
+
 static INSTALL_SPINS: AtomicU64 = AtomicU64::new(0);
 
 /// Makes this process's page installs spin `spins` times between finding a

@@ -27,10 +27,15 @@ fn opts() -> Options {
 
 /// Commit `i` writes `i` into every word of the pages of its parity
 /// (`(p + i) % 2 == 0`), so a snapshot whose last commit is `c` reads `c`
-/// in those pages and `c - 1` in the others.
+/// in those pages and `c - 1` in the others; and into the clock page
+/// (`PAGES`), which so reads `c`.
 fn commit(w: &mut View, i: u64) {
     w.run(|v| {
-        for p in (0..PAGES).filter(|p| (*p as u64 + i).is_multiple_of(2)) {
+        let clock = std::iter::once(PAGES);
+        for p in (0..PAGES)
+            .filter(|p| (*p as u64 + i).is_multiple_of(2))
+            .chain(clock)
+        {
             let b = v.slice_mut((p * PAGE) as u64, PAGE)?;
             for x in b.chunks_exact_mut(8) {
                 x.copy_from_slice(&i.to_ne_bytes());
@@ -45,10 +50,15 @@ fn commit(w: &mut View, i: u64) {
 /// overwritten, versions are pruned and their blocks reused; between
 /// checkpoints half of the pages are only in the chains).
 fn write(r: &Region, from: u64, to: u64) {
+    write_every(r, from, to, 2);
+}
+
+/// `write`, with a checkpoint after every `k`-th commit.
+fn write_every(r: &Region, from: u64, to: u64, k: u64) {
     let mut w = r.view().unwrap();
     (from..to).for_each(|i| {
         commit(&mut w, i);
-        if i % 2 == 0 {
+        if i % k == 0 {
             r.checkpoint().unwrap();
         }
     });
@@ -56,7 +66,7 @@ fn write(r: &Region, from: u64, to: u64) {
 
 /// A region whose pages read as commits 1 and 2 left them.
 fn region(name: &str) -> (TestDir, std::path::PathBuf, Region) {
-    let (d, p, r) = new_region(name, (PAGES * PAGE) as u64, opts());
+    let (d, p, r) = new_region(name, ((PAGES + 1) * PAGE) as u64, opts());
     write(&r, 1, 3);
     (d, p, r)
 }
@@ -118,19 +128,20 @@ fn read_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
     txns
 }
 
-/// Reader threads with fresh views read old snapshots in place while a
-/// writer commits and checkpoints (fails when the read in place looks up
-/// a newer snapshot's version, or reads outside the read side).
-#[test]
-fn readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
-    let (_d, _p, r) = region("inplace-threads");
+/// Runs `check` in 2 reader threads, each with a fresh view, while `write`
+/// runs, and until it returned.
+fn with_reader_threads(
+    r: &Region,
+    check: fn(&mut View, &dyn Fn() -> bool, &str) -> u64,
+    write: impl FnOnce(),
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|k| {
             let (r, stop) = (r.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut v = r.view().unwrap();
-                read_and_check(
+                check(
                     &mut v,
                     &|| stop.load(Ordering::Relaxed),
                     &format!("reader {k}"),
@@ -138,11 +149,90 @@ fn readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
             })
         })
         .collect();
-    write(&r, 3, 403);
+    write();
     stop.store(true, Ordering::Relaxed);
     for h in readers {
         assert!(h.join().unwrap() > 0);
     }
+}
+
+/// Read-only transactions until `stop`, each at the snapshot of the commit
+/// the clock page names (read with `View::slice`, which copies the page
+/// into the view: never from the view's cache of versions read in place):
+/// every page read in place, on first reading and again after commits and
+/// checkpoints went on, must be that snapshot's. A version cached for an
+/// older snapshot, or a block freed and reused under the cache, reads
+/// otherwise. Returns the transactions run.
+fn read_against_clock(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
+    txmap::debug::slow_installs(2_000);
+    let mut txns = 0;
+    while !stop() || txns == 0 {
+        v.begin_read().unwrap();
+        let clock = v.slice((PAGES * PAGE) as u64, PAGE).unwrap();
+        let clock = whole(&clock_words(clock), who, PAGES);
+        for round in 0..txns % 3 + 1 {
+            for p in 0..PAGES {
+                let want = if (p as u64 + clock).is_multiple_of(2) {
+                    clock
+                } else {
+                    clock - 1
+                };
+                let got = whole(&v.read::<[u64; WORDS]>((p * PAGE) as u64).unwrap(), who, p);
+                assert_eq!(
+                    got, want,
+                    "{who}: page {p} read in place is not of the snapshot of commit {clock} (round {round})"
+                );
+            }
+            if round > 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        v.commit().unwrap();
+        txns += 1;
+    }
+    txmap::debug::slow_installs(0);
+    txns
+}
+
+/// The words of a page.
+fn clock_words(b: &[u8]) -> [u64; WORDS] {
+    std::array::from_fn(|i| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+}
+
+/// Reader threads read in place, again and again, pages whose versions
+/// their views cache, while a writer commits (several commits between
+/// prunings, so the versions' epoch may stay while the snapshot moves) and
+/// checkpoints now and then (which prunes and reuses versions): fails when
+/// the cache serves a version of another snapshot or a freed block.
+#[test]
+fn cached_versions_are_the_snapshots_while_commits_prune_and_reuse_them() {
+    let (_d, _p, r) = region("inplace-cache-threads");
+    with_reader_threads(&r, read_against_clock, || write_every(&r, 3, 803, 5));
+}
+
+/// The same with readers in other processes.
+#[test]
+fn cached_versions_in_other_processes_are_the_snapshots() {
+    let test = "cached_versions_in_other_processes_are_the_snapshots";
+    if role().is_some() {
+        return run_reader(opts(), |v, stop| {
+            read_against_clock(v, stop, "reader process")
+        });
+    }
+    let (d, p, r) = region("inplace-cache-procs");
+    let stop = d.join("stop");
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
+    write_every(&r, 3, 803, 5);
+    stop_readers(&stop, &mut readers);
+}
+
+/// Reader threads with fresh views read old snapshots in place while a
+/// writer commits and checkpoints (fails when the read in place looks up
+/// a newer snapshot's version, or reads outside the read side).
+#[test]
+fn readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
+    let (_d, _p, r) = region("inplace-threads");
+    with_reader_threads(&r, read_and_check, || write(&r, 3, 403));
     assert!(
         r.stats().checkpoint_seq > 400,
         "the checkpoints did not run"

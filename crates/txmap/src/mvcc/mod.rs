@@ -608,6 +608,27 @@ impl Mvcc {
         true
     }
 
+    /// Enters the read side as [`Mvcc::enter`] does; returns `None` if the
+    /// slot was already inside, else the epoch read after entering. A
+    /// version reached while inside stays unfreed (its block unchanged)
+    /// for as long as the epoch is unchanged: freeing it takes a `retire`,
+    /// whose increment comes after any walk that could still reach it.
+    /// So a later turn whose epoch is the same may read a version found
+    /// on an earlier one without walking the chain again
+    /// (`view/inplace.rs`).
+    pub fn enter_epoch(&self, i: usize) -> Option<u64> {
+        let slot = &self.slots()[i];
+        if slot.epoch.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        let h = self.hdr();
+        slot.epoch
+            .store(h.epoch.load(Ordering::SeqCst), Ordering::SeqCst);
+        // Read again after the store: a retire whose increment this load
+        // does not see scans the slots after the store, and sees us.
+        Some(h.epoch.load(Ordering::SeqCst))
+    }
+
     /// Leaves the read side.
     pub fn leave(&self, i: usize) {
         // Release, not SeqCst: a reclaimer that loads 0 sees every read of

@@ -25,7 +25,9 @@ static ZERO_PAGE: [u8; PAGE] = [0; PAGE];
 /// Leaves on drop.
 pub(super) struct ReadSide<'a> {
     view: &'a ViewInner,
-    entered: bool,
+    /// The epoch read on entering (`Mvcc::enter_epoch`); `None` if the
+    /// slot was already inside.
+    epoch: Option<u64>,
 }
 
 impl ReadSide<'_> {
@@ -36,13 +38,24 @@ impl ReadSide<'_> {
     /// side is left. The caller has checked that `page` is below the
     /// mapped size.
     pub(super) fn source(&self, page: usize, s: u64) -> *const u8 {
+        self.source_of(page, s).0
+    }
+
+    /// `source`, and whether it is a version in the shared arena (which,
+    /// unlike the image's page, no checkpoint overwrites in place).
+    pub(super) fn source_of(&self, page: usize, s: u64) -> (*const u8, bool) {
         let region = &self.view.region;
         match region.mvcc.lookup(page, s) {
-            Some(v) => v.data.as_ptr(),
-            None if region.mvcc.hdr().file.known_zero(page as u64) => ZERO_PAGE.as_ptr(),
+            Some(v) => (v.data.as_ptr(), true),
+            None if region.mvcc.hdr().file.known_zero(page as u64) => (ZERO_PAGE.as_ptr(), false),
             // SAFETY: the page lies below the region size, which the image maps.
-            None => unsafe { region.image_data().add(page * PAGE) },
+            None => (unsafe { region.image_data().add(page * PAGE) }, false),
         }
+    }
+
+    /// The epoch read on entering, if this turn entered the read side.
+    pub(super) fn epoch(&self) -> Option<u64> {
+        self.epoch
     }
 
     /// `source`, but a page in a hole of the region file is read as the
@@ -65,7 +78,7 @@ static ZEROS: [u8; PAGE] = [0; PAGE];
 
 impl Drop for ReadSide<'_> {
     fn drop(&mut self) {
-        if self.entered {
+        if self.epoch.is_some() {
             self.view.region.mvcc.leave(self.view.slot());
         }
     }
@@ -80,7 +93,7 @@ impl ViewInner {
         // (async-signal-safe wait).
         self.region.round_write.wait_readable();
         ReadSide {
-            entered: self.region.mvcc.enter(self.slot()),
+            epoch: self.region.mvcc.enter_epoch(self.slot()),
             view: self,
         }
     }

@@ -13,11 +13,106 @@
 //! longer than for an install. Views that read the same pages share one
 //! copy in memory, as LMDB's readers share the page cache.
 
-use std::sync::atomic::Ordering;
+//!
+//! A version found this way is remembered in the view's [`VersionCache`]
+//! (page -> address of the version), so the next read of the page (the
+//! root and inner nodes of every descent, a leaf read again) takes a probe
+//! and a turn on the read side instead of `file_access`'s checks and the
+//! chain walk. An entry is used only at the snapshot it was found for,
+//! and only on a turn whose MVCC epoch is the one it was found at: a
+//! version's block is freed (and may be reused for another page) only by
+//! a `retire`, which moves the epoch first, so an unchanged epoch read
+//! after entering proves the block still holds that version
+//! (`Mvcc::enter_epoch`). Every commit's pruning and every checkpoint
+//! moves the epoch, which empties the cache; a reader alone with the
+//! region (the benchmarks' read steps) keeps it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::ViewInner;
 use crate::os::mem::PAGE;
 use crate::viewmem::page_state;
+
+/// Entries of a view's version cache, direct-mapped by page number: 32 KiB
+/// per view, enough for every page of a tree of a few MiB.
+const CACHE_ENTRIES: usize = 2048;
+
+/// Addresses of versions a view's read-only transactions read in place,
+/// valid for one snapshot at one MVCC epoch (module docs). Used only by
+/// the thread that uses the view (a `View` is not `Sync`; the fault handler
+/// never touches it): the atomics are for `&self` access, all relaxed.
+pub(super) struct VersionCache {
+    /// `page << 32 | generation` (0: empty) and the version's address.
+    entries: Box<[(AtomicU64, AtomicUsize)]>,
+    /// The generation of the valid entries (never 0); a new snapshot or
+    /// epoch starts a new one, which drops every entry at once.
+    generation: AtomicU32,
+    /// Snapshot + 1 (0: none) and the epoch the entries were found at.
+    snapshot: AtomicU64,
+    epoch: AtomicU64,
+}
+
+impl Default for VersionCache {
+    fn default() -> VersionCache {
+        VersionCache {
+            entries: (0..CACHE_ENTRIES)
+                .map(|_| (AtomicU64::new(0), AtomicUsize::new(0)))
+                .collect(),
+            generation: AtomicU32::new(1),
+            snapshot: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+        }
+    }
+}
+
+impl VersionCache {
+    fn key(&self, page: usize) -> u64 {
+        (page as u64) << 32 | u64::from(self.generation.load(Ordering::Relaxed))
+    }
+
+    /// The address of `page`'s version at snapshot `s` and the epoch it
+    /// was found at, if cached.
+    fn find(&self, page: usize, s: u64) -> Option<(usize, u64)> {
+        if self.snapshot.load(Ordering::Relaxed) != s + 1 {
+            return None;
+        }
+        let (k, a) = &self.entries[page % CACHE_ENTRIES];
+        (k.load(Ordering::Relaxed) == self.key(page)).then(|| {
+            (
+                a.load(Ordering::Relaxed),
+                self.epoch.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Remembers `addr` as `page`'s version at snapshot `s`, found on a
+    /// turn whose epoch (read after entering) was `e`.
+    fn put(&self, page: usize, s: u64, e: u64, addr: usize) {
+        if self.snapshot.load(Ordering::Relaxed) != s + 1 || self.epoch.load(Ordering::Relaxed) != e
+        {
+            self.clear();
+            self.snapshot.store(s + 1, Ordering::Relaxed);
+            self.epoch.store(e, Ordering::Relaxed);
+        }
+        let (k, a) = &self.entries[page % CACHE_ENTRIES];
+        a.store(addr, Ordering::Relaxed);
+        k.store(self.key(page), Ordering::Relaxed);
+    }
+
+    /// Drops every entry.
+    pub(super) fn clear(&self) {
+        let g = self.generation.load(Ordering::Relaxed).wrapping_add(1);
+        if g == 0 {
+            // Wrapped: entries of generation 1 may remain.
+            for (k, _) in self.entries.iter() {
+                k.store(0, Ordering::Relaxed);
+            }
+            self.generation.store(1, Ordering::Relaxed);
+        } else {
+            self.generation.store(g, Ordering::Relaxed);
+        }
+    }
+}
 
 impl ViewInner {
     /// Runs `f(bytes, true)` on `[off, off+len)` as the transaction's
@@ -32,16 +127,15 @@ impl ViewInner {
         len: usize,
         f: F,
     ) -> Result<R, F> {
-        let page = off / PAGE;
-        if len == 0
-            || (off + len - 1) / PAGE != page
-            || !self.read_only.load(Ordering::Relaxed)
-            || self.holds(page)
-        {
+        let Some(page) = self.in_place_page(off, len).filter(|&p| !self.holds(p)) else {
             return Err(f);
-        }
+        };
         let side = self.read_side();
-        let src = side.source(page, self.snapshot.load(Ordering::Relaxed));
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let (src, version) = side.source_of(page, s);
+        if let (true, Some(e)) = (version, side.epoch()) {
+            self.versions.put(page, s, e, src as usize);
+        }
         crate::debug::install_delay();
         // SAFETY: `src` is a whole page (a version, the image or a zero
         // page) that stays unchanged and mapped while the read side is
@@ -52,6 +146,53 @@ impl ViewInner {
         let r = f(bytes, true);
         drop(side);
         Ok(r)
+    }
+
+    /// `read_in_place` of a page whose version the view's cache holds for
+    /// the snapshot, if the epoch on entering the read side is still the
+    /// one it was found at (module docs); otherwise gives `f` back. The
+    /// caller has checked the range, that a transaction is active and that
+    /// the view holds no copy of the page.
+    pub(super) fn read_cached<R, F: FnOnce(&[u8], bool) -> R>(
+        &self,
+        off: usize,
+        len: usize,
+        f: F,
+    ) -> Result<R, F> {
+        let Some(page) = self
+            .in_place_page(off, len)
+            .filter(|_| crate::debug::version_cache_enabled())
+        else {
+            return Err(f);
+        };
+        let Some((addr, found_at)) = self
+            .versions
+            .find(page, self.snapshot.load(Ordering::Relaxed))
+        else {
+            return Err(f);
+        };
+        let side = self.read_side();
+        if side.epoch() != Some(found_at) {
+            return Err(f);
+        }
+        crate::debug::install_delay();
+        // SAFETY: `addr` is the block of `page`'s version at the snapshot,
+        // found at epoch `found_at`; the epoch read after entering is the
+        // same, so no retire freed the block since, and none frees it
+        // before the read side is left (`Mvcc::enter_epoch`). A version's
+        // block is immutable until freed. The slice does not outlive `side`.
+        let bytes = unsafe { std::slice::from_raw_parts((addr as *const u8).add(off % PAGE), len) };
+        let r = f(bytes, true);
+        drop(side);
+        Ok(r)
+    }
+
+    /// The page of `[off, off+len)` if a read of it may be served in
+    /// place: the transaction is read-only and the range lies in one page.
+    fn in_place_page(&self, off: usize, len: usize) -> Option<usize> {
+        let page = off / PAGE;
+        (len != 0 && (off + len - 1) / PAGE == page && self.read_only.load(Ordering::Relaxed))
+            .then_some(page)
     }
 
     /// Whether the view's private memory holds `page`'s snapshot version

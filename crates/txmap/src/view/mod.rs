@@ -150,6 +150,8 @@ pub(crate) struct ViewInner {
     round_window: AtomicUsize,
     /// The page after the last run a round's write fault made writable.
     round_next: AtomicUsize,
+    /// Versions read in place, by page (`inplace.rs`).
+    versions: inplace::VersionCache,
 }
 
 impl ViewInner {
@@ -285,6 +287,7 @@ impl View {
                 commuted: AtomicBool::new(false),
                 round_window: AtomicUsize::new(0),
                 round_next: AtomicUsize::new(usize::MAX),
+                versions: Default::default(),
                 slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
@@ -946,6 +949,10 @@ impl View {
         let p = if self.inner.holds(o / PAGE) {
             None
         } else {
+            match self.inner.read_cached(o, len, f) {
+                Ok(r) => return Ok(r),
+                Err(g) => f = g,
+            }
             self.inner.file_access(o, len)
         };
         let p = match p {
