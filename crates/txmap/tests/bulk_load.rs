@@ -178,21 +178,26 @@ fn a_store_into_a_fresh_page_installs_the_next_ones_and_loses_no_bytes() {
     let d = ext4_dir("zeros-ahead");
     let p = d.join("r.txm");
     let r = Region::create(&p, 16 * PAGE, Options::default()).unwrap();
-    r.grow(200 * PAGE).unwrap();
+    // Page 12 in the region file, the pages around it holes.
     let mut b = r.view().unwrap();
+    b.run(|b| b.write(12 * PAGE, &pattern(12, 0))).unwrap();
+    r.checkpoint().unwrap();
+    r.checkpoint().unwrap();
+    r.grow(200 * PAGE).unwrap();
     b.run(|b| b.write(30 * PAGE + 8, &0xB0B0u64)).unwrap();
     let mut v = r.view().unwrap();
     v.begin().unwrap();
     // Each store's run of fresh pages would reach a page that must keep
-    // its bytes: 150 written here, 30 committed by `b`, the region's end.
-    let pages = [150u64, 140, 25, 198];
+    // its bytes: 150 written here, 30 committed by `b`, 12 in the file,
+    // the region's end.
+    let pages = [150u64, 140, 25, 198, 10];
     for page in pages {
         v.write(page * PAGE, &pattern(page, 0)).unwrap();
     }
-    for page in 16..200u64 {
+    for page in 10..200u64 {
         let bytes = v.slice(page * PAGE, PAGE as usize).unwrap();
         let mut want = vec![0u8; PAGE as usize];
-        if pages.contains(&page) {
+        if pages.contains(&page) || page == 12 {
             want[..8].copy_from_slice(&pattern(page, 0).to_le_bytes());
         }
         if page == 30 {
@@ -212,6 +217,7 @@ fn a_store_into_a_fresh_page_installs_the_next_ones_and_loses_no_bytes() {
     for page in pages {
         assert_eq!(v.read::<u64>(page * PAGE).unwrap(), pattern(page, 0));
     }
+    assert_eq!(v.read::<u64>(12 * PAGE).unwrap(), pattern(12, 0));
     assert_eq!(v.read::<u64>(30 * PAGE + 8).unwrap(), 0xB0B0);
     assert_eq!(v.read::<u64>(141 * PAGE + 16).unwrap(), 0xC0C0);
     assert_eq!(v.read::<u64>(142 * PAGE).unwrap(), 1);

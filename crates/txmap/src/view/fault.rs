@@ -177,8 +177,9 @@ impl ViewInner {
     }
 
     /// A store into a page that reads as zeros at `snapshot` (no version,
-    /// past the last page ever written into the region file: a page a grow
-    /// added, which a heap hands out in order): installs it and the
+    /// and past the last page ever written into the region file, a page a
+    /// grow added, or in a hole of the file: pages a heap hands out in
+    /// order): installs it and the
     /// following pages alike that are not valid, up to [`ZEROS_AHEAD`],
     /// with one `MADV_POPULATE_WRITE` over their private pages emptied
     /// first, instead of a fault on the memory file and a copy of zeros
@@ -191,7 +192,12 @@ impl ViewInner {
             return false;
         }
         let side = self.read_side();
-        let zero = |p: usize| std::ptr::eq(side.source(p, snapshot), ZERO_PAGE.as_ptr());
+        let mut holes = crate::io::Holes::default();
+        let mut zero = |p: usize| {
+            std::ptr::eq(side.source(p, snapshot), ZERO_PAGE.as_ptr())
+                || (self.region.mvcc.lookup(p, snapshot).is_none()
+                    && self.file_hole(p, &mut holes).0)
+        };
         let not_valid = |p: usize| {
             self.mem
                 .valid
