@@ -10,12 +10,15 @@ seed=${3:-1}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/store"
-perf record -q -F 5000 --call-graph dwarf,8192 -o "$dir/perf.data" \
+# 16 KiB of stack per sample: the leaf split's two node buffers (8 KiB)
+# hid the put path's frames from 8 KiB.
+perf record -q -F 5000 --call-graph dwarf,16384 -o "$dir/perf.data" \
     "$bin" --peer-worker "redb|txmap-btree|$dir/store|$entries,1,1,1,1,1|$seed" >/dev/null 2>&1
 perf script -i "$dir/perf.data" -F ip,sym 2>/dev/null | python3 -c '
 import sys, collections
 keys = ["copy_snapshot", "RegionInner::commit", "Mvcc::publish", "encode_record",
-        "split_leaf", "alloc_in", "prepare_commit", "insert_in_place", "descend"]
+        "split_leaf", "alloc_in", "prepare_commit", "insert_in_place", "descend",
+        "split_then_insert", "install_zeros_ahead", "Mvcc::reserve", "view::diff"]
 n, c = 0, collections.Counter()
 for s in sys.stdin.read().split("\n\n"):
     # The bulk load is a write; the removals step (also a write) deletes.

@@ -14,6 +14,16 @@ fn pattern(page: u64, i: u64) -> u64 {
     page.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i.wrapping_add(1)
 }
 
+/// Closes `r` (its views closed first) and opens it again, with a view in
+/// a read-only transaction.
+fn reopen(r: Region, p: &std::path::Path) -> (Region, txmap::View) {
+    drop(r);
+    let r = Region::open(p, Options::default()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    (r, v)
+}
+
 #[test]
 fn grown_pages_a_checkpoint_wrote_read_back_in_a_fresh_view() {
     let d = ext4_dir("fresh-pages");
@@ -67,10 +77,7 @@ fn grown_pages_a_checkpoint_wrote_read_back_in_a_fresh_view() {
     w.write(25 * PAGE + 16, &7u64).unwrap();
     w.commit().unwrap();
     drop((v, w));
-    drop(r);
-    let r = Region::open(&p, Options::default()).unwrap();
-    let mut v = r.view().unwrap();
-    v.begin_read().unwrap();
+    let (_r, mut v) = reopen(r, &p);
     for page in 20..40 {
         for i in 0..PAGE / 8 - 1 {
             let want = if page == 25 && i == 2 {
@@ -158,4 +165,61 @@ fn a_large_record_written_from_its_pieces_is_recovered() {
         }
     }
     w.commit().unwrap();
+}
+
+/// A store into a page a grow added installs the fresh pages after it at
+/// once (`install_zeros_ahead`): a page this transaction wrote already and
+/// a page another view committed since the grow keep their bytes, the run
+/// ends at the region's end, the rest reads as zeros, and a commit by
+/// another view into a page installed ahead is seen by the next
+/// transaction.
+#[test]
+fn a_store_into_a_fresh_page_installs_the_next_ones_and_loses_no_bytes() {
+    let d = ext4_dir("zeros-ahead");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, 16 * PAGE, Options::default()).unwrap();
+    // Page 12 in the region file, the pages around it holes.
+    let mut b = r.view().unwrap();
+    b.run(|b| b.write(12 * PAGE, &pattern(12, 0))).unwrap();
+    r.checkpoint().unwrap();
+    r.checkpoint().unwrap();
+    r.grow(200 * PAGE).unwrap();
+    b.run(|b| b.write(30 * PAGE + 8, &0xB0B0u64)).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    // Each store's run of fresh pages would reach a page that must keep
+    // its bytes: 150 written here, 30 committed by `b`, 12 in the file,
+    // the region's end.
+    let pages = [150u64, 140, 25, 198, 10];
+    for page in pages {
+        v.write(page * PAGE, &pattern(page, 0)).unwrap();
+    }
+    for page in 10..200u64 {
+        let bytes = v.slice(page * PAGE, PAGE as usize).unwrap();
+        let mut want = vec![0u8; PAGE as usize];
+        if pages.contains(&page) || page == 12 {
+            want[..8].copy_from_slice(&pattern(page, 0).to_le_bytes());
+        }
+        if page == 30 {
+            want[8..16].copy_from_slice(&0xB0B0u64.to_le_bytes());
+        }
+        assert!(bytes == &want[..], "page {page} lost or gained bytes");
+    }
+    v.commit().unwrap();
+    // Page 141 was installed ahead of the store into 140.
+    b.run(|b| b.write(141 * PAGE + 16, &0xC0C0u64)).unwrap();
+    v.begin().unwrap();
+    assert_eq!(v.read::<u64>(141 * PAGE + 16).unwrap(), 0xC0C0);
+    v.write(142 * PAGE, &1u64).unwrap();
+    v.commit().unwrap();
+    drop((b, v));
+    let (_r, mut v) = reopen(r, &p);
+    for page in pages {
+        assert_eq!(v.read::<u64>(page * PAGE).unwrap(), pattern(page, 0));
+    }
+    assert_eq!(v.read::<u64>(12 * PAGE).unwrap(), pattern(12, 0));
+    assert_eq!(v.read::<u64>(30 * PAGE + 8).unwrap(), 0xB0B0);
+    assert_eq!(v.read::<u64>(141 * PAGE + 16).unwrap(), 0xC0C0);
+    assert_eq!(v.read::<u64>(142 * PAGE).unwrap(), 1);
+    v.commit().unwrap();
 }

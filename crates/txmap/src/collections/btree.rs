@@ -23,8 +23,9 @@ use super::format::{Val, cell_at, u64_at};
 pub use super::leaf::{INLINE_MAX, MAX_KEY, NODE};
 use super::leaf::{
     INTERNAL, Internal, LEAF, Leaf, MAGIC, Raw, T_HEIGHT, T_MAGIC, T_ROOT, encode_internal,
-    encode_leaf, in_place_spot, internal_bytes, internal_cell, leaf_bytes, leaf_cell, op_args,
-    put_in_place, remove_slot, split_point,
+    encode_leaf, in_place_spot, internal_bytes, internal_cell, internal_put_in_place, leaf_bytes,
+    leaf_cell, leaf_cells, op_args, packed_bytes, put_in_place, remove_slot, split_leaf_bytes,
+    split_point,
 };
 use super::node::check_key;
 use crate::{Result, View};
@@ -232,6 +233,9 @@ impl BTree {
         if value.len() <= INLINE_MAX && self.insert_in_place(v, node, key, value)? {
             return Ok(TryPut::Inserted);
         }
+        if split && self.split_then_insert(v, node, &path, key, value)? {
+            return Ok(TryPut::Inserted);
+        }
         let mut leaf = self.leaf(v, node)?;
         let pos = leaf.ents.binary_search_by(|e| e.0.as_slice().cmp(key));
         let inline_len = if value.len() <= INLINE_MAX {
@@ -244,9 +248,6 @@ impl BTree {
             if leaf_bytes(&leaf.ents) - old + 10 + key.len() + inline_len > NODE {
                 return Ok(TryPut::NeedsSplit);
             }
-        }
-        if pos.is_err() && self.split_logically(v, node, &leaf, &path, key, value)? {
-            return Ok(TryPut::Inserted);
         }
         let val = Val::store(v, value, INLINE_MAX)?;
         let out = match pos {
@@ -292,41 +293,66 @@ impl BTree {
         Ok(true)
     }
 
-    /// A new key with an inline value that does not fit in `leaf` (at
-    /// `node`): in a transaction that logs operations, splits the leaf by
-    /// the built-in operation [`crate::ops::BTREE_SPLIT`] (its halves are
-    /// not logged as bytes) and inserts the key in place into its half.
-    /// False (nothing changed) when the key would fit, operations are not
-    /// logged, or the key's half would have no room for it; the caller then
-    /// takes the general path (insert, then split the result).
-    fn split_logically(
+    /// A new key with an inline value that does not fit in the leaf at
+    /// `node` even repacked: splits the leaf, then inserts the key in place
+    /// into its half. The split moves the cells of the upper half into a
+    /// new leaf and repacks the lower half, each cell copied once, nothing
+    /// decoded ([`split_leaf_bytes`]); in a transaction that logs
+    /// operations it is the built-in operation [`crate::ops::BTREE_SPLIT`]
+    /// (its halves are not logged as bytes), which runs the same function.
+    /// False (nothing changed) when the key is present, the value is not
+    /// inline, the key would fit after a repack, or its half would have no
+    /// room for it; the caller then takes the general path (insert, then
+    /// split the result).
+    fn split_then_insert(
         &self,
         v: &mut View,
         node: u64,
-        leaf: &Leaf,
         path: &[(u64, usize)],
         key: &[u8],
         value: &[u8],
     ) -> Result<bool> {
+        if value.len() > INLINE_MAX {
+            return Ok(false);
+        }
         let cell = 10 + key.len() + value.len();
-        if value.len() > INLINE_MAX
-            || leaf.ents.len() < 2
-            || leaf_bytes(&leaf.ents) + cell <= NODE
-            || !v.logs_ops()
-        {
-            return Ok(false);
-        }
-        let at = split_point(&leaf.ents, leaf_cell);
-        let (left, right) = leaf.ents.split_at(at);
-        let sep = right[0].0.clone();
-        let goes_right = key >= sep.as_slice();
-        if leaf_bytes(if goes_right { right } else { left }) + cell > NODE {
-            return Ok(false);
-        }
+        let (sep, goes_right) = {
+            let r = self.raw(v, node, LEAF)?;
+            if r.search(key)
+                .ok_or_else(|| corrupt(v, node, "bad key"))?
+                .is_ok()
+            {
+                return Ok(false);
+            }
+            let cells = leaf_cells(&r).ok_or_else(|| corrupt(v, node, "malformed B+-tree leaf"))?;
+            if cells.len() < 2 || packed_bytes(&cells) + cell <= NODE {
+                return Ok(false);
+            }
+            let at = split_point(&cells, |(c, e)| e - c + 2);
+            let sep = r.key(at).ok_or_else(|| corrupt(v, node, "bad key"))?;
+            let goes_right = key >= sep;
+            let half = if goes_right {
+                &cells[at..]
+            } else {
+                &cells[..at]
+            };
+            if packed_bytes(half) + cell > NODE {
+                return Ok(false);
+            }
+            (sep.to_vec(), goes_right)
+        };
         let rnode = alloc::alloc(v, NODE as u64)?;
-        let mut args = node.to_le_bytes().to_vec();
-        args.extend_from_slice(&rnode.to_le_bytes());
-        v.apply(crate::ops::BTREE_SPLIT, &args)?;
+        if v.logs_ops() {
+            let mut args = node.to_le_bytes().to_vec();
+            args.extend_from_slice(&rnode.to_le_bytes());
+            v.apply(crate::ops::BTREE_SPLIT, &args)?;
+        } else {
+            let (mut lb, mut rb) = ([0u8; NODE], [0u8; NODE]);
+            split_leaf_bytes(v.slice(node, NODE)?, rnode, &mut lb, &mut rb)
+                .map_err(|why| corrupt(v, node, why))?;
+            v.slice_mut(node, NODE)?.copy_from_slice(&lb);
+            v.slice_mut(rnode, NODE)?.copy_from_slice(&rb);
+        }
         self.insert_up(v, path.to_vec(), node, sep, rnode)?;
         let target = if goes_right { rnode } else { node };
         if !self.insert_in_place(v, target, key, value)? {
@@ -396,6 +422,12 @@ impl BTree {
                 v.write(self.at + T_HEIGHT, &(h + 1))?;
                 return Ok(());
             };
+            // In place when the parent's gap has room: no decoding.
+            let fits = internal_put_in_place(v.slice_mut(p, NODE)?, i, &sep, right)
+                .map_err(|why| corrupt(v, p, why))?;
+            if fits {
+                return Ok(());
+            }
             let mut n = self.internal(v, p)?;
             n.ents.insert(i, (sep, right));
             if let Some(b) = encode_internal(&n) {

@@ -376,8 +376,8 @@ pub(crate) fn put_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
 
 /// Built-in operation [`crate::ops::BTREE_SPLIT`]: moves the upper half
 /// (by bytes, [`split_point`]) of the leaf at `node` into the new leaf at
-/// `rnode`, linked after it, and repacks both. Arguments: `node` u64,
-/// `rnode` u64.
+/// `rnode`, linked after it, and repacks both ([`split_leaf_bytes`]).
+/// Arguments: `node` u64, `rnode` u64.
 pub(crate) fn split_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
     let (Some(node), Some(rnode), 16) = (u64_at(args, 0), u64_at(args, 8), args.len()) else {
         return Err(invalid(format!(
@@ -386,24 +386,127 @@ pub(crate) fn split_op(mem: &mut dyn OpMemory, args: &[u8]) -> Result<()> {
         )));
     };
     let b = op_leaf(mem, node)?;
-    let bad = |what: &str| invalid(format!("B+-tree split of leaf {node}: {what}"));
-    let mut leaf = Raw::parse(&b)
-        .and_then(|r| r.to_leaf())
-        .ok_or_else(|| bad("malformed leaf"))?;
-    if leaf.ents.len() < 2 {
-        return Err(bad("fewer than two entries"));
-    }
-    let at = split_point(&leaf.ents, leaf_cell);
-    let right = Leaf {
-        next: leaf.next,
-        ents: leaf.ents.split_off(at),
-    };
-    leaf.next = rnode;
-    let (Some(lb), Some(rb)) = (encode_leaf(&leaf), encode_leaf(&right)) else {
-        return Err(bad("halves do not fit"));
-    };
+    let (mut lb, mut rb) = (vec![0u8; NODE], vec![0u8; NODE]);
+    split_leaf_bytes(&b, rnode, &mut lb, &mut rb)
+        .map_err(|what| invalid(format!("B+-tree split of leaf {node}: {what}")))?;
     mem.write(node, &lb)?;
     mem.write(rnode, &rb)
+}
+
+/// The cells of leaf `r` in slot order, as (offset, end), checked as
+/// [`Raw::to_leaf`] checks them (flags 0 or 1, the cell inside the node).
+pub(super) fn leaf_cells(r: &Raw<'_>) -> Option<Vec<(usize, usize)>> {
+    let mut cells = Vec::with_capacity(r.n);
+    for i in 0..r.n {
+        let c = r.cell(i)?;
+        if *r.b.get(c + 2)? > 1 {
+            return None;
+        }
+        cells.push((c, cell_end(r.b, c)?));
+    }
+    Some(cells)
+}
+
+/// Bytes a leaf of cells `cells` takes as [`leaf_bytes`] counts them
+/// (header, a slot and the cell's bytes each).
+pub(super) fn packed_bytes(cells: &[(usize, usize)]) -> usize {
+    HDR + cells.iter().map(|(c, e)| e - c + 2).sum::<usize>()
+}
+
+/// Writes the leaf of cells `cells` of node bytes `src` (from
+/// [`leaf_cells`]) into `out` (a node's bytes) with next leaf `link`,
+/// exactly as [`encode_leaf`] writes the same entries: cells packed down
+/// from the node's end in key order, each header written anew, every other
+/// byte zero. Each cell's key and value are copied once, nothing decoded.
+fn pack_leaf(
+    src: &[u8],
+    cells: &[(usize, usize)],
+    link: u64,
+    out: &mut [u8],
+) -> std::result::Result<(), &'static str> {
+    if out.len() != NODE || packed_bytes(cells) > NODE {
+        return Err("halves do not fit");
+    }
+    out.fill(0);
+    out[0] = LEAF;
+    put16(out, 2, cells.len() as u16);
+    put64(out, 8, link);
+    let mut end = NODE;
+    for (i, &(c, e)) in cells.iter().enumerate() {
+        end -= e - c;
+        put16(out, HDR + 2 * i, end as u16);
+        // Key length and flags as they are; byte 3 zero; the inline
+        // length only for an inline value (`put_cell` leaves it zero for
+        // a block).
+        out[end..end + 3].copy_from_slice(&src[c..c + 3]);
+        if src[c + 2] == 0 {
+            out[end + 4..end + 8].copy_from_slice(&src[c + 4..c + 8]);
+        }
+        out[end + 8..end + e - c].copy_from_slice(&src[c + 8..e]);
+    }
+    Ok(())
+}
+
+/// Splits leaf bytes `b` as [`split_op`] does: the lower half (by bytes,
+/// [`split_point`]) repacked into `left` linked to `rnode`, the upper half
+/// into `right` linked to `b`'s next leaf; byte for byte what
+/// [`encode_leaf`] writes for the halves of [`Raw::to_leaf`]'s entries,
+/// so a log replayed by either gives the same node. Returns the index of
+/// the first entry moved right.
+pub(super) fn split_leaf_bytes(
+    b: &[u8],
+    rnode: u64,
+    left: &mut [u8],
+    right: &mut [u8],
+) -> std::result::Result<usize, &'static str> {
+    let r = Raw::parse(b)
+        .filter(|r| r.kind == LEAF)
+        .ok_or("malformed leaf")?;
+    let cells = leaf_cells(&r).ok_or("malformed leaf")?;
+    if cells.len() < 2 {
+        return Err("fewer than two entries");
+    }
+    let at = split_point(&cells, |(c, e)| e - c + 2);
+    pack_leaf(b, &cells[..at], rnode, left)?;
+    pack_leaf(b, &cells[at..], r.link, right)?;
+    Ok(at)
+}
+
+/// Inserts separator `key` with child `child` (keys `>= key`) as entry `i`
+/// of the internal node in bytes `b`, in place: its cell just below the
+/// lowest cell, the slots from `i` on moved up by one. False (nothing
+/// changed) if the gap between the slots and the cells is too small.
+pub(super) fn internal_put_in_place(
+    b: &mut [u8],
+    i: usize,
+    key: &[u8],
+    child: u64,
+) -> std::result::Result<bool, &'static str> {
+    let r = Raw::parse(b)
+        .filter(|r| r.kind == INTERNAL)
+        .ok_or("malformed B+-tree node")?;
+    let n = r.n;
+    if i > n {
+        return Err("bad child index");
+    }
+    let mut lowest = NODE.min(b.len());
+    for j in 0..n {
+        lowest = lowest.min(r.cell(j).ok_or("bad cell")?);
+    }
+    let cell = 16 + key.len();
+    let slots_end = HDR + 2 * (n + 1);
+    if lowest < slots_end + cell {
+        return Ok(false);
+    }
+    let at = lowest - cell;
+    b.copy_within(HDR + 2 * i..HDR + 2 * n, HDR + 2 * i + 2);
+    put16(b, HDR + 2 * i, at as u16);
+    put16(b, 2, (n + 1) as u16);
+    put16(b, at, key.len() as u16);
+    b[at + 2..at + 8].fill(0);
+    put64(b, at + 8, child);
+    b[at + 16..at + cell].copy_from_slice(key);
+    Ok(true)
 }
 
 /// Built-in operation [`crate::ops::BTREE_DELETE`]: takes a key's slot out
@@ -438,4 +541,164 @@ pub(super) fn split_point<T>(ents: &[T], size: impl Fn(&T) -> usize) -> usize {
         }
     }
     ents.len() / 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rand::SplitMix;
+
+    /// A leaf of random entries (inline and block values, keys of 0 to 40
+    /// bytes) as a tree leaves it: packed, then in-place inserts into the
+    /// gap and in-place deletes (holes), and junk in the cells' zero byte.
+    fn random_leaf(rng: &mut SplitMix) -> Vec<u8> {
+        let mut ents: Vec<Entry> = Vec::new();
+        loop {
+            let key: Vec<u8> = (0..rng.next() % 41).map(|_| rng.next() as u8).collect();
+            let val = if rng.next().is_multiple_of(5) {
+                Val::Block {
+                    at: rng.next(),
+                    len: rng.next(),
+                }
+            } else {
+                Val::Inline((0..rng.next() % 200).map(|_| rng.next() as u8).collect())
+            };
+            if leaf_bytes(&ents) + cell_bytes(&key, &val) + 2 > NODE / 2 {
+                break;
+            }
+            if let Err(i) = ents.binary_search_by(|e| e.0.cmp(&key)) {
+                ents.insert(i, (key, val));
+            }
+        }
+        let mut b = encode_leaf(&Leaf {
+            next: rng.next(),
+            ents,
+        })
+        .unwrap();
+        for _ in 0..rng.next() % 30 {
+            let r = Raw::parse(&b).unwrap();
+            let n = r.n;
+            if n > 2 && rng.next().is_multiple_of(3) {
+                remove_slot(&mut b, (rng.next() % n as u64) as usize, n);
+                continue;
+            }
+            let key: Vec<u8> = (0..rng.next() % 41).map(|_| rng.next() as u8).collect();
+            let value: Vec<u8> = (0..rng.next() % 200).map(|_| rng.next() as u8).collect();
+            if let Ok(Some(spot)) = in_place_spot(&r, &key, value.len()) {
+                put_in_place(&mut b, spot, &key, &value);
+            }
+        }
+        let r = Raw::parse(&b).unwrap();
+        let cells: Vec<usize> = (0..r.n).map(|i| r.cell(i).unwrap()).collect();
+        for c in cells {
+            if rng.next().is_multiple_of(4) {
+                b[c + 3] = rng.next() as u8;
+            }
+            // A block value's cell has no inline length: junk there too.
+            if b[c + 2] == 1 && rng.next().is_multiple_of(2) {
+                b[c + 4] = rng.next() as u8;
+            }
+        }
+        b
+    }
+
+    /// The split as `split_op` did it before `split_leaf_bytes`: decode,
+    /// split the entries, encode both halves.
+    fn split_decoded(b: &[u8], rnode: u64) -> Option<(Vec<u8>, Vec<u8>)> {
+        let mut leaf = Raw::parse(b)?.to_leaf()?;
+        if leaf.ents.len() < 2 {
+            return None;
+        }
+        let at = split_point(&leaf.ents, leaf_cell);
+        let right = Leaf {
+            next: leaf.next,
+            ents: leaf.ents.split_off(at),
+        };
+        leaf.next = rnode;
+        Some((encode_leaf(&leaf)?, encode_leaf(&right)?))
+    }
+
+    #[test]
+    fn split_leaf_bytes_writes_what_decoding_and_encoding_wrote() {
+        let mut rng = SplitMix(7);
+        for _ in 0..2000 {
+            let b = random_leaf(&mut rng);
+            let rnode = rng.next();
+            let (mut lb, mut rb) = (vec![0xAAu8; NODE], vec![0x55u8; NODE]);
+            let ours = split_leaf_bytes(&b, rnode, &mut lb, &mut rb);
+            match split_decoded(&b, rnode) {
+                Some((l, r)) => {
+                    assert!(ours.is_ok());
+                    assert_eq!(lb, l, "left half");
+                    assert_eq!(rb, r, "right half");
+                }
+                None => assert!(ours.is_err()),
+            }
+        }
+    }
+
+    #[test]
+    fn split_leaf_bytes_refuses_what_decoding_refused() {
+        let mut rng = SplitMix(11);
+        let b = random_leaf(&mut rng);
+        let r = Raw::parse(&b).unwrap();
+        let c = r.cell(r.n / 2).unwrap();
+        let (mut lb, mut rb) = (vec![0u8; NODE], vec![0u8; NODE]);
+        // A flags byte neither 0 nor 1: `to_leaf` fails on it.
+        let mut bad = b.clone();
+        bad[c + 2] = 2;
+        assert!(split_decoded(&bad, 1).is_none());
+        assert!(split_leaf_bytes(&bad, 1, &mut lb, &mut rb).is_err());
+        // A cell running past the node.
+        let mut bad = b.clone();
+        put16(&mut bad, c, 4000);
+        assert!(split_decoded(&bad, 1).is_none());
+        assert!(split_leaf_bytes(&bad, 1, &mut lb, &mut rb).is_err());
+        // One entry only.
+        let one = encode_leaf(&Leaf {
+            next: 0,
+            ents: vec![(b"k".to_vec(), Val::Inline(b"v".to_vec()))],
+        })
+        .unwrap();
+        assert!(split_leaf_bytes(&one, 1, &mut lb, &mut rb).is_err());
+    }
+
+    #[test]
+    fn internal_put_in_place_inserts_the_separator_and_child() {
+        let mut rng = SplitMix(3);
+        for _ in 0..500 {
+            let mut ents: Vec<(Vec<u8>, u64)> = Vec::new();
+            for _ in 0..rng.next() % 120 {
+                let key: Vec<u8> = (0..1 + rng.next() % 30).map(|_| rng.next() as u8).collect();
+                if let Err(i) = ents.binary_search_by(|e| e.0.cmp(&key)) {
+                    ents.insert(i, (key, rng.next()));
+                }
+            }
+            let Some(mut b) = encode_internal(&Internal {
+                first: rng.next(),
+                ents: ents.clone(),
+            }) else {
+                continue;
+            };
+            let first = Raw::parse(&b).unwrap().link;
+            // Insert until the gap is full, checking every entry each time.
+            loop {
+                let key: Vec<u8> = (0..1 + rng.next() % 30).map(|_| rng.next() as u8).collect();
+                let Err(i) = ents.binary_search_by(|e| e.0.cmp(&key)) else {
+                    continue;
+                };
+                let child = rng.next();
+                let before = b.clone();
+                if !internal_put_in_place(&mut b, i, &key, child).unwrap() {
+                    assert_eq!(b, before, "a refused insert changes nothing");
+                    assert!(internal_bytes(&ents) + 16 + key.len() + 2 > NODE);
+                    break;
+                }
+                ents.insert(i, (key, child));
+                let n = Raw::parse(&b).unwrap().to_internal().unwrap();
+                assert_eq!(n.ents, ents);
+                assert_eq!(n.first, first);
+            }
+        }
+    }
 }

@@ -73,6 +73,9 @@ impl ReadSide<'_> {
     }
 }
 
+/// Pages [`ViewInner::install_zeros_ahead`] installs at most at once.
+const ZEROS_AHEAD: usize = 64;
+
 /// The content of a page in a hole of the region file.
 static ZEROS: [u8; PAGE] = [0; PAGE];
 
@@ -184,6 +187,52 @@ impl ViewInner {
             drop(side);
             p = q;
         }
+    }
+
+    /// A store into a page that reads as zeros at `snapshot` (no version,
+    /// and past the last page ever written into the region file, a page a
+    /// grow added, or in a hole of the file: pages a heap hands out in
+    /// order): installs it and the
+    /// following pages alike that are not valid, up to [`ZEROS_AHEAD`],
+    /// with one `MADV_POPULATE_WRITE` over their private pages emptied
+    /// first, instead of a fault on the memory file and a copy of zeros
+    /// for each. False (nothing installed) for a page that is not such,
+    /// or no run of two, or when the transaction has pages exposed
+    /// (`islands`: commit would count the extra valid pages as read).
+    /// Async-signal-safe: system calls and atomics only.
+    pub(super) fn install_zeros_ahead(&self, page: usize, snapshot: u64) -> bool {
+        if self.islands.load(Ordering::Relaxed) > 0 {
+            return false;
+        }
+        let side = self.read_side();
+        let mut holes = crate::io::Holes::default();
+        let mut zero = |p: usize| {
+            std::ptr::eq(side.source(p, snapshot), ZERO_PAGE.as_ptr())
+                || (self.region.mvcc.lookup(p, snapshot).is_none()
+                    && self.file_hole(p, &mut holes).0)
+        };
+        let not_valid = |p: usize| {
+            self.mem
+                .valid
+                .get(p)
+                .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
+        };
+        let limit = (self.mem.mapped.load(Ordering::Relaxed) / PAGE).min(page + ZEROS_AHEAD);
+        if page >= limit || !zero(page) {
+            return false;
+        }
+        let mut q = page + 1;
+        while q < limit && not_valid(q) && zero(q) {
+            q += 1;
+        }
+        if q - page < 2 || !self.mem.punch(page * PAGE, (q - page) * PAGE) {
+            return false;
+        }
+        self.mem
+            .alias
+            .populate(page * PAGE, (q - page) * PAGE, true);
+        (page..q).for_each(|p| self.mark_installed(p));
+        true
     }
 
     /// Whether `page` lies in a hole of the region file (its content is
@@ -304,7 +353,10 @@ impl ViewInner {
             .get(page)
             .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
         {
-            self.install(page, self.snapshot.load(Ordering::Relaxed));
+            let snapshot = self.snapshot.load(Ordering::Relaxed);
+            if !(write && self.install_zeros_ahead(page, snapshot)) {
+                self.install(page, snapshot);
+            }
         }
         if bits == 0 {
             // First access in this transaction, load or store: a store grants

@@ -293,8 +293,11 @@ impl Log {
             // recovery can tell truncation (damage) from a torn tail.
             if end + 8 > allocated {
                 let new_alloc = extended_len(allocated, end + 8);
+                let at = self
+                    .extend_under(allocated, end)
+                    .map_err(|e| self.err("extend log", e))?;
                 let zeros = vec![0u8; ZERO_PIECE];
-                let mut at = allocated;
+                let mut at = at;
                 while at < new_alloc {
                     let n = (new_alloc - at).min(ZERO_PIECE as u64) as usize;
                     self.storage
@@ -325,6 +328,24 @@ impl Log {
             futex_wake_bits(&h.append_gen, NonZeroU32::MAX, 1);
         }
         Ok(())
+    }
+
+    /// Extends the log over the whole pieces of zeros that a record ending
+    /// at `end` fills past `allocated` without writing them: `set_len`
+    /// (unwritten extents, read as zeros like written ones). The record
+    /// goes there right after, so writing zeros first only doubled a large
+    /// record's writes (a bulk load's). Returns where zeros must still be
+    /// written from. Only when the file is no longer than `allocated`: past
+    /// it may lie an older epoch's bytes (a death before a cut), which
+    /// only written zeros clear.
+    fn extend_under(&self, allocated: u64, end: u64) -> std::io::Result<u64> {
+        let piece = ZERO_PIECE as u64;
+        let whole = allocated + (end.saturating_sub(allocated) / piece) * piece;
+        if whole == allocated || self.storage.len()? > allocated {
+            return Ok(allocated);
+        }
+        self.storage.set_len(whole)?;
+        Ok(whole)
     }
 
     /// Sequence number of the last record written to the OS. (`SeqCst`:
