@@ -80,6 +80,54 @@ pub(crate) fn lock_all<'a>(regions: &[&'a RegionInner]) -> Result<Vec<Locked<'a>
     Ok(locks)
 }
 
+/// Lock-free tries of `snapshots` before it takes the commit locks.
+const SNAPSHOT_TRIES: usize = 4;
+
+/// Registers a snapshot of each of `regions` (in slot `slots[i]`) that
+/// agree on every commit across them, and returns them. Without the commit
+/// locks: each region's visibility word (`LogShared::release_gen`, odd
+/// while a commit across several regions changes what snapshots see, in
+/// every writer before and after the change in any) is read before and
+/// after the snapshots; a word odd or moved means such a change may lie
+/// between two of them, so they are taken again. And every region but the
+/// last must still show its snapshot after the last was taken: then all
+/// are the regions' state at that moment, and a commit that finished
+/// before another began (in another region) is never seen without it.
+/// After `SNAPSHOT_TRIES` tries (commits keep coming), taken under all the
+/// commit locks, where no such change can be under way.
+pub(crate) fn snapshots(regions: &[&RegionInner], slots: &[usize]) -> Result<Vec<u64>> {
+    let word = |r: &RegionInner| r.mvcc.hdr().log.release_gen();
+    for _ in 0..SNAPSHOT_TRIES {
+        let before: Vec<u32> = regions.iter().map(|r| word(r)).collect();
+        if before.iter().any(|g| g % 2 == 1) {
+            std::hint::spin_loop();
+            continue;
+        }
+        let s: Vec<u64> = regions
+            .iter()
+            .zip(slots)
+            .map(|(r, &i)| r.mvcc.begin(i))
+            .collect();
+        let n = regions.len();
+        let stable = regions.iter().zip(&before).all(|(r, &g)| word(r) == g)
+            && regions[..n.saturating_sub(1)]
+                .iter()
+                .zip(&s)
+                .all(|(r, &s)| r.mvcc.visible_seq() == s);
+        if stable {
+            return Ok(s);
+        }
+    }
+    let locks = lock_all(regions)?;
+    let s = regions
+        .iter()
+        .zip(slots)
+        .map(|(r, &i)| r.mvcc.begin(i))
+        .collect();
+    drop(locks);
+    Ok(s)
+}
+
 /// One region's part of a commit across several regions.
 pub(crate) struct Part<'a> {
     pub region: &'a Arc<RegionInner>,
@@ -222,8 +270,8 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     // is full, synced here holding the locks as a whole.
     let pending = trailer.is_some()
         && writers.iter().enumerate().all(|(k, &i)| {
-            let log = &parts[i].region.mvcc.hdr().log;
-            log.add_pending(seqs[k]) || {
+            let r = parts[i].region;
+            r.mvcc.hdr().log.add_pending(seqs[k], r.pid()) || {
                 for (kk, &ii) in writers[..k].iter().enumerate() {
                     parts[ii].region.mvcc.hdr().log.release_pending(seqs[kk]);
                 }
@@ -233,6 +281,10 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     if trailer.is_some() && !pending {
         sync_all(&logs, &seqs).map_err(fail)?;
         crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
+        // Published below: visible at once in every writer.
+        for r in &logs {
+            r.mvcc.hdr().log.begin_visibility_change();
+        }
     }
     for (k, &i) in writers.iter().enumerate() {
         let r = parts[i].region;
@@ -250,6 +302,11 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         h.log.mark_published();
         h.log.set_group_in_flight(0);
     }
+    if trailer.is_some() && !pending {
+        for r in &logs {
+            r.mvcc.hdr().log.end_visibility_change();
+        }
+    }
     drop(pages);
     drop(locks);
     if pending {
@@ -260,8 +317,17 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         // snapshot over several regions sees it in all of them or none.
         let writer_regions: Vec<&RegionInner> = logs.iter().map(|r| &***r).collect();
         let relocked = lock_all(&writer_regions).map_err(fail)?;
+        for r in &logs {
+            r.mvcc.hdr().log.begin_visibility_change();
+        }
         for (k, r) in logs.iter().enumerate() {
+            if k == 1 {
+                crate::debug::hit(crate::debug::CrashPoint::GroupReleasing);
+            }
             r.mvcc.hdr().log.release_pending(seqs[k]);
+        }
+        for r in &logs {
+            r.mvcc.hdr().log.end_visibility_change();
         }
         drop(relocked);
     }

@@ -259,18 +259,16 @@ fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
     }
 }
 
-#[test]
-fn a_reader_never_sees_a_group_published_in_one_region_only() {
-    if role().is_some() {
-        return worker();
-    }
-    let name = "a_reader_never_sees_a_group_published_in_one_region_only";
+/// Stops worker 0 at `point` of its second group commit (holding both
+/// commit locks), begins a transaction over both regions meanwhile and
+/// resumes the worker 300 ms later: returns the total the reader saw and
+/// worker 0's counter in each region.
+fn read_while_stopped_at(name: &str, point: CrashPoint) -> (i64, Vec<u64>) {
     let d = ext4_dir(name);
     create(d.path());
     let ra = Region::open(&d.join("a"), opts()).unwrap();
     let rb = Region::open(&d.join("b"), opts()).unwrap();
-    // Stopped with its group published in one region, not yet the other.
-    let mut p = armed(name, &d, CrashPoint::GroupPublished, 2, true);
+    let mut p = armed(name, &d, point, 2, true);
     while p.state() != 'T' {
         p.check_running("the stopping worker");
         std::thread::sleep(Duration::from_millis(2));
@@ -281,18 +279,52 @@ fn a_reader_never_sees_a_group_published_in_one_region_only() {
             let views = &mut [&mut va, &mut vb];
             View::begin_group_with(views, txmap::TxnOptions::READ_ONLY).unwrap();
             let t = total(views);
+            let counters: Vec<u64> = views
+                .iter_mut()
+                .map(|v| v.read(COUNTERS).unwrap())
+                .collect();
             View::commit_group(views).unwrap();
-            t
+            (t, counters)
         });
         std::thread::sleep(Duration::from_millis(300));
         p.signal(rustix::process::Signal::CONT);
         reader.join().unwrap()
     });
+    p.kill();
+    seen
+}
+
+#[test]
+fn a_reader_never_sees_a_group_published_in_one_region_only() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_reader_never_sees_a_group_published_in_one_region_only";
+    // Stopped with its group published in one region, not yet the other.
+    let (total, counters) = read_while_stopped_at(name, CrashPoint::GroupPublished);
     assert_eq!(
-        seen, TOTAL,
+        total, TOTAL,
         "a reader saw a group commit in one region only"
     );
-    p.kill();
+    assert_eq!(counters[0], counters[1], "a reader saw a torn group");
+}
+
+#[test]
+fn a_reader_never_sees_a_group_released_in_one_region_only() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_reader_never_sees_a_group_released_in_one_region_only";
+    // Stopped with its group durable and released to snapshots in one
+    // region, not yet the other. Snapshots over both regions are taken
+    // without the commit locks while no such release is under way: this
+    // one must not be.
+    let (total, counters) = read_while_stopped_at(name, CrashPoint::GroupReleasing);
+    assert_eq!(total, TOTAL, "a reader saw a torn total");
+    assert_eq!(
+        counters[0], counters[1],
+        "a reader saw a group released in one region only"
+    );
 }
 
 /// Kills a worker at `point` of its `nth` group commit, then recovers
