@@ -328,6 +328,15 @@ pub(crate) fn sync_pause() {
     sleep_for(&SYNC_PAUSE_US);
 }
 
+/// The newest commit snapshots of `region` may see, then the newest one
+/// durable in its log (read in that order): for tests that nothing is
+/// visible before it is durable in every region of its commit.
+pub fn visible_then_synced(region: &crate::Region) -> (u64, u64) {
+    let m = &region.inner.mvcc;
+    let visible = m.visible_seq();
+    (visible, crate::wal::log::Log::synced_seq(&m.hdr().log))
+}
+
 /// Makes `region` unusable with `msg`, as a failed log write would: every
 /// later commit in every process that has it open fails with
 /// `Error::Poisoned`. For tests of how that is reported.

@@ -177,6 +177,55 @@ fn transfers_in_threads_keep_the_total_in_every_transaction() {
 }
 
 #[test]
+fn no_group_is_visible_before_it_is_durable_in_every_region() {
+    let d = ext4_dir("multiregion-visible-durable");
+    create(d.path());
+    let ra = Region::open(&d.join("a"), opts()).unwrap();
+    let rb = Region::open(&d.join("b"), opts()).unwrap();
+    // Slower syncs: groups wait longer between their append and their
+    // sync, so committers release one another's groups more often.
+    txmap::debug::slow_syncs(300);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..3u64)
+            .map(|w| {
+                let (ra, rb) = (&ra, &rb);
+                s.spawn(move || {
+                    let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
+                    let mut x = w + 5;
+                    for _ in 0..100 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        let xx = x >> 20;
+                        View::run_group(&mut [&mut va, &mut vb], |v| transfer(v, w, xx)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        // Every commit writes both regions (one each at creation), so a
+        // commit has one sequence number in both: what a snapshot of one
+        // region may see must be durable in the other's log already.
+        s.spawn(|| {
+            let probe = txmap::debug::visible_then_synced;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let (seen_a, _) = probe(&ra);
+                let (_, synced_b) = probe(&rb);
+                assert!(seen_a <= synced_b, "a sees {seen_a}, b synced {synced_b}");
+                let (seen_b, _) = probe(&rb);
+                let (_, synced_a) = probe(&ra);
+                assert!(seen_b <= synced_a, "b sees {seen_b}, a synced {synced_a}");
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    txmap::debug::slow_syncs(0);
+    drop((ra, rb));
+    check(d.path(), false, &[100; 3]);
+}
+
+#[test]
 fn a_region_only_read_is_validated_at_the_commit() {
     let d = ext4_dir("multiregion-read-only-part");
     create(d.path());
