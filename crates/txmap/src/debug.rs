@@ -93,11 +93,15 @@ pub enum CrashPoint {
     /// batch of its pages copied from its synced journal into the region
     /// file by the copy's thread, before the rest (`roundwrite.rs`).
     RoundCopying = 26,
+    /// A commit across several regions, durable in every writer's log,
+    /// holding their commit locks again: released to snapshots in the
+    /// first writer, before the next.
+    GroupReleasing = 27,
 }
 
 impl CrashPoint {
     /// Every point, in the order of their numbers.
-    pub const ALL: [CrashPoint; 26] = [
+    pub const ALL: [CrashPoint; 27] = [
         CrashPoint::CommitLocked,
         CrashPoint::CommitLogged,
         CrashPoint::CommitPublishing,
@@ -124,6 +128,7 @@ impl CrashPoint {
         CrashPoint::GroupPublished,
         CrashPoint::GroupUnlocked,
         CrashPoint::RoundCopying,
+        CrashPoint::GroupReleasing,
     ];
 
     /// The point whose number (`as u32`) is `n`.
@@ -172,7 +177,8 @@ mod tests {
             CrashPoint::GroupAppended
             | CrashPoint::GroupSynced
             | CrashPoint::GroupPublished
-            | CrashPoint::GroupUnlocked => p as u32,
+            | CrashPoint::GroupUnlocked
+            | CrashPoint::GroupReleasing => p as u32,
         };
         let mut numbers: Vec<u32> = CrashPoint::ALL.iter().map(|&p| every(p)).collect();
         numbers.dedup();
@@ -332,6 +338,15 @@ pub fn slow_syncs(us: u64) {
 
 pub(crate) fn sync_pause() {
     sleep_for(&SYNC_PAUSE_US);
+}
+
+/// The newest commit snapshots of `region` may see, then the newest one
+/// durable in its log (read in that order): for tests that nothing is
+/// visible before it is durable in every region of its commit.
+pub fn visible_then_synced(region: &crate::Region) -> (u64, u64) {
+    let m = &region.inner.mvcc;
+    let visible = m.visible_seq();
+    (visible, crate::wal::log::Log::synced_seq(&m.hdr().log))
 }
 
 /// Makes `region` unusable with `msg`, as a failed log write would: every

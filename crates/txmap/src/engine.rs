@@ -397,6 +397,16 @@ impl RegionInner {
         })
     }
 
+    /// This process's id: the opener's, read from the handle unless this is
+    /// a forked child (one `getpid` less per commit lock taken).
+    pub(crate) fn pid(&self) -> u32 {
+        if crate::os::signal::forks_now() == self.fork_generation {
+            self.owner.as_raw_nonzero().get() as u32
+        } else {
+            std::process::id()
+        }
+    }
+
     pub fn size(&self) -> u64 {
         self.mvcc.hdr().file.data_size()
     }
@@ -467,7 +477,7 @@ impl RegionInner {
         let Some((seq, pid)) = log.oldest_pending() else {
             return Ok(());
         };
-        if pid == std::process::id() || crate::os::shm::process_alive(pid) {
+        if pid == self.pid() || crate::os::shm::process_alive(pid) {
             return Ok(());
         }
         let e = crate::grouplog::group_err(
@@ -543,6 +553,7 @@ impl RegionInner {
     fn repair(&self, l: &crate::mvcc::Locked<'_>) -> Result<()> {
         let h = self.mvcc.hdr();
         self.check_group_repair()?;
+        h.log.end_interrupted_visibility_change();
         let storage = self.log.storage();
         let mut page = vec![0u8; HEADER_BYTES as usize];
         storage

@@ -80,6 +80,54 @@ pub(crate) fn lock_all<'a>(regions: &[&'a RegionInner]) -> Result<Vec<Locked<'a>
     Ok(locks)
 }
 
+/// Lock-free tries of `snapshots` before it takes the commit locks.
+const SNAPSHOT_TRIES: usize = 4;
+
+/// Registers a snapshot of each of `regions` (in slot `slots[i]`) that
+/// agree on every commit across them, and returns them. Without the commit
+/// locks: each region's visibility word (`LogShared::release_gen`, odd
+/// while a commit across several regions changes what snapshots see, in
+/// every writer before and after the change in any) is read before and
+/// after the snapshots; a word odd or moved means such a change may lie
+/// between two of them, so they are taken again. And every region but the
+/// last must still show its snapshot after the last was taken: then all
+/// are the regions' state at that moment, and a commit that finished
+/// before another began (in another region) is never seen without it.
+/// After `SNAPSHOT_TRIES` tries (commits keep coming), taken under all the
+/// commit locks, where no such change can be under way.
+pub(crate) fn snapshots(regions: &[&RegionInner], slots: &[usize]) -> Result<Vec<u64>> {
+    let word = |r: &RegionInner| r.mvcc.hdr().log.release_gen();
+    for _ in 0..SNAPSHOT_TRIES {
+        let before: Vec<u32> = regions.iter().map(|r| word(r)).collect();
+        if before.iter().any(|g| g % 2 == 1) {
+            std::hint::spin_loop();
+            continue;
+        }
+        let s: Vec<u64> = regions
+            .iter()
+            .zip(slots)
+            .map(|(r, &i)| r.mvcc.begin(i))
+            .collect();
+        let n = regions.len();
+        let stable = regions.iter().zip(&before).all(|(r, &g)| word(r) == g)
+            && regions[..n.saturating_sub(1)]
+                .iter()
+                .zip(&s)
+                .all(|(r, &s)| r.mvcc.visible_seq() == s);
+        if stable {
+            return Ok(s);
+        }
+    }
+    let locks = lock_all(regions)?;
+    let s = regions
+        .iter()
+        .zip(slots)
+        .map(|(r, &i)| r.mvcc.begin(i))
+        .collect();
+    drop(locks);
+    Ok(s)
+}
+
 /// One region's part of a commit across several regions.
 pub(crate) struct Part<'a> {
     pub region: &'a Arc<RegionInner>,
@@ -222,8 +270,8 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     // is full, synced here holding the locks as a whole.
     let pending = trailer.is_some()
         && writers.iter().enumerate().all(|(k, &i)| {
-            let log = &parts[i].region.mvcc.hdr().log;
-            log.add_pending(seqs[k]) || {
+            let r = parts[i].region;
+            r.mvcc.hdr().log.add_pending(seqs[k], r.pid()) || {
                 for (kk, &ii) in writers[..k].iter().enumerate() {
                     parts[ii].region.mvcc.hdr().log.release_pending(seqs[kk]);
                 }
@@ -233,6 +281,10 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
     if trailer.is_some() && !pending {
         sync_all(&logs, &seqs).map_err(fail)?;
         crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
+        // Published below: visible at once in every writer.
+        for r in &logs {
+            r.mvcc.hdr().log.begin_visibility_change();
+        }
     }
     for (k, &i) in writers.iter().enumerate() {
         let r = parts[i].region;
@@ -250,20 +302,23 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         h.log.mark_published();
         h.log.set_group_in_flight(0);
     }
+    if trailer.is_some() && !pending {
+        for r in &logs {
+            r.mvcc.hdr().log.end_visibility_change();
+        }
+    }
+    let mine = pending.then(|| register(&logs, &seqs));
     drop(pages);
     drop(locks);
-    if pending {
+    if let Some(mine) = mine {
         crate::debug::hit(crate::debug::CrashPoint::GroupUnlocked);
-        sync_all(&logs, &seqs).map_err(fail)?;
-        crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
-        // Released in every writer at once (under all their locks), so a
-        // snapshot over several regions sees it in all of them or none.
-        let writer_regions: Vec<&RegionInner> = logs.iter().map(|r| &***r).collect();
-        let relocked = lock_all(&writer_regions).map_err(fail)?;
-        for (k, r) in logs.iter().enumerate() {
-            r.mvcc.hdr().log.release_pending(seqs[k]);
+        let synced = sync_all(&logs, &seqs).map_err(fail);
+        if let Err(e) = synced {
+            unregister(&mine);
+            return Err(e);
         }
-        drop(relocked);
+        crate::debug::hit(crate::debug::CrashPoint::GroupSynced);
+        release(&logs, &mine).map_err(fail)?;
     }
     let mut out = vec![0; parts.len()];
     for (k, &i) in writers.iter().enumerate() {
@@ -282,6 +337,100 @@ pub(crate) fn commit(parts: Vec<Part<'_>>) -> Result<Vec<u64>> {
         }
     }
     Ok(out)
+}
+
+/// A pending commit across several regions of this process, until it is
+/// released to snapshots (by its committer or, once durable, by another
+/// committer holding every writer's lock: `release`).
+struct Pending {
+    /// Each writer and the group's sequence number there.
+    members: Vec<(Arc<RegionInner>, u64)>,
+    released: std::sync::atomic::AtomicBool,
+}
+
+/// This process's pending groups (a forked child starts its own).
+static PENDING: Mutex<(u32, Vec<Arc<Pending>>)> = Mutex::new((0, Vec::new()));
+
+fn pending_groups() -> std::sync::MutexGuard<'static, (u32, Vec<Arc<Pending>>)> {
+    let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if g.0 != pid {
+        *g = (pid, Vec::new());
+    }
+    g
+}
+
+/// Notes a group just made pending (caller holds its writers' locks).
+fn register(logs: &[&Arc<RegionInner>], seqs: &[u64]) -> Arc<Pending> {
+    let p = Arc::new(Pending {
+        members: logs
+            .iter()
+            .zip(seqs)
+            .map(|(r, &s)| (Arc::clone(r), s))
+            .collect(),
+        released: false.into(),
+    });
+    pending_groups().1.push(Arc::clone(&p));
+    p
+}
+
+fn unregister(p: &Arc<Pending>) {
+    pending_groups().1.retain(|q| !Arc::ptr_eq(q, p));
+}
+
+/// Releases group `mine` (durable in every writer) to snapshots, in every
+/// writer at once under all their locks, so a snapshot over several
+/// regions sees it in all of them or none; and with it every other pending
+/// group of this process whose writers are all among these and which is
+/// durable in each, so their committers find it released and need not
+/// take the locks again (one lock round per sync round, not per commit).
+fn release(logs: &[&Arc<RegionInner>], mine: &Arc<Pending>) -> Result<()> {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    if mine.released.load(Acquire) {
+        return Ok(());
+    }
+    let writer_regions: Vec<&RegionInner> = logs.iter().map(|r| &***r).collect();
+    let relocked = lock_all(&writer_regions);
+    let relocked = match relocked {
+        Ok(l) => l,
+        Err(e) => {
+            unregister(mine);
+            return Err(e);
+        }
+    };
+    if mine.released.load(Acquire) {
+        return Ok(());
+    }
+    let covered = |p: &Pending| {
+        p.members.iter().all(|(r, s)| {
+            logs.iter().any(|l| Arc::ptr_eq(l, r)) && Log::synced_seq(&r.mvcc.hdr().log) >= *s
+        })
+    };
+    let ready: Vec<Arc<Pending>> = {
+        let mut g = pending_groups();
+        let (ready, rest) = std::mem::take(&mut g.1)
+            .into_iter()
+            .partition(|p| Arc::ptr_eq(p, mine) || covered(p));
+        g.1 = rest;
+        ready
+    };
+    for r in logs {
+        r.mvcc.hdr().log.begin_visibility_change();
+    }
+    for p in &ready {
+        for (k, (r, s)) in p.members.iter().enumerate() {
+            if k == 1 {
+                crate::debug::hit(crate::debug::CrashPoint::GroupReleasing);
+            }
+            r.mvcc.hdr().log.release_pending(*s);
+        }
+        p.released.store(true, Release);
+    }
+    for r in logs {
+        r.mvcc.hdr().log.end_visibility_change();
+    }
+    drop(relocked);
+    Ok(())
 }
 
 /// Below this, a log's last `fdatasync` took less than handing its sync to

@@ -177,6 +177,55 @@ fn transfers_in_threads_keep_the_total_in_every_transaction() {
 }
 
 #[test]
+fn no_group_is_visible_before_it_is_durable_in_every_region() {
+    let d = ext4_dir("multiregion-visible-durable");
+    create(d.path());
+    let ra = Region::open(&d.join("a"), opts()).unwrap();
+    let rb = Region::open(&d.join("b"), opts()).unwrap();
+    // Slower syncs: groups wait longer between their append and their
+    // sync, so committers release one another's groups more often.
+    txmap::debug::slow_syncs(300);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..3u64)
+            .map(|w| {
+                let (ra, rb) = (&ra, &rb);
+                s.spawn(move || {
+                    let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
+                    let mut x = w + 5;
+                    for _ in 0..100 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        let xx = x >> 20;
+                        View::run_group(&mut [&mut va, &mut vb], |v| transfer(v, w, xx)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        // Every commit writes both regions (one each at creation), so a
+        // commit has one sequence number in both: what a snapshot of one
+        // region may see must be durable in the other's log already.
+        s.spawn(|| {
+            let probe = txmap::debug::visible_then_synced;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let (seen_a, _) = probe(&ra);
+                let (_, synced_b) = probe(&rb);
+                assert!(seen_a <= synced_b, "a sees {seen_a}, b synced {synced_b}");
+                let (seen_b, _) = probe(&rb);
+                let (_, synced_a) = probe(&ra);
+                assert!(seen_b <= synced_a, "b sees {seen_b}, a synced {synced_a}");
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    txmap::debug::slow_syncs(0);
+    drop((ra, rb));
+    check(d.path(), false, &[100; 3]);
+}
+
+#[test]
 fn a_region_only_read_is_validated_at_the_commit() {
     let d = ext4_dir("multiregion-read-only-part");
     create(d.path());
@@ -259,18 +308,16 @@ fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
     }
 }
 
-#[test]
-fn a_reader_never_sees_a_group_published_in_one_region_only() {
-    if role().is_some() {
-        return worker();
-    }
-    let name = "a_reader_never_sees_a_group_published_in_one_region_only";
+/// Stops worker 0 at `point` of its second group commit (holding both
+/// commit locks), begins a transaction over both regions meanwhile and
+/// resumes the worker 300 ms later: returns the total the reader saw and
+/// worker 0's counter in each region.
+fn read_while_stopped_at(name: &str, point: CrashPoint) -> (i64, Vec<u64>) {
     let d = ext4_dir(name);
     create(d.path());
     let ra = Region::open(&d.join("a"), opts()).unwrap();
     let rb = Region::open(&d.join("b"), opts()).unwrap();
-    // Stopped with its group published in one region, not yet the other.
-    let mut p = armed(name, &d, CrashPoint::GroupPublished, 2, true);
+    let mut p = armed(name, &d, point, 2, true);
     while p.state() != 'T' {
         p.check_running("the stopping worker");
         std::thread::sleep(Duration::from_millis(2));
@@ -281,18 +328,52 @@ fn a_reader_never_sees_a_group_published_in_one_region_only() {
             let views = &mut [&mut va, &mut vb];
             View::begin_group_with(views, txmap::TxnOptions::READ_ONLY).unwrap();
             let t = total(views);
+            let counters: Vec<u64> = views
+                .iter_mut()
+                .map(|v| v.read(COUNTERS).unwrap())
+                .collect();
             View::commit_group(views).unwrap();
-            t
+            (t, counters)
         });
         std::thread::sleep(Duration::from_millis(300));
         p.signal(rustix::process::Signal::CONT);
         reader.join().unwrap()
     });
+    p.kill();
+    seen
+}
+
+#[test]
+fn a_reader_never_sees_a_group_published_in_one_region_only() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_reader_never_sees_a_group_published_in_one_region_only";
+    // Stopped with its group published in one region, not yet the other.
+    let (total, counters) = read_while_stopped_at(name, CrashPoint::GroupPublished);
     assert_eq!(
-        seen, TOTAL,
+        total, TOTAL,
         "a reader saw a group commit in one region only"
     );
-    p.kill();
+    assert_eq!(counters[0], counters[1], "a reader saw a torn group");
+}
+
+#[test]
+fn a_reader_never_sees_a_group_released_in_one_region_only() {
+    if role().is_some() {
+        return worker();
+    }
+    let name = "a_reader_never_sees_a_group_released_in_one_region_only";
+    // Stopped with its group durable and released to snapshots in one
+    // region, not yet the other. Snapshots over both regions are taken
+    // without the commit locks while no such release is under way: this
+    // one must not be.
+    let (total, counters) = read_while_stopped_at(name, CrashPoint::GroupReleasing);
+    assert_eq!(total, TOTAL, "a reader saw a torn total");
+    assert_eq!(
+        counters[0], counters[1],
+        "a reader saw a group released in one region only"
+    );
 }
 
 /// Kills a worker at `point` of its `nth` group commit, then recovers

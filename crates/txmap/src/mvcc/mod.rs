@@ -430,8 +430,11 @@ impl Mvcc {
     /// any commit across several regions not yet durable in every writer's
     /// log (`group.rs`), and so below everything after it.
     pub fn visible_seq(&self) -> u64 {
-        let cap = self.hdr().log.visible_cap();
-        self.commit_seq().min(cap)
+        // The newest commit first, then the cap (as `begin`): read the
+        // other way round, a group added and published in between would
+        // be counted visible though pending (the cap read before it).
+        let newest = self.hdr().commit_seq.load(Ordering::SeqCst);
+        newest.min(self.hdr().log.visible_cap())
     }
 
     /// How many slots this process holds (views and paused transactions).

@@ -1,7 +1,8 @@
 //! One transaction over several views, each of a different region of one
 //! directory (issue 19 point 1, docs/design/multi-region.md): begun with
-//! the regions' commit locks held (so the snapshots agree on every commit
-//! across them), committed atomically by `crate::group::commit`.
+//! snapshots that agree on every commit across them (`group::snapshots`,
+//! without the commit locks unless commits keep coming), committed
+//! atomically by `crate::group::commit`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -46,19 +47,43 @@ impl View {
         }
         let owned = regions(views);
         let refs: Vec<&RegionInner> = owned.iter().map(|r| &**r).collect();
-        // Commits across these regions publish under all their locks: the
-        // snapshots taken while holding them all see each such commit in
-        // every region or in none.
-        let locks = crate::group::lock_all(&refs)?;
+        crate::group::lock_order(&refs)?;
+        let mut prepared = Vec::with_capacity(views.len());
         for i in 0..views.len() {
-            if let Err(e) = views[i].begin_with(opts) {
+            match views[i].begin_prepare(opts) {
+                Ok(o) => prepared.push(o),
+                Err(e) => {
+                    for v in views[..i].iter_mut() {
+                        v.end_priority();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // Snapshots that see each commit across these regions in every
+        // region or in none (`group::snapshots`).
+        let slots: Vec<usize> = views.iter().map(|v| v.inner.slot()).collect();
+        let snaps = match crate::group::snapshots(&refs, &slots) {
+            Ok(s) => s,
+            Err(e) => {
+                for (v, (r, &slot)) in views.iter_mut().zip(refs.iter().zip(&slots)) {
+                    r.mvcc.end(slot);
+                    v.end_priority();
+                }
+                return Err(e);
+            }
+        };
+        for i in 0..views.len() {
+            if let Err(e) = views[i].begin_at(prepared[i], snaps[i]) {
                 for v in views[..i].iter_mut() {
                     v.rollback();
+                }
+                for (r, &slot) in refs[i + 1..].iter().zip(&slots[i + 1..]) {
+                    r.mvcc.end(slot);
                 }
                 return Err(e);
             }
         }
-        drop(locks);
         Ok(())
     }
 

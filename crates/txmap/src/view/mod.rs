@@ -433,6 +433,14 @@ impl View {
             self.depth += 1;
             return Ok(());
         }
+        let opts = self.begin_prepare(opts)?;
+        let s = self.inner.region.mvcc.begin(self.inner.slot());
+        self.begin_at(opts, s)
+    }
+
+    /// An outermost begin's first part, before its snapshot: the options
+    /// it runs with (read-only on a read-only region), the view's size.
+    pub(super) fn begin_prepare(&mut self, opts: TxnOptions) -> Result<TxnOptions> {
         // A forked child shares this view's private memory with its parent.
         self.inner.region.check_owner()?;
         // On a read-only region every transaction is read-only: a store
@@ -445,7 +453,13 @@ impl View {
         if !opts.read_only {
             self.take_priority_if_due();
         }
-        let s = self.inner.region.mvcc.begin(self.inner.slot());
+        Ok(opts)
+    }
+
+    /// An outermost begin's last part: the view brought to snapshot `s`,
+    /// which its slot holds already (`Mvcc::begin`). On error the snapshot
+    /// is dropped.
+    pub(super) fn begin_at(&mut self, opts: TxnOptions, s: u64) -> Result<()> {
         let serializable = !opts.read_only && opts.isolation == Isolation::Serializable;
         // A serializable transaction skips read tracking (no re-protection
         // at begin, no fault on a page the view holds valid) and validates

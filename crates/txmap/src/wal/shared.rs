@@ -67,7 +67,12 @@ pub struct LogShared {
     /// sequence number less one (`u64::MAX`: none pending). One word, so
     /// readers need no lock.
     pub(super) visible_cap: AtomicU64,
-    /// Bumped (and woken) whenever a pending group is released.
+    /// Bumped before and after a commit across several regions changes
+    /// what snapshots see (its release from pending, or its publication
+    /// when the ring was full): odd while that is under way. A snapshot
+    /// over several regions taken without their commit locks is kept only
+    /// if every region's word was even and unchanged around it
+    /// (`group::snapshots`). Waiters for a release sleep on it.
     pub(super) release_gen: AtomicU32,
     /// The group-commit leader (whoever syncs the log).
     pub(super) sync_lock: SharedMutex,
@@ -194,10 +199,10 @@ impl LogShared {
         self.group_in_flight.load(Ordering::SeqCst)
     }
 
-    /// Notes group commit `seq` (this process's) pending until it is
-    /// durable in every writer's log; snapshots stop below it. False if
-    /// the ring is full. Caller holds the commit lock.
-    pub fn add_pending(&self, seq: u64) -> bool {
+    /// Notes group commit `seq` (of process `pid`, the caller's) pending
+    /// until it is durable in every writer's log; snapshots stop below it.
+    /// False if the ring is full. Caller holds the commit lock.
+    pub fn add_pending(&self, seq: u64, pid: u32) -> bool {
         let (head, tail) = (
             self.pending_head.load(Ordering::Acquire),
             self.pending_tail.load(Ordering::Acquire),
@@ -206,8 +211,7 @@ impl LogShared {
             return false;
         }
         let e = &self.pending[(tail % MAX_PENDING as u64) as usize];
-        e.pid
-            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        e.pid.store(u64::from(pid), Ordering::Relaxed);
         e.seq.store(seq, Ordering::Release);
         self.pending_tail.store(tail + 1, Ordering::Release);
         if head == tail {
@@ -218,7 +222,8 @@ impl LogShared {
 
     /// Group commit `seq` is durable in every writer's log: snapshots may
     /// see it once every older pending group is too. Caller holds the
-    /// commit lock.
+    /// commit lock, between `begin_visibility_change` and
+    /// `end_visibility_change`.
     pub fn release_pending(&self, seq: u64) {
         let (mut head, tail) = (
             self.pending_head.load(Ordering::Acquire),
@@ -238,6 +243,19 @@ impl LogShared {
             u64::MAX
         };
         self.visible_cap.store(cap, Ordering::SeqCst);
+    }
+
+    /// A commit across several regions is about to change what snapshots
+    /// see here (the word turns odd). Caller holds the commit lock, and
+    /// calls it in every writer before the change in any.
+    pub fn begin_visibility_change(&self) {
+        let was = self.release_gen.fetch_add(1, Ordering::SeqCst);
+        debug_assert!(was.is_multiple_of(2), "visibility changes do not nest");
+    }
+
+    /// The change is done in every writer (the word is even again); wakes
+    /// those waiting for a release. Caller holds the commit lock.
+    pub fn end_visibility_change(&self) {
         self.release_gen.fetch_add(1, Ordering::SeqCst);
         crate::os::lock::futex_wake_all(&self.release_gen);
     }
@@ -273,7 +291,18 @@ impl LogShared {
         );
     }
 
-    /// The release counter, read before checking what to wait for.
+    /// After a holder of the commit lock died: ends a visibility change
+    /// it left under way (an odd word would make every lock-free snapshot
+    /// over several regions retry, and the next change's parity wrong).
+    /// Caller holds the commit lock.
+    pub fn end_interrupted_visibility_change(&self) {
+        if self.release_gen.load(Ordering::SeqCst) % 2 == 1 {
+            self.end_visibility_change();
+        }
+    }
+
+    /// The release counter, read before checking what to wait for (odd
+    /// while a commit across several regions changes what snapshots see).
     pub fn release_gen(&self) -> u32 {
         self.release_gen.load(Ordering::SeqCst)
     }
