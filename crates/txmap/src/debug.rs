@@ -407,3 +407,46 @@ pub fn slow_flusher_rounds(us: u64) {
 pub(crate) fn flusher_pause() {
     sleep_for(&FLUSHER_PAUSE_US);
 }
+
+static BEFORE_COMMIT_LOCK: std::sync::RwLock<Option<fn()>> = std::sync::RwLock::new(None);
+static BEFORE_COMMIT_LOCK_ARMED: AtomicBool = AtomicBool::new(false);
+static AHEAD_RERUNS: AtomicU64 = AtomicU64::new(0);
+static LOCKED_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Calls `f` (`None`: nothing) in every commit of this process that has
+/// commit-time operations, after they ran ahead of the commit lock and
+/// before it is taken: a test commits there what makes that run stale.
+pub fn before_commit_lock(f: Option<fn()>) {
+    *BEFORE_COMMIT_LOCK
+        .write()
+        .unwrap_or_else(|e| e.into_inner()) = f;
+    BEFORE_COMMIT_LOCK_ARMED.store(f.is_some(), Ordering::SeqCst);
+}
+
+pub(crate) fn hit_before_commit_lock() {
+    if !BEFORE_COMMIT_LOCK_ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let f = *BEFORE_COMMIT_LOCK.read().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = f {
+        f();
+    }
+}
+
+/// Commit-time operations of this process's commits so far: how many
+/// times they ran again before the commit lock because a run ahead was
+/// stale, and how many times they ran under it.
+pub fn commit_time_runs() -> (u64, u64) {
+    (
+        AHEAD_RERUNS.load(Ordering::Relaxed),
+        LOCKED_RUNS.load(Ordering::Relaxed),
+    )
+}
+
+pub(crate) fn note_ahead_rerun() {
+    AHEAD_RERUNS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn note_locked_run() {
+    LOCKED_RUNS.fetch_add(1, Ordering::Relaxed);
+}
