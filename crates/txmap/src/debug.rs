@@ -346,7 +346,7 @@ pub(crate) fn sync_pause() {
 pub fn visible_then_synced(region: &crate::Region) -> (u64, u64) {
     let m = &region.inner.mvcc;
     let visible = m.visible_seq();
-    (visible, crate::wal::log::Log::synced_seq(&m.hdr().log))
+    (visible, m.hdr().log.synced_seq())
 }
 
 /// Makes `region` unusable with `msg`, as a failed log write would: every

@@ -356,7 +356,7 @@ impl Log {
 
     /// Sequence number of the last record known durable.
     pub fn synced_seq(h: &LogShared) -> u64 {
-        h.synced_seq.load(Ordering::Acquire)
+        h.synced_seq()
     }
 
     /// Bytes of log in the current epoch (records written so far).

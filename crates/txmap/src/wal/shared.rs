@@ -301,6 +301,11 @@ impl LogShared {
         }
     }
 
+    /// The newest commit durable in this log (`Log::synced_seq`).
+    pub fn synced_seq(&self) -> u64 {
+        self.synced_seq.load(Ordering::Acquire)
+    }
+
     /// The release counter, read before checking what to wait for (odd
     /// while a commit across several regions changes what snapshots see).
     pub fn release_gen(&self) -> u32 {
