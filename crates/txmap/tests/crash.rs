@@ -591,8 +591,9 @@ fn stale_shared_state_of_a_killed_last_user_is_removed_and_live_state_kept() {
     let keep = Region::create(&live, 4 * PAGE, Options::default()).unwrap();
     let live_shm = id(&keep);
     let sweep = txmap::remove_stale_shared_state().unwrap();
-    assert!(sweep.removed.contains(&dead_shm), "{sweep:?}");
-    assert!(!dead_shm.exists());
+    // Removed by this sweep, or by another process's sweep first (the
+    // suite runs as several copies at once under load): gone either way.
+    assert!(!dead_shm.exists(), "{sweep:?}");
     assert!(
         live_shm.exists() && sweep.kept.contains(&live_shm),
         "{sweep:?}"
