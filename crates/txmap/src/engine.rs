@@ -679,7 +679,7 @@ impl RegionInner {
         let locked = || -> Result<u64> {
             let mut ahead = ahead;
             let mut reruns = 0;
-            let l = loop {
+            let (l, fresh) = loop {
                 if ahead.is_some() {
                     crate::debug::hit_before_commit_lock();
                 }
@@ -688,19 +688,20 @@ impl RegionInner {
                     return Err(self.order_skipped(req.slot));
                 }
                 self.validate(&req)?;
-                // A run ahead that a commit made stale runs again before
-                // the lock, not under it, while others wait (the check under
-                // the lock in `commit_time` stays the rule).
-                let stale = ahead.as_ref().is_some_and(|a| !self.ahead_fresh(a));
-                if !stale || reruns == AHEAD_RERUNS {
-                    break l;
+                // The run ahead counts only if fresh under the lock. A run
+                // a commit made stale runs again before the lock, not under
+                // it while others wait.
+                let had = ahead.is_some();
+                let fresh = ahead.take().filter(|a| self.ahead_fresh(a));
+                if fresh.is_some() || !had || reruns == AHEAD_RERUNS {
+                    break (l, fresh);
                 }
                 drop(l);
                 reruns += 1;
                 crate::debug::note_ahead_rerun();
                 ahead = self.commit_time_ahead(&req);
             };
-            let commuted = self.commit_time(&req, ahead)?;
+            let commuted = self.commit_time(&req, fresh)?;
             let (ranges, rec_ops) = commit_record(&req.ranges, &req.ops, &req.commute, &commuted);
             let with_commuted;
             let pages: &[(u32, &[u8])] = if commuted.pages.is_empty() {
@@ -1198,18 +1199,22 @@ impl RegionInner {
     }
 
     /// Runs `req`'s commit-time operations ([`RegionInner::commute_pages`],
-    /// checked by `check_commuted`); `commit_record` makes the record. The
-    /// result of a run ahead of the lock (`ahead`) is taken if no page it
-    /// touched changed since and the region kept its size.
+    /// checked by `check_commuted`); `commit_record` makes the record.
+    /// `fresh` is a run ahead of the lock that the caller found fresh under
+    /// it (`ahead_fresh`: no page it touched changed since, the region
+    /// kept its size): its result is taken; without one they run here.
     pub(crate) fn commit_time<'a>(
         &self,
         req: &CommitRequest<'_>,
-        ahead: Option<Ahead<'a>>,
+        fresh: Option<Ahead<'a>>,
     ) -> Result<Commuted<'a>> {
         if req.commute.is_empty() {
             return Ok(Commuted::default());
         }
-        let fresh = ahead.filter(|a| self.ahead_fresh(a));
+        debug_assert!(
+            fresh.as_ref().is_none_or(|a| self.ahead_fresh(a)),
+            "a run ahead taken under the lock is fresh"
+        );
         let commuted = match fresh {
             Some(a) => a.commuted,
             None => {
@@ -1259,9 +1264,10 @@ impl RegionInner {
 
     /// [`RegionInner::commute_pages`] before the commit lock is taken, on
     /// the read side of the committing slot, at the newest commit then
-    /// (`Ahead::seq`). Under the lock [`RegionInner::commit_time`] uses the
-    /// result if no page the operations read or wrote changed since, and
-    /// runs them again otherwise: the descent and the page copies leave the
+    /// (`Ahead::seq`). Under the lock `commit` hands the result to
+    /// [`RegionInner::commit_time`] if no page the operations read or wrote
+    /// changed since (`ahead_fresh`), which runs them again otherwise
+    /// (after one more run ahead, `AHEAD_RERUNS`): the descent and the page copies leave the
     /// lock's hold time in the common case. `None` if there is nothing to
     /// run or the run failed (the locked run decides).
     pub(crate) fn commit_time_ahead(&self, req: &CommitRequest<'_>) -> Option<Ahead<'static>> {

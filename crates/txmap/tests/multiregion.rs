@@ -142,6 +142,18 @@ fn worker() {
     }
 }
 
+/// Worker `w`'s `n` transfers between regions `ra` and `rb`, from a
+/// thread, with random amounts from `seed`.
+fn thread_transfers(ra: &Region, rb: &Region, w: u64, seed: u64, n: u64) {
+    let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
+    let mut x = seed;
+    for _ in 0..n {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let xx = x >> 20;
+        View::run_group(&mut [&mut va, &mut vb], |v| transfer(v, w, xx)).unwrap();
+    }
+}
+
 #[test]
 fn transfers_in_threads_keep_the_total_in_every_transaction() {
     let d = ext4_dir("multiregion-threads");
@@ -151,15 +163,7 @@ fn transfers_in_threads_keep_the_total_in_every_transaction() {
     std::thread::scope(|s| {
         for w in 0..3u64 {
             let (ra, rb) = (&ra, &rb);
-            s.spawn(move || {
-                let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
-                let mut x = w + 11;
-                for _ in 0..200 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    let xx = x >> 20;
-                    View::run_group(&mut [&mut va, &mut vb], |v| transfer(v, w, xx)).unwrap();
-                }
-            });
+            s.spawn(move || thread_transfers(ra, rb, w, w + 11, 200));
         }
         // A reader of both regions, whose transactions never abort.
         s.spawn(|| {
@@ -190,15 +194,7 @@ fn no_group_is_visible_before_it_is_durable_in_every_region() {
         let writers: Vec<_> = (0..3u64)
             .map(|w| {
                 let (ra, rb) = (&ra, &rb);
-                s.spawn(move || {
-                    let (mut va, mut vb) = (ra.view().unwrap(), rb.view().unwrap());
-                    let mut x = w + 5;
-                    for _ in 0..100 {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        let xx = x >> 20;
-                        View::run_group(&mut [&mut va, &mut vb], |v| transfer(v, w, xx)).unwrap();
-                    }
-                })
+                s.spawn(move || thread_transfers(ra, rb, w, w + 5, 100))
             })
             .collect();
         // Every commit writes both regions (one each at creation), so a

@@ -662,12 +662,7 @@ impl OpMemory for Private<'_> {
         self.view.mem.mapped.load(Ordering::Relaxed) as u64
     }
     fn read(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.prepare(off, buf.len())?;
-        // SAFETY: in bounds of the alias (checked), which is always mapped.
-        let src = unsafe {
-            std::slice::from_raw_parts(self.view.mem.alias.base().add(off as usize), buf.len())
-        };
-        buf.copy_from_slice(src);
+        buf.copy_from_slice(&self.borrow(off, buf.len())?);
         Ok(())
     }
     fn borrow(&mut self, off: u64, len: usize) -> Result<std::borrow::Cow<'_, [u8]>> {

@@ -206,10 +206,11 @@ impl ViewInner {
         }
         let side = self.read_side();
         let mut holes = crate::io::Holes::default();
+        // One chain walk per page: no version at the snapshot, and known
+        // zero or in a hole of the file.
         let mut zero = |p: usize| {
-            std::ptr::eq(side.source(p, snapshot), ZERO_PAGE.as_ptr())
-                || (self.region.mvcc.lookup(p, snapshot).is_none()
-                    && self.file_hole(p, &mut holes).0)
+            let (src, version) = side.source_of(p, snapshot);
+            std::ptr::eq(src, ZERO_PAGE.as_ptr()) || (!version && self.file_hole(p, &mut holes).0)
         };
         let not_valid = |p: usize| {
             self.mem
