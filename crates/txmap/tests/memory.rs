@@ -363,3 +363,50 @@ fn a_region_four_times_the_memory_limit_is_loaded_read_written_and_checkpointed(
     );
     assert!(!result.is_empty(), "the child did not finish\n{stdout}");
 }
+
+/// A read-only transaction's read of a leaf the view already holds (the
+/// fast path, `held_read`) marks the leaf as this transaction's: a scan
+/// that borrows the leaf while its values (blocks, installed in the view)
+/// push the view over its private cache must not have the leaf trimmed
+/// from under it. Without the mark, the trim gives the leaf's memory back
+/// and the scan reads zeros where its keys were.
+#[test]
+fn a_held_leaf_read_by_a_read_only_scan_is_not_trimmed_under_it() {
+    use std::ops::Bound;
+    use txmap::collections::BTree;
+    const KEYS: u64 = 200;
+    const VALUE: usize = 10_000; // a block of three or four pages each
+    let d = tmpfs_dir("mem-held-leaf");
+    let opts = Options {
+        durability: Durability::Async,
+        view_private_pages: 16,
+        ..Options::default()
+    };
+    let r = Region::create(&d.join("r.txm"), 8 << 20, opts).unwrap();
+    let mut w = r.view().unwrap();
+    let val = |k: u64| vec![(k % 251) as u8 + 1; VALUE];
+    let t = w
+        .run(|v| {
+            let t = BTree::create(v)?;
+            for k in 0..KEYS {
+                t.put(v, &k.to_be_bytes(), &val(k))?;
+            }
+            Ok(t)
+        })
+        .unwrap();
+    let mut rv = r.view().unwrap();
+    // A read-write transaction installs the first leaf in the reader's
+    // view; its end keeps it (one of the few pages it touched).
+    rv.run(|v| t.get(v, &0u64.to_be_bytes())).unwrap();
+    rv.begin_read().unwrap();
+    let mut next = 0u64;
+    t.scan(&rv, Bound::Unbounded, Bound::Unbounded, |k, v| {
+        assert_eq!(k, next.to_be_bytes(), "key {next}");
+        assert!(v == val(next), "value of key {next}");
+        next += 1;
+        Ok(true)
+    })
+    .unwrap();
+    rv.commit().unwrap();
+    assert_eq!(next, KEYS);
+}

@@ -26,6 +26,7 @@ pub mod fair;
 pub mod layout;
 pub mod order;
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::os::lock::Guard;
@@ -112,10 +113,21 @@ pub enum AttachError {
 pub struct Mvcc {
     file: SharedFile,
     layout: Layout,
+    /// `file`'s header and slots, checked in range and aligned once
+    /// (`from_file`): every transaction reads them, and the mapping never
+    /// moves or shrinks while `file` lives.
+    hdr: NonNull<Header>,
+    slots: NonNull<Slot>,
     /// Slots claimed through this mapping (so the reaper leaves them alone).
     mine: Box<[AtomicBool]>,
     pid: u64,
 }
+
+// SAFETY: `hdr` and `slots` point into the shared mapping `file` owns
+// (Send + Sync), at atomics and shared mutexes made for use from any thread.
+unsafe impl Send for Mvcc {}
+// SAFETY: as for Send.
+unsafe impl Sync for Mvcc {}
 
 /// The checkpointer's hold on version memory (see `Mvcc::pin_for_checkpoint`).
 pub struct CheckpointPin<'a> {
@@ -326,9 +338,13 @@ impl Mvcc {
     }
 
     fn from_file(file: SharedFile, layout: Layout) -> Mvcc {
+        let hdr = NonNull::from(file.at::<Header>(0));
+        let slots = NonNull::from(file.slice::<Slot>(layout.slots, MAX_SLOTS + 1)).cast();
         Mvcc {
             file,
             layout,
+            hdr,
+            slots,
             mine: (0..=MAX_SLOTS).map(|_| AtomicBool::new(false)).collect(),
             pid: u64::from(std::process::id()),
         }
@@ -339,11 +355,14 @@ impl Mvcc {
     }
 
     pub fn hdr(&self) -> &Header {
-        self.file.at(0)
+        // SAFETY: checked by `SharedFile::at` in `from_file`; the mapping
+        // lives, unmoved, as long as `self.file`, and so as long as `self`.
+        unsafe { self.hdr.as_ref() }
     }
 
     fn slots(&self) -> &[Slot] {
-        self.file.slice(self.layout.slots, MAX_SLOTS + 1)
+        // SAFETY: as in `hdr` (checked by `SharedFile::slice`).
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), MAX_SLOTS + 1) }
     }
 
     /// View slots up to the highest ever claimed (not the checkpoint slot).

@@ -397,6 +397,31 @@ impl ViewInner {
         }
     }
 
+    /// A read-only transaction's read of `[off, off+len)` within one page
+    /// the view holds a copy of: marks the page read, as `touch` would (a
+    /// read-only transaction keeps no read set, and a held page needs no
+    /// install, so nothing is left to trim), and returns its alias address.
+    /// `None` sends the caller down the general path.
+    #[inline]
+    pub(super) fn held_read(&self, off: usize, len: usize) -> Option<*mut u8> {
+        let page = off / PAGE;
+        if len == 0
+            || (off + len - 1) / PAGE != page
+            || !self.read_only.load(Ordering::Relaxed)
+            || !self.holds(page)
+        {
+            return None;
+        }
+        let t = self.mem.touched.get(page)?;
+        let serial = self.serial.load(Ordering::Relaxed);
+        if bits_of(t.load(Ordering::Relaxed), serial) == 0 {
+            t.store(serial << TOUCH_BITS | TOUCH_READ, Ordering::Relaxed);
+        }
+        // SAFETY: off + len is within the mapped size (checked by the
+        // caller), which the alias maps.
+        Some(unsafe { self.mem.alias.base().add(off) })
+    }
+
     /// This transaction's touch bits of `page` (0 if untouched).
     pub(super) fn touch_bits(&self, page: usize) -> u32 {
         self.mem.touched.get(page).map_or(0, |t| {

@@ -578,9 +578,48 @@ impl View {
                 return Ok(());
             }
         }
+        if self.end_plain_read() {
+            return Ok(());
+        }
         self.nta_before_commit();
         let r = self.commit_outermost();
         self.end_outermost(r)
+    }
+
+    /// The outermost commit of a plain read-only transaction: nothing
+    /// stored, no registered operation, nested top action, ordered number,
+    /// pause or priority, and its snapshot not expired. Such a commit only
+    /// ends the transaction (what `end_outermost` would do for it, without
+    /// the checks that cannot apply). Returns false, having done nothing,
+    /// for any other transaction.
+    fn end_plain_read(&mut self) -> bool {
+        let v = &*self.inner;
+        if !v.read_only.load(Ordering::Relaxed)
+            || v.doomed.load(Ordering::Relaxed) != 0
+            || v.write_n.load(Ordering::Relaxed) != 0
+            || self.op_log.is_some()
+            || self.nta.is_some()
+            || self.rounds
+            || self.conflicts != 0
+            || !self.paused_reads.is_empty()
+            || v.region.mvcc.order_claim_of(v.slot()).is_some()
+        {
+            return false;
+        }
+        let s = v.snapshot.load(Ordering::Relaxed);
+        if v.region.mvcc.expired(v.slot(), s) {
+            return false;
+        }
+        debug_assert!(!v.untracked_reads.load(Ordering::Relaxed));
+        v.active.store(false, Ordering::Release);
+        v.round_window.store(0, Ordering::Relaxed);
+        if !v.end_file_reads() {
+            v.file_ok.store(false, Ordering::Relaxed);
+        }
+        v.region.mvcc.end(v.slot());
+        self.depth = 0;
+        self.inner.trim_private(false, None);
+        true
     }
 
     /// Ends the outermost transaction after its commit returned `r`: read
@@ -958,6 +997,10 @@ impl View {
             return self.slice(off, len).map(|b| f(b, false));
         }
         let o = self.check_range(off, len)?;
+        if let Some(p) = self.inner.held_read(o, len) {
+            // SAFETY: as in `slice`.
+            return Ok(f(unsafe { std::slice::from_raw_parts(p, len) }, false));
+        }
         let mut f = f;
         // A copy the view holds is the cheapest read, and the same bytes.
         let p = if self.inner.holds(o / PAGE) {
