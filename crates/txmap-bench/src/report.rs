@@ -47,7 +47,10 @@ pub fn num(x: f64) -> String {
     } else if a >= 1.0 {
         format!("{x:.2}")
     } else {
-        format!("{x:.3}")
+        // Three significant digits however small: a read step of a few
+        // milliseconds shown as "0.003" could not be compared.
+        let decimals = (2 - a.log10().floor() as i32).clamp(3, 12) as usize;
+        format!("{x:.decimals$}")
     }
 }
 
@@ -209,4 +212,21 @@ pub fn fresh(base: &std::path::Path, name: &str) -> Res<std::path::PathBuf> {
     }
     std::fs::create_dir_all(&d)?;
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::num;
+
+    #[test]
+    fn numbers_keep_three_significant_digits() {
+        assert_eq!(num(0.0), "0");
+        assert_eq!(num(123.4), "123");
+        assert_eq!(num(12.34), "12.3");
+        assert_eq!(num(1.234), "1.23");
+        assert_eq!(num(0.1234), "0.123");
+        assert_eq!(num(0.001234), "0.00123");
+        assert_eq!(num(0.0000456), "0.0000456");
+        assert_eq!(num(-0.01234), "-0.0123");
+    }
 }
