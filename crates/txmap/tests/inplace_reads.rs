@@ -253,3 +253,47 @@ fn readers_in_place_in_other_processes_keep_their_snapshot() {
     write(&r, 3, 403);
     stop_readers(&stop, &mut readers);
 }
+
+/// A page read in place hundreds of times at one snapshot (a tree's
+/// header or root) is installed in the view after `PROMOTE_AFTER` (255)
+/// reads and read there from then on; a page read a few times stays
+/// shared. The installed copy is the snapshot's, and a later snapshot
+/// that a commit changed the page for reads the new content.
+#[test]
+fn a_page_read_in_place_often_is_installed_as_its_snapshot() {
+    let (_d, _p, r) = region("inplace-promote");
+    // Commit 3 writes the odd pages, and no checkpoint follows: page 1 is
+    // read from its version in shared memory, not from the file.
+    write_every(&r, 3, 4, 1000);
+    // The writers' memory, pooled, goes to a view of its own: the
+    // reader's memory is fresh, so its private bytes count its installs.
+    let _pooled = r.view().unwrap();
+    let mut rv = r.view().unwrap();
+    let read = |rv: &mut View, p: usize| {
+        rv.begin_read().unwrap();
+        let x = rv.read::<u64>((p * PAGE) as u64).unwrap();
+        rv.commit().unwrap();
+        x
+    };
+    let before = rv.private_bytes();
+    for _ in 0..200 {
+        assert_eq!(read(&mut rv, 1), 3);
+    }
+    assert_eq!(read(&mut rv, 3), 3);
+    assert_eq!(rv.private_bytes(), before, "read 200 times: still shared");
+    for _ in 0..100 {
+        assert_eq!(read(&mut rv, 1), 3);
+    }
+    assert_eq!(
+        rv.private_bytes(),
+        before + PAGE as u64,
+        "read 300 times: page 1 installed, page 3 not"
+    );
+    // An old snapshot keeps reading 3 while commit 5 rewrites page 1.
+    let mut old = r.view().unwrap();
+    old.begin_read().unwrap();
+    write_every(&r, 4, 6, 1000);
+    assert_eq!(read(&mut rv, 1), 5, "the installed copy was refreshed");
+    assert_eq!(old.read::<u64>(PAGE as u64).unwrap(), 3);
+    old.commit().unwrap();
+}

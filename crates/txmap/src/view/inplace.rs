@@ -33,6 +33,16 @@ use super::ViewInner;
 use crate::os::mem::PAGE;
 use crate::viewmem::page_state;
 
+/// Reads in place of one page at one snapshot (and MVCC epoch) after
+/// which the view installs the page instead (`View::read_with`): a page
+/// read this often (a tree's header and upper nodes) is cheaper to read
+/// at the view's own copy (no turn on the read side, no cache probe) than
+/// the install (a fresh memfd page and a 4 KiB copy, a few µs) costs once.
+/// Leaves read a few times each stay shared.
+pub(super) const PROMOTE_AFTER: usize = 255;
+// The cache counts finds in a block address's low bits, up to PAGE - 1.
+const _: () = assert!(PROMOTE_AFTER < PAGE - 1);
+
 /// Entries of a view's version cache, direct-mapped by page number: 32 KiB
 /// per view, enough for every page of a tree of a few MiB.
 const CACHE_ENTRIES: usize = 2048;
@@ -70,19 +80,23 @@ impl VersionCache {
         (page as u64) << 32 | u64::from(self.generation.load(Ordering::Relaxed))
     }
 
-    /// The address of `page`'s version at snapshot `s` and the epoch it
-    /// was found at, if cached.
-    fn find(&self, page: usize, s: u64) -> Option<(usize, u64)> {
+    /// The address of `page`'s version at snapshot `s`, the epoch it was
+    /// found at and how often it was found before, if cached.
+    fn find(&self, page: usize, s: u64) -> Option<(usize, u64, usize)> {
         if self.snapshot.load(Ordering::Relaxed) != s + 1 {
             return None;
         }
         let (k, a) = &self.entries[page % CACHE_ENTRIES];
-        (k.load(Ordering::Relaxed) == self.key(page)).then(|| {
-            (
-                a.load(Ordering::Relaxed),
-                self.epoch.load(Ordering::Relaxed),
-            )
-        })
+        if k.load(Ordering::Relaxed) != self.key(page) {
+            return None;
+        }
+        // A block is page-aligned: the low bits count the finds.
+        let raw = a.load(Ordering::Relaxed);
+        let hits = raw % PAGE;
+        if hits < PAGE - 1 {
+            a.store(raw + 1, Ordering::Relaxed);
+        }
+        Some((raw - hits, self.epoch.load(Ordering::Relaxed), hits))
     }
 
     /// Remembers `addr` as `page`'s version at snapshot `s`, found on a
@@ -94,6 +108,7 @@ impl VersionCache {
             self.snapshot.store(s + 1, Ordering::Relaxed);
             self.epoch.store(e, Ordering::Relaxed);
         }
+        debug_assert!(addr.is_multiple_of(PAGE), "a version block is page-aligned");
         let (k, a) = &self.entries[page % CACHE_ENTRIES];
         a.store(addr, Ordering::Relaxed);
         k.store(self.key(page), Ordering::Relaxed);
@@ -150,30 +165,37 @@ impl ViewInner {
 
     /// `read_in_place` of a page whose version the view's cache holds for
     /// the snapshot, if the epoch on entering the read side is still the
-    /// one it was found at (module docs); otherwise gives `f` back. The
-    /// caller has checked the range, that a transaction is active and that
-    /// the view holds no copy of the page.
+    /// one it was found at (module docs); otherwise gives `f` back, with
+    /// `true` if the page is read so often at this snapshot that the view
+    /// should install it (`PROMOTE_AFTER`). The caller has checked the
+    /// range, that a transaction is active and that the view holds no copy
+    /// of the page.
     pub(super) fn read_cached<R, F: FnOnce(&[u8], bool) -> R>(
         &self,
         off: usize,
         len: usize,
         f: F,
-    ) -> Result<R, F> {
+    ) -> Result<R, (F, bool)> {
         let Some(page) = self
             .in_place_page(off, len)
             .filter(|_| crate::debug::version_cache_enabled())
         else {
-            return Err(f);
+            return Err((f, false));
         };
-        let Some((addr, found_at)) = self
+        let Some((addr, found_at, hits)) = self
             .versions
             .find(page, self.snapshot.load(Ordering::Relaxed))
         else {
-            return Err(f);
+            return Err((f, false));
         };
+        // A view that keeps no pages between transactions would install
+        // the page again in each.
+        if hits >= PROMOTE_AFTER && self.region.opts.view_private_pages > 0 {
+            return Err((f, true));
+        }
         let side = self.read_side();
         if side.epoch() != Some(found_at) {
-            return Err(f);
+            return Err((f, false));
         }
         crate::debug::install_delay();
         // SAFETY: `addr` is the block of `page`'s version at the snapshot,

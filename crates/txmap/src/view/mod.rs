@@ -1008,9 +1008,16 @@ impl View {
         } else {
             match self.inner.read_cached(o, len, f) {
                 Ok(r) => return Ok(r),
-                Err(g) => f = g,
+                // Read in place often enough: installed (`access`).
+                Err((g, true)) => {
+                    f = g;
+                    Some(self.inner.access(o, len, false))
+                }
+                Err((g, false)) => {
+                    f = g;
+                    self.inner.file_access(o, len)
+                }
             }
-            self.inner.file_access(o, len)
         };
         let p = match p {
             Some(p) => p,
