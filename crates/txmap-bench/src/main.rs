@@ -9,6 +9,7 @@ mod commit;
 mod compare;
 mod counter;
 mod fairness;
+mod gets;
 mod longreader;
 mod ordered;
 mod procs;
@@ -114,6 +115,8 @@ enum Section {
     Rounds,
     /// Several regions in one transaction: durable transfers between two regions vs one (not part of core).
     Regions,
+    /// One random read, txmap's B+-tree beside LMDB: held and fresh views (not part of core).
+    Gets,
 }
 
 /// One part of the benchmark: how many progress steps it takes and what it
@@ -127,7 +130,7 @@ struct Part {
 }
 
 /// Every part, in the order they run: the one table of the sections.
-const PARTS: [Part; 16] = [
+const PARTS: [Part; 17] = [
     Part {
         section: Section::Floor,
         in_core: true,
@@ -223,6 +226,12 @@ const PARTS: [Part; 16] = [
         in_core: false,
         steps: regions::steps,
         run: regions::run,
+    },
+    Part {
+        section: Section::Gets,
+        in_core: false,
+        steps: gets::steps,
+        run: gets::run,
     },
 ];
 

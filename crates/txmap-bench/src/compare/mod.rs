@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use txmap_peers::{Durability, Kind, Peer, stores};
 
 use crate::report::{Ctx, Res, Summary, num};
-pub use work::worker;
 use work::{Abc, RedbSizes, TOP};
+pub use work::{Rng, config, worker};
 
 /// Sizes of one comparison run.
 struct Plan {
