@@ -40,7 +40,7 @@ use crate::viewmem::page_state;
 /// the install (a fresh memfd page and a 4 KiB copy, a few µs) costs once.
 /// Leaves read a few times each stay shared.
 pub(super) const PROMOTE_AFTER: usize = 255;
-// The cache counts finds in a block address's low bits, up to PAGE - 1.
+// The cache counts finds in a block address's low bits.
 const _: () = assert!(PROMOTE_AFTER < PAGE - 1);
 
 /// Entries of a view's version cache, direct-mapped by page number: 32 KiB
@@ -90,12 +90,17 @@ impl VersionCache {
         if k.load(Ordering::Relaxed) != self.key(page) {
             return None;
         }
-        // A block is page-aligned: the low bits count the finds.
+        // A block is page-aligned: the low bits count the finds, from 0
+        // again once they reach PROMOTE_AFTER (a promoted page that a
+        // trim gave back waits as long again before the next install).
         let raw = a.load(Ordering::Relaxed);
         let hits = raw % PAGE;
-        if hits < PAGE - 1 {
-            a.store(raw + 1, Ordering::Relaxed);
-        }
+        let next = if hits >= PROMOTE_AFTER {
+            raw - hits
+        } else {
+            raw + 1
+        };
+        a.store(next, Ordering::Relaxed);
         Some((raw - hits, self.epoch.load(Ordering::Relaxed), hits))
     }
 
