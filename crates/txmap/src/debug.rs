@@ -408,6 +408,19 @@ pub(crate) fn flusher_pause() {
     sleep_for(&FLUSHER_PAUSE_US);
 }
 
+static GROUP_HELPER_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's log sync helpers of commits across several regions
+/// (`group.rs`) hold each region they sync `us` microseconds longer,
+/// widening the race between their work and a close for tests.
+pub fn slow_group_sync_helpers(us: u64) {
+    GROUP_HELPER_PAUSE_US.store(us, Ordering::Relaxed);
+}
+
+pub(crate) fn group_helper_pause() {
+    sleep_for(&GROUP_HELPER_PAUSE_US);
+}
+
 static BEFORE_COMMIT_LOCK: std::sync::RwLock<Option<fn()>> = std::sync::RwLock::new(None);
 static BEFORE_COMMIT_LOCK_ARMED: AtomicBool = AtomicBool::new(false);
 static AHEAD_RERUNS: AtomicU64 = AtomicU64::new(0);

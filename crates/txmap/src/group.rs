@@ -46,17 +46,22 @@ pub(crate) fn lock_order(regions: &[&RegionInner]) -> Result<Vec<usize>> {
             regions.len()
         )));
     }
+    // Called for every begin, commit and release of such a transaction:
+    // each id read once, and the directories compared without copies.
+    let ids: Vec<u64> = regions.iter().map(|r| region_id(r)).collect();
     let mut order: Vec<usize> = (0..regions.len()).collect();
-    order.sort_by_key(|&i| region_id(regions[i]));
+    order.sort_unstable_by_key(|&i| ids[i]);
     for w in order.windows(2) {
-        if region_id(regions[w[0]]) == region_id(regions[w[1]]) {
+        if ids[w[0]] == ids[w[1]] {
             return Err(Error::Invalid(format!(
                 "{} appears twice in one transaction (one view per region)",
                 regions[w[0]].path.display()
             )));
         }
     }
-    let dir = |r: &RegionInner| r.path.parent().map(Path::to_path_buf);
+    fn dir(r: &RegionInner) -> Option<&Path> {
+        r.path.parent()
+    }
     if let Some(first) = regions.first()
         && let Some(other) = regions.iter().find(|r| dir(r) != dir(first))
     {
@@ -438,59 +443,49 @@ fn release(logs: &[&Arc<RegionInner>], mine: &Arc<Pending>) -> Result<()> {
 /// docs/benchmarks.md): such logs are synced one after the other.
 const INLINE_SYNC: std::time::Duration = std::time::Duration::from_micros(40);
 
-/// Syncs every writer's log up to its record: all but the first on helper
-/// threads (kept for the next commits: starting a thread per commit cost
-/// more than the sync on a fast device), so the commit waits about one sync.
-/// No handoff for a log another committer's sync already covered (group
-/// commits share syncs), nor where syncs are cheaper than a handoff.
+/// Syncs every writer's log up to its record. The committer leads or
+/// follows the first log's group commit; each other log is handed to a
+/// helper thread (kept for the next commits: starting a thread per commit
+/// cost more than the sync on a fast device), which leads that log's round
+/// meanwhile, and the committer then follows it there like any other
+/// committer of that log (`Log::flush`): no answer comes back from the
+/// helper, and a record another round covered by then costs no wait at
+/// all. No handoff for a log already synced that far, nor where syncs are
+/// cheaper than a handoff.
 fn sync_all(writers: &[&Arc<RegionInner>], seqs: &[u64]) -> Result<()> {
     let log = |k: usize| &writers[k].mvcc.hdr().log;
     let cheap = (0..writers.len()).all(|k| log(k).last_sync() < INLINE_SYNC);
-    let mut inline = Vec::new();
-    let mut waits = Vec::with_capacity(writers.len().saturating_sub(1));
-    for k in 1..writers.len() {
-        if Log::synced_seq(log(k)) >= seqs[k] {
-            continue;
-        }
-        if cheap {
-            inline.push(k);
-            continue;
-        }
-        let (done, wait) = channel();
-        let job = SyncJob {
-            region: Arc::clone(writers[k]),
-            seq: seqs[k],
-            done,
-        };
-        let sent = match helper(k - 1) {
-            Some(h) => h.send(job).is_ok(),
-            None => false,
-        };
-        if sent {
-            waits.push(wait);
-        } else {
-            // No helper: synced here, one after the other.
-            inline.push(k);
+    if !cheap {
+        for k in 1..writers.len() {
+            if Log::synced_seq(log(k)) >= seqs[k] {
+                continue;
+            }
+            let job = SyncJob {
+                region: Arc::downgrade(writers[k]),
+                round: Arc::clone(&writers[k].round),
+                seq: seqs[k],
+            };
+            // Without a helper the log is synced below, after the first.
+            if let Some(h) = helper(k - 1) {
+                let _ = h.send(job);
+            }
         }
     }
-    let mut r = writers[0].log.flush(log(0), seqs[0]);
-    for k in inline {
-        r = r.and(writers[k].log.flush(log(k), seqs[k]));
-    }
-    for w in waits {
-        let got = w
-            .recv()
-            .unwrap_or_else(|_| Err(Error::Invalid("a log sync helper thread ended".into())));
-        r = r.and(got);
+    let mut r = Ok(());
+    for (k, w) in writers.iter().enumerate() {
+        r = r.and(w.log.flush(log(k), seqs[k]));
     }
     r
 }
 
-/// A log to sync for a commit across several regions, and where to answer.
+/// A log for a helper to sync up to `seq`. The helper holds the region
+/// strongly only while it holds the region's `round` lock, as the async
+/// flusher does (`engine::RegionRef`): a handle dropped meanwhile waits,
+/// so the region is never closed on the helper's thread.
 struct SyncJob {
-    region: Arc<RegionInner>,
+    region: std::sync::Weak<RegionInner>,
+    round: Arc<Mutex<()>>,
     seq: u64,
-    done: Sender<Result<()>>,
 }
 
 /// This process's sync helpers (a forked child starts its own).
@@ -510,10 +505,13 @@ fn helper(k: usize) -> Option<Sender<SyncJob>> {
             .stack_size(64 << 10)
             .spawn(move || {
                 for job in rx {
-                    let r = job.region.log.flush(&job.region.mvcc.hdr().log, job.seq);
-                    // The region is let go before the committer is answered.
-                    drop(job.region);
-                    let _ = job.done.send(r);
+                    let _round = crate::os::lock::lock(&job.round);
+                    if let Some(r) = job.region.upgrade() {
+                        crate::debug::group_helper_pause();
+                        // A failed sync poisons the log; its committer's own
+                        // `flush` reports it.
+                        let _ = r.log.flush(&r.mvcc.hdr().log, job.seq);
+                    }
                 }
             })
             .ok()?;

@@ -593,3 +593,38 @@ fn a_group_waiting_for_its_sync_is_seen_by_nobody_and_holds_later_commits_back()
     let ra = Region::open(&d.join("a"), opts()).unwrap();
     assert_eq!(transfers_seen_in_a(&ra), 3, "the group is in both logs");
 }
+
+/// A transaction spans distinct regions of one directory: the same region
+/// twice (two views of it), or regions of two directories, are refused at
+/// the begin, with both paths named.
+#[test]
+fn one_region_twice_or_two_directories_are_refused() {
+    let d = ext4_dir("multiregion-refused");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    let (pa, pb, pc) = (d.join("a"), d.join("b"), d.join("sub").join("c"));
+    let ra = Region::create(&pa, SIZE, opts()).unwrap();
+    let rb = Region::create(&pb, SIZE, opts()).unwrap();
+    let rc = Region::create(&pc, SIZE, opts()).unwrap();
+    let (mut a1, mut a2) = (ra.view().unwrap(), ra.view().unwrap());
+    let (mut b, mut c) = (rb.view().unwrap(), rc.view().unwrap());
+    match View::begin_group(&mut [&mut b, &mut a1, &mut a2]) {
+        Err(Error::Invalid(m)) => assert!(
+            m.contains("twice") && m.contains(&*pa.to_string_lossy()),
+            "{m}"
+        ),
+        other => panic!("a twice: {other:?}"),
+    }
+    match View::begin_group(&mut [&mut a1, &mut b, &mut c]) {
+        Err(Error::Invalid(m)) => assert!(
+            m.contains("different directories") && m.contains(&*pc.to_string_lossy()),
+            "{m}"
+        ),
+        other => panic!("a, b and sub/c: {other:?}"),
+    }
+    // Distinct regions of one directory, in any order, are one transaction.
+    View::run_group(&mut [&mut b, &mut a1], |v| {
+        v[0].write(SPARE, &1u64)?;
+        v[1].write(SPARE, &2u64)
+    })
+    .unwrap();
+}
