@@ -196,6 +196,12 @@ type Writes = [(u64, Vec<u8>)];
 /// they run under it).
 const AHEAD_RERUNS: u32 = 1;
 
+/// Changed bytes from which a durable commit syncs its record on a thread
+/// of its own while it publishes the versions under the commit lock (a
+/// bulk load's: the copies then cost no time beside the sync). Below it a
+/// thread costs more than the copies.
+const SYNC_BESIDE_FROM: usize = 1 << 20;
+
 /// A run of a commit's commit-time operations ahead of the commit lock
 /// (`RegionInner::commit_time_ahead`).
 pub(crate) struct Ahead<'a> {
@@ -676,7 +682,9 @@ impl RegionInner {
             Some(a) if self.ahead_fresh(&a) => Some(a),
             _ => self.commit_time_ahead(&req),
         };
-        let locked = || -> Result<u64> {
+        let durable = self.opts.durability == Durability::Durable;
+        // `start_sync(seq)`: record `seq` is written, its sync may start.
+        let locked = |start_sync: &mut dyn FnMut(u64)| -> Result<u64> {
             let mut ahead = ahead;
             let mut reruns = 0;
             let (l, fresh) = loop {
@@ -712,25 +720,51 @@ impl RegionInner {
                 with_commuted = all;
                 &with_commuted
             };
-            // Room for the versions first: once the record is written, the
-            // commit must be published.
-            self.mvcc
-                .reserve(&l, pages.len())
-                .map_err(|e| self.version_store_full(e))?;
-            let seq = self.mvcc.commit_seq() + 1;
-            if order.is_some() {
-                self.mvcc.order_committing(&l, req.slot, seq);
-            }
-            crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
+            let changes_bytes = crate::ops::changes_bytes(&rec_ops);
             let (check, checked);
-            let ops = if crate::ops::changes_bytes(&rec_ops) {
-                h.file.note_ops(seq);
+            let ops = if changes_bytes {
                 check = page_check_args(&rec_ops, pages);
                 checked = with_page_check(&rec_ops, ranges.len(), &check);
                 &checked[..]
             } else {
                 &rec_ops[..]
             };
+            // Room for the versions first: once the record is written, the
+            // commit must be published. A large record's room in the log
+            // (an extension and its sync) is made meanwhile.
+            let reserve = || {
+                self.mvcc
+                    .reserve(&l, pages.len())
+                    .map_err(|e| self.version_store_full(e))
+            };
+            if payload >= SYNC_BESIDE_FROM {
+                let len = crate::wal::format::record_len(ranges.iter().cloned(), ops);
+                let guard = l.guard();
+                std::thread::scope(|s| {
+                    let room = std::thread::Builder::new()
+                        .name("txmap-extend".into())
+                        .stack_size(64 << 10)
+                        .spawn_scoped(s, || self.log.make_room_for(&h.log, guard, len));
+                    let reserved = reserve();
+                    // No thread: `append` makes the room.
+                    let room = room.map_or(Ok(()), |t| {
+                        t.join().unwrap_or_else(|_| {
+                            Err(Error::Invalid("the log's extension thread panicked".into()))
+                        })
+                    });
+                    reserved.and(room)
+                })?;
+            } else {
+                reserve()?;
+            }
+            let seq = self.mvcc.commit_seq() + 1;
+            if order.is_some() {
+                self.mvcc.order_committing(&l, req.slot, seq);
+            }
+            crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
+            if changes_bytes {
+                h.file.note_ops(seq);
+            }
             let logged = self.log.append(
                 &h.log,
                 l.guard(),
@@ -744,6 +778,7 @@ impl RegionInner {
                 return Err(e);
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
+            start_sync(seq);
             let published = self.mvcc.publish(&l, seq, pages, Log::synced_seq(&h.log));
             assert!(
                 published.is_ok(),
@@ -755,15 +790,45 @@ impl RegionInner {
             }
             Ok(seq)
         };
-        let locked = locked();
-        drop(pass);
-        let seq = locked.inspect_err(|e| self.wait_after_conflict(e))?;
         // Published: nothing can invalidate it any more, so a priority it
         // held stops making others wait now, not after its sync.
-        self.mvcc.priority_release(req.slot);
-        if self.opts.durability == Durability::Durable {
-            self.log.flush(&h.log, seq)?;
-        }
+        let released = |locked: Result<u64>| {
+            drop(pass);
+            let seq = locked.inspect_err(|e| self.wait_after_conflict(e))?;
+            self.mvcc.priority_release(req.slot);
+            Ok(seq)
+        };
+        let seq = if durable && payload >= SYNC_BESIDE_FROM {
+            // The sync runs while the versions are published; the commit
+            // returns once both are done, as below.
+            std::thread::scope(|s| -> Result<u64> {
+                let mut syncing = None;
+                let locked = locked(&mut |seq| {
+                    let log = &self.log;
+                    // No thread (none left, say): synced after, as below.
+                    syncing = std::thread::Builder::new()
+                        .name("txmap-sync".into())
+                        .stack_size(64 << 10)
+                        .spawn_scoped(s, move || log.flush(&h.log, seq))
+                        .ok()
+                        .map(|t| (seq, t));
+                });
+                let seq = released(locked)?;
+                match syncing {
+                    Some((at, t)) if at == seq => t.join().unwrap_or_else(|_| {
+                        Err(Error::Invalid("the log's sync thread panicked".into()))
+                    })?,
+                    _ => self.log.flush(&h.log, seq)?,
+                }
+                Ok(seq)
+            })?
+        } else {
+            let seq = released(locked(&mut |_| {}))?;
+            if durable {
+                self.log.flush(&h.log, seq)?;
+            }
+            seq
+        };
         self.wait_visible(seq)?;
         if Log::epoch_bytes(&h.log) > self.opts.checkpoint_bytes {
             // This commit is already as durable as promised: a failing

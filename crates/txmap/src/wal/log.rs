@@ -285,37 +285,12 @@ impl Log {
             "a record goes after the header and after every published record"
         );
         let end = off + len as u64;
-        let allocated = h.log_allocated.load(Ordering::Acquire);
-        let r = (|| {
-            // At least 8 zero bytes stay after the last record, and the new
-            // length is synced before a record goes there: a crash then never
-            // leaves a log that ends inside or right after a record, so
-            // recovery can tell truncation (damage) from a torn tail.
-            if end + 8 > allocated {
-                let new_alloc = extended_len(allocated, end + 8);
-                let at = self
-                    .extend_under(allocated, end)
-                    .map_err(|e| self.err("extend log", e))?;
-                let zeros = vec![0u8; ZERO_PIECE];
-                let mut at = at;
-                while at < new_alloc {
-                    let n = (new_alloc - at).min(ZERO_PIECE as u64) as usize;
-                    self.storage
-                        .write_at(&zeros[..n], at)
-                        .map_err(|e| self.err("extend log", e))?;
-                    at += n as u64;
-                }
-                self.storage
-                    .sync()
-                    .map_err(|e| self.err("sync extended log", e))?;
-                h.log_allocated.store(new_alloc, Ordering::Release);
-            }
-            match &buf {
-                Some(b) => self.storage.write_at(b, off),
-                None => self.storage.write_all_vectored_at(&bufs, off),
-            }
-            .map_err(|e| self.err("append to log", e))
-        })();
+        self.make_room(h, end)?;
+        let r = match &buf {
+            Some(b) => self.storage.write_at(b, off),
+            None => self.storage.write_all_vectored_at(&bufs, off),
+        }
+        .map_err(|e| self.err("append to log", e));
         if let Err(e) = &r {
             poison(h, e);
             return r;
@@ -328,6 +303,51 @@ impl Log {
             futex_wake_bits(&h.append_gen, NonZeroU32::MAX, 1);
         }
         Ok(())
+    }
+
+    /// Makes the log hold a record of `len` bytes appended next, as
+    /// `append` would before writing it (a thread of its own may do it
+    /// while the committer reserves versions: `RegionInner::commit`). The
+    /// caller holds the commit lock. A failure poisons the log.
+    pub fn make_room_for(&self, h: &LogShared, _commit_lock: &Guard<'_>, len: usize) -> Result<()> {
+        self.make_room(h, h.log_end.load(Ordering::Acquire) + len as u64)
+    }
+
+    /// Extends the log, if it must, to hold records up to `end` and 8 zero
+    /// bytes after them.
+    fn make_room(&self, h: &LogShared, end: u64) -> Result<()> {
+        let allocated = h.log_allocated.load(Ordering::Acquire);
+        // At least 8 zero bytes stay after the last record, and the new
+        // length is synced before a record goes there: a crash then never
+        // leaves a log that ends inside or right after a record, so
+        // recovery can tell truncation (damage) from a torn tail.
+        if end + 8 <= allocated {
+            return Ok(());
+        }
+        let r = (|| {
+            let new_alloc = extended_len(allocated, end + 8);
+            let at = self
+                .extend_under(allocated, end)
+                .map_err(|e| self.err("extend log", e))?;
+            let zeros = vec![0u8; ZERO_PIECE];
+            let mut at = at;
+            while at < new_alloc {
+                let n = (new_alloc - at).min(ZERO_PIECE as u64) as usize;
+                self.storage
+                    .write_at(&zeros[..n], at)
+                    .map_err(|e| self.err("extend log", e))?;
+                at += n as u64;
+            }
+            self.storage
+                .sync()
+                .map_err(|e| self.err("sync extended log", e))?;
+            h.log_allocated.store(new_alloc, Ordering::Release);
+            Ok(())
+        })();
+        if let Err(e) = &r {
+            poison(h, e);
+        }
+        r
     }
 
     /// Extends the log over the whole pieces of zeros that a record ending
