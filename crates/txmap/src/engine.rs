@@ -734,13 +734,14 @@ impl RegionInner {
             // (an extension and its sync) is made meanwhile.
             let reserve = || {
                 self.mvcc
-                    .reserve(&l, pages.len())
+                    .reserve_unmapped(&l, pages.len())
                     .map_err(|e| self.version_store_full(e))
             };
-            if payload >= SYNC_BESIDE_FROM {
+            let fresh = if payload >= SYNC_BESIDE_FROM {
                 let len = crate::wal::format::record_len(ranges.iter().cloned(), ops);
                 let guard = l.guard();
-                std::thread::scope(|s| {
+                // The fresh blocks are mapped while the record syncs.
+                Some(std::thread::scope(|s| {
                     let room = std::thread::Builder::new()
                         .name("txmap-extend".into())
                         .stack_size(64 << 10)
@@ -752,11 +753,12 @@ impl RegionInner {
                             Err(Error::Invalid("the log's extension thread panicked".into()))
                         })
                     });
-                    reserved.and(room)
-                })?;
+                    reserved.and_then(|r| room.map(|_| r))
+                })?)
             } else {
-                reserve()?;
-            }
+                self.mvcc.map_reserved(reserve()?);
+                None
+            };
             let seq = self.mvcc.commit_seq() + 1;
             if order.is_some() {
                 self.mvcc.order_committing(&l, req.slot, seq);
@@ -779,6 +781,9 @@ impl RegionInner {
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
             start_sync(seq);
+            if let Some(run) = fresh {
+                self.mvcc.map_reserved(run);
+            }
             let published = self.mvcc.publish(&l, seq, pages, Log::synced_seq(&h.log));
             assert!(
                 published.is_ok(),
