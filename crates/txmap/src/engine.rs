@@ -737,29 +737,43 @@ impl RegionInner {
                     .reserve_unmapped(&l, pages.len())
                     .map_err(|e| self.version_store_full(e))
             };
-            let fresh = if payload >= SYNC_BESIDE_FROM {
+            // Nothing is committed while the lock is held: the next number.
+            let seq = self.mvcc.commit_seq() + 1;
+            let encode = || {
+                Log::encode(
+                    &h.log,
+                    l.guard(),
+                    (seq, self.size()),
+                    ranges.iter().cloned(),
+                    ops,
+                    None,
+                )
+            };
+            let (fresh, rec) = if payload >= SYNC_BESIDE_FROM {
                 let len = crate::wal::format::record_len(ranges.iter().cloned(), ops);
                 let guard = l.guard();
-                // The fresh blocks are mapped while the record syncs.
-                Some(std::thread::scope(|s| {
+                // The record is encoded meanwhile too; the fresh blocks are
+                // mapped while it syncs.
+                let (run, rec) = std::thread::scope(|s| {
                     let room = std::thread::Builder::new()
                         .name("txmap-extend".into())
                         .stack_size(64 << 10)
                         .spawn_scoped(s, || self.log.make_room_for(&h.log, guard, len));
                     let reserved = reserve();
+                    let rec = reserved.is_ok().then(encode);
                     // No thread: `append` makes the room.
                     let room = room.map_or(Ok(()), |t| {
                         t.join().unwrap_or_else(|_| {
                             Err(Error::Invalid("the log's extension thread panicked".into()))
                         })
                     });
-                    reserved.and_then(|r| room.map(|_| r))
-                })?)
+                    reserved.and_then(|r| room.map(|_| (r, rec)))
+                })?;
+                (Some(run), rec)
             } else {
                 self.mvcc.map_reserved(reserve()?);
-                None
+                (None, None)
             };
-            let seq = self.mvcc.commit_seq() + 1;
             if order.is_some() {
                 self.mvcc.order_committing(&l, req.slot, seq);
             }
@@ -767,14 +781,8 @@ impl RegionInner {
             if changes_bytes {
                 h.file.note_ops(seq);
             }
-            let logged = self.log.append(
-                &h.log,
-                l.guard(),
-                seq,
-                self.size(),
-                ranges.iter().cloned(),
-                ops,
-            );
+            let rec = rec.unwrap_or_else(encode);
+            let logged = self.log.append_encoded(&h.log, l.guard(), rec);
             if let Err(e) = logged {
                 self.mvcc.order_committing(&l, req.slot, 0);
                 return Err(e);

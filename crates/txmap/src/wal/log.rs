@@ -167,6 +167,13 @@ fn seq_bits(before: u64, after: u64) -> Option<NonZeroU32> {
     NonZeroU32::new((before + 1..=after).fold(0, |b, s| b | seq_bit(s)))
 }
 
+/// A record encoded for [`Log::append_encoded`].
+pub struct Encoded<'a> {
+    seq: u64,
+    own: Vec<u8>,
+    pieces: Vec<format::Piece<'a>>,
+}
+
 /// The log file of a region, as used by this process. Its position, salt and
 /// sync progress live in the shared header.
 pub struct Log {
@@ -238,21 +245,29 @@ impl Log {
     pub fn append_group<'a>(
         &self,
         h: &LogShared,
-        _commit_lock: &Guard<'_>,
+        commit_lock: &Guard<'_>,
         seq: u64,
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
         ops: &[format::LoggedOp<'_>],
         group: Option<&format::GroupTrailer>,
     ) -> Result<()> {
-        // Paired with the scan (wal/scan.rs), which calls a record out of
-        // sequence damage: records go in sequence order, after what is
-        // published, never into the header page.
-        assert_eq!(
-            Self::written_seq(h) + 1,
-            seq,
-            "records are appended in sequence order"
-        );
+        let rec = Self::encode(h, commit_lock, (seq, data_size), ranges, ops, group);
+        self.append_encoded(h, commit_lock, rec)
+    }
+
+    /// Encodes record `seq` as `append` would write it next (a large
+    /// commit encodes it while the log is extended on another thread).
+    /// The caller holds the commit lock until it is appended.
+    /// `(seq, data_size)`: the record's number and the region's size.
+    pub fn encode<'a>(
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
+        (seq, data_size): (u64, u64),
+        ranges: impl Iterator<Item = Range<'a>> + Clone,
+        ops: &[format::LoggedOp<'_>],
+        group: Option<&format::GroupTrailer>,
+    ) -> Encoded<'a> {
         let salt = h.log_salt.load(Ordering::Acquire);
         let synced = h.synced_seq.load(Ordering::Acquire);
         let now = std::time::SystemTime::now()
@@ -269,6 +284,25 @@ impl Log {
             ops,
             Some(now),
             group,
+        );
+        Encoded { seq, own, pieces }
+    }
+
+    /// Writes a record `encode` made at the shared log end.
+    pub fn append_encoded(
+        &self,
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
+        rec: Encoded<'_>,
+    ) -> Result<()> {
+        let Encoded { seq, own, pieces } = rec;
+        // Paired with the scan (wal/scan.rs), which calls a record out of
+        // sequence damage: records go in sequence order, after what is
+        // published, never into the header page.
+        assert_eq!(
+            Self::written_seq(h) + 1,
+            seq,
+            "records are appended in sequence order"
         );
         let bufs: Vec<&[u8]> = pieces.iter().map(|p| p.bytes(&own)).collect();
         let len: usize = bufs.iter().map(|b| b.len()).sum();
