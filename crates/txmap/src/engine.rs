@@ -202,6 +202,64 @@ const AHEAD_RERUNS: u32 = 1;
 /// thread costs more than the copies.
 const SYNC_BESIDE_FROM: usize = 1 << 20;
 
+/// What a large commit's helper thread does for the log (`Beside`).
+enum LogJob {
+    /// Make room for the next record, of this many bytes (the committer
+    /// holds the commit lock and waits for it before appending).
+    Room(usize),
+    /// Make record `seq` durable (`Log::flush`).
+    Sync(u64),
+}
+
+/// A thread for the log's slow steps of a commit of `SYNC_BESIDE_FROM`
+/// changed bytes or more, scoped to the commit: each job asked is answered
+/// in turn.
+struct Beside {
+    jobs: std::sync::mpsc::Sender<LogJob>,
+    done: std::sync::mpsc::Receiver<Result<()>>,
+}
+
+impl Beside {
+    /// The thread, or `None` if it cannot be started (the commit then
+    /// does its steps itself).
+    fn start<'s>(
+        s: &'s std::thread::Scope<'s, '_>,
+        log: &'s Log,
+        h: &'s crate::wal::shared::LogShared,
+    ) -> Option<Beside> {
+        let (jobs, todo) = std::sync::mpsc::channel();
+        let (answer, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("txmap-log".into())
+            .stack_size(64 << 10)
+            .spawn_scoped(s, move || {
+                for job in todo {
+                    let r = match job {
+                        LogJob::Room(len) => log.make_room_next(h, len),
+                        LogJob::Sync(seq) => log.flush(h, seq),
+                    };
+                    if answer.send(r).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Beside { jobs, done })
+    }
+
+    /// Hands over `job`; false if the thread is gone.
+    fn ask(&self, job: LogJob) -> bool {
+        self.jobs.send(job).is_ok()
+    }
+
+    /// The answer to the job asked last.
+    fn answer(&self) -> Result<()> {
+        self.done
+            .recv()
+            .unwrap_or_else(|_| Err(Error::Invalid("the log's helper thread ended".into())))
+    }
+}
+
 /// A run of a commit's commit-time operations ahead of the commit lock
 /// (`RegionInner::commit_time_ahead`).
 pub(crate) struct Ahead<'a> {
@@ -683,8 +741,10 @@ impl RegionInner {
             _ => self.commit_time_ahead(&req),
         };
         let durable = self.opts.durability == Durability::Durable;
-        // `start_sync(seq)`: record `seq` is written, its sync may start.
-        let locked = |start_sync: &mut dyn FnMut(u64)| -> Result<u64> {
+        // Whether the helper syncs the record (asked after the append).
+        let synced_beside = std::cell::Cell::new(false);
+        // `helper`: a large commit's thread for the log (`Beside`).
+        let locked = |helper: Option<&Beside>| -> Result<u64> {
             let mut ahead = ahead;
             let mut reruns = 0;
             let (l, fresh) = loop {
@@ -749,26 +809,18 @@ impl RegionInner {
                     None,
                 )
             };
-            let (fresh, rec) = if payload >= SYNC_BESIDE_FROM {
+            let (fresh, rec) = if let Some(helper) = helper {
+                // The helper makes the record's room in the log while the
+                // versions are reserved and the record encoded here; the
+                // fresh blocks are mapped while it syncs.
                 let len = crate::wal::format::record_len(ranges.iter().cloned(), ops);
-                let guard = l.guard();
-                // The record is encoded meanwhile too; the fresh blocks are
-                // mapped while it syncs.
-                let (run, rec) = std::thread::scope(|s| {
-                    let room = std::thread::Builder::new()
-                        .name("txmap-extend".into())
-                        .stack_size(64 << 10)
-                        .spawn_scoped(s, || self.log.make_room_for(&h.log, guard, len));
-                    let reserved = reserve();
-                    let rec = reserved.is_ok().then(encode);
-                    // No thread: `append` makes the room.
-                    let room = room.map_or(Ok(()), |t| {
-                        t.join().unwrap_or_else(|_| {
-                            Err(Error::Invalid("the log's extension thread panicked".into()))
-                        })
-                    });
-                    reserved.and_then(|r| room.map(|_| (r, rec)))
-                })?;
+                let asked = helper.ask(LogJob::Room(len));
+                let reserved = reserve();
+                let rec = reserved.is_ok().then(encode);
+                // Not asked (the thread ended): `append` makes the room.
+                let room = if asked { helper.answer() } else { Ok(()) };
+                let run = reserved?;
+                room?;
                 (Some(run), rec)
             } else {
                 self.mvcc.map_reserved(reserve()?);
@@ -788,7 +840,9 @@ impl RegionInner {
                 return Err(e);
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
-            start_sync(seq);
+            if let Some(helper) = helper.filter(|_| durable) {
+                synced_beside.set(helper.ask(LogJob::Sync(seq)));
+            }
             if let Some(run) = fresh {
                 self.mvcc.map_reserved(run);
             }
@@ -811,32 +865,22 @@ impl RegionInner {
             self.mvcc.priority_release(req.slot);
             Ok(seq)
         };
-        let seq = if durable && payload >= SYNC_BESIDE_FROM {
-            // The sync runs while the versions are published; the commit
-            // returns once both are done, as below.
+        let seq = if payload >= SYNC_BESIDE_FROM {
+            // Started before the lock, so that it runs by the time it is
+            // asked; the sync runs while the versions are published, and
+            // the commit returns once both are done, as below.
             std::thread::scope(|s| -> Result<u64> {
-                let mut syncing = None;
-                let locked = locked(&mut |seq| {
-                    let log = &self.log;
-                    // No thread (none left, say): synced after, as below.
-                    syncing = std::thread::Builder::new()
-                        .name("txmap-sync".into())
-                        .stack_size(64 << 10)
-                        .spawn_scoped(s, move || log.flush(&h.log, seq))
-                        .ok()
-                        .map(|t| (seq, t));
-                });
-                let seq = released(locked)?;
-                match syncing {
-                    Some((at, t)) if at == seq => t.join().unwrap_or_else(|_| {
-                        Err(Error::Invalid("the log's sync thread panicked".into()))
-                    })?,
-                    _ => self.log.flush(&h.log, seq)?,
+                let helper = Beside::start(s, &self.log, &h.log);
+                let seq = released(locked(helper.as_ref()))?;
+                if synced_beside.get() {
+                    helper.as_ref().map_or(Ok(()), Beside::answer)?;
+                } else if durable {
+                    self.log.flush(&h.log, seq)?;
                 }
                 Ok(seq)
             })?
         } else {
-            let seq = released(locked(&mut |_| {}))?;
+            let seq = released(locked(None))?;
             if durable {
                 self.log.flush(&h.log, seq)?;
             }

@@ -340,10 +340,11 @@ impl Log {
     }
 
     /// Makes the log hold a record of `len` bytes appended next, as
-    /// `append` would before writing it (a thread of its own may do it
-    /// while the committer reserves versions: `RegionInner::commit`). The
-    /// caller holds the commit lock. A failure poisons the log.
-    pub fn make_room_for(&self, h: &LogShared, _commit_lock: &Guard<'_>, len: usize) -> Result<()> {
+    /// `append` would before writing it. Only while the commit lock is
+    /// held, by this thread or by the committer that asked for it and waits
+    /// for it (`RegionInner::commit`, which reserves versions meanwhile).
+    /// A failure poisons the log.
+    pub fn make_room_next(&self, h: &LogShared, len: usize) -> Result<()> {
         self.make_room(h, h.log_end.load(Ordering::Acquire) + len as u64)
     }
 
