@@ -196,10 +196,11 @@ type Writes = [(u64, Vec<u8>)];
 /// they run under it).
 const AHEAD_RERUNS: u32 = 1;
 
-/// Changed bytes from which a durable commit syncs its record on a thread
-/// of its own while it publishes the versions under the commit lock (a
-/// bulk load's: the copies then cost no time beside the sync). Below it a
-/// thread costs more than the copies.
+/// Changed bytes from which a commit has a helper thread (`Beside`) extend
+/// the log while it reserves versions and encodes the record, and (when
+/// durable) sync the record while it publishes the versions under the
+/// commit lock (a bulk load's: the copies then cost no time beside the
+/// sync). Below it a thread costs more than it saves.
 const SYNC_BESIDE_FROM: usize = 1 << 20;
 
 /// What a large commit's helper thread does for the log (`Beside`).
