@@ -196,6 +196,71 @@ type Writes = [(u64, Vec<u8>)];
 /// they run under it).
 const AHEAD_RERUNS: u32 = 1;
 
+/// Changed bytes from which a commit has a helper thread (`Beside`) extend
+/// the log while it reserves versions and encodes the record, and (when
+/// durable) sync the record while it publishes the versions under the
+/// commit lock (a bulk load's: the copies then cost no time beside the
+/// sync). Below it a thread costs more than it saves.
+const SYNC_BESIDE_FROM: usize = 1 << 20;
+
+/// What a large commit's helper thread does for the log (`Beside`).
+enum LogJob {
+    /// Make room for the next record, of this many bytes (the committer
+    /// holds the commit lock and waits for it before appending).
+    Room(usize),
+    /// Make record `seq` durable (`Log::flush`).
+    Sync(u64),
+}
+
+/// A thread for the log's slow steps of a commit of `SYNC_BESIDE_FROM`
+/// changed bytes or more, scoped to the commit: each job asked is answered
+/// in turn.
+struct Beside {
+    jobs: std::sync::mpsc::Sender<LogJob>,
+    done: std::sync::mpsc::Receiver<Result<()>>,
+}
+
+impl Beside {
+    /// The thread, or `None` if it cannot be started (the commit then
+    /// does its steps itself).
+    fn start<'s>(
+        s: &'s std::thread::Scope<'s, '_>,
+        log: &'s Log,
+        h: &'s crate::wal::shared::LogShared,
+    ) -> Option<Beside> {
+        let (jobs, todo) = std::sync::mpsc::channel();
+        let (answer, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("txmap-log".into())
+            .stack_size(64 << 10)
+            .spawn_scoped(s, move || {
+                for job in todo {
+                    let r = match job {
+                        LogJob::Room(len) => log.make_room_next(h, len),
+                        LogJob::Sync(seq) => log.flush(h, seq),
+                    };
+                    if answer.send(r).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Beside { jobs, done })
+    }
+
+    /// Hands over `job`; false if the thread is gone.
+    fn ask(&self, job: LogJob) -> bool {
+        self.jobs.send(job).is_ok()
+    }
+
+    /// The answer to the job asked last.
+    fn answer(&self) -> Result<()> {
+        self.done
+            .recv()
+            .unwrap_or_else(|_| Err(Error::Invalid("the log's helper thread ended".into())))
+    }
+}
+
 /// A run of a commit's commit-time operations ahead of the commit lock
 /// (`RegionInner::commit_time_ahead`).
 pub(crate) struct Ahead<'a> {
@@ -676,7 +741,11 @@ impl RegionInner {
             Some(a) if self.ahead_fresh(&a) => Some(a),
             _ => self.commit_time_ahead(&req),
         };
-        let locked = || -> Result<u64> {
+        let durable = self.opts.durability == Durability::Durable;
+        // Whether the helper syncs the record (asked after the append).
+        let synced_beside = std::cell::Cell::new(false);
+        // `helper`: a large commit's thread for the log (`Beside`).
+        let locked = |helper: Option<&Beside>| -> Result<u64> {
             let mut ahead = ahead;
             let mut reruns = 0;
             let (l, fresh) = loop {
@@ -712,38 +781,72 @@ impl RegionInner {
                 with_commuted = all;
                 &with_commuted
             };
-            // Room for the versions first: once the record is written, the
-            // commit must be published.
-            self.mvcc
-                .reserve(&l, pages.len())
-                .map_err(|e| self.version_store_full(e))?;
-            let seq = self.mvcc.commit_seq() + 1;
-            if order.is_some() {
-                self.mvcc.order_committing(&l, req.slot, seq);
-            }
-            crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
+            let changes_bytes = crate::ops::changes_bytes(&rec_ops);
             let (check, checked);
-            let ops = if crate::ops::changes_bytes(&rec_ops) {
-                h.file.note_ops(seq);
+            let ops = if changes_bytes {
                 check = page_check_args(&rec_ops, pages);
                 checked = with_page_check(&rec_ops, ranges.len(), &check);
                 &checked[..]
             } else {
                 &rec_ops[..]
             };
-            let logged = self.log.append(
-                &h.log,
-                l.guard(),
-                seq,
-                self.size(),
-                ranges.iter().cloned(),
-                ops,
-            );
+            // Room for the versions first: once the record is written, the
+            // commit must be published. A large record's room in the log
+            // (an extension and its sync) is made meanwhile.
+            let reserve = || {
+                self.mvcc
+                    .reserve_unmapped(&l, pages.len())
+                    .map_err(|e| self.version_store_full(e))
+            };
+            // Nothing is committed while the lock is held: the next number.
+            let seq = self.mvcc.commit_seq() + 1;
+            let encode = || {
+                Log::encode(
+                    &h.log,
+                    l.guard(),
+                    (seq, self.size()),
+                    ranges.iter().cloned(),
+                    ops,
+                    None,
+                )
+            };
+            let (fresh, rec) = if let Some(helper) = helper {
+                // The helper makes the record's room in the log while the
+                // versions are reserved and the record encoded here; the
+                // fresh blocks are mapped while it syncs.
+                let len = crate::wal::format::record_len(ranges.iter().cloned(), ops);
+                let asked = helper.ask(LogJob::Room(len));
+                let reserved = reserve();
+                let rec = reserved.is_ok().then(encode);
+                // Not asked (the thread ended): `append` makes the room.
+                let room = if asked { helper.answer() } else { Ok(()) };
+                let run = reserved?;
+                room?;
+                (Some(run), rec)
+            } else {
+                self.mvcc.map_reserved(reserve()?);
+                (None, None)
+            };
+            if order.is_some() {
+                self.mvcc.order_committing(&l, req.slot, seq);
+            }
+            crate::debug::hit(crate::debug::CrashPoint::CommitLocked);
+            if changes_bytes {
+                h.file.note_ops(seq);
+            }
+            let rec = rec.unwrap_or_else(encode);
+            let logged = self.log.append_encoded(&h.log, l.guard(), rec);
             if let Err(e) = logged {
                 self.mvcc.order_committing(&l, req.slot, 0);
                 return Err(e);
             }
             crate::debug::hit(crate::debug::CrashPoint::CommitLogged);
+            if let Some(helper) = helper.filter(|_| durable) {
+                synced_beside.set(helper.ask(LogJob::Sync(seq)));
+            }
+            if let Some(run) = fresh {
+                self.mvcc.map_reserved(run);
+            }
             let published = self.mvcc.publish(&l, seq, pages, Log::synced_seq(&h.log));
             assert!(
                 published.is_ok(),
@@ -755,15 +858,35 @@ impl RegionInner {
             }
             Ok(seq)
         };
-        let locked = locked();
-        drop(pass);
-        let seq = locked.inspect_err(|e| self.wait_after_conflict(e))?;
         // Published: nothing can invalidate it any more, so a priority it
         // held stops making others wait now, not after its sync.
-        self.mvcc.priority_release(req.slot);
-        if self.opts.durability == Durability::Durable {
-            self.log.flush(&h.log, seq)?;
-        }
+        let released = |locked: Result<u64>| {
+            drop(pass);
+            let seq = locked.inspect_err(|e| self.wait_after_conflict(e))?;
+            self.mvcc.priority_release(req.slot);
+            Ok(seq)
+        };
+        let seq = if payload >= SYNC_BESIDE_FROM {
+            // Started before the lock, so that it runs by the time it is
+            // asked; the sync runs while the versions are published, and
+            // the commit returns once both are done, as below.
+            std::thread::scope(|s| -> Result<u64> {
+                let helper = Beside::start(s, &self.log, &h.log);
+                let seq = released(locked(helper.as_ref()))?;
+                if synced_beside.get() {
+                    helper.as_ref().map_or(Ok(()), Beside::answer)?;
+                } else if durable {
+                    self.log.flush(&h.log, seq)?;
+                }
+                Ok(seq)
+            })?
+        } else {
+            let seq = released(locked(None))?;
+            if durable {
+                self.log.flush(&h.log, seq)?;
+            }
+            seq
+        };
         self.wait_visible(seq)?;
         if Log::epoch_bytes(&h.log) > self.opts.checkpoint_bytes {
             // This commit is already as durable as promised: a failing

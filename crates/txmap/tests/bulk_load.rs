@@ -223,3 +223,186 @@ fn a_store_into_a_fresh_page_installs_the_next_ones_and_loses_no_bytes() {
     assert_eq!(v.read::<u64>(142 * PAGE).unwrap(), 1);
     v.commit().unwrap();
 }
+
+/// Pages of the large commits below: over 1 MiB of changed bytes, so the
+/// commit syncs its record on a thread of its own while it publishes, and
+/// extends the log on another while it reserves versions.
+const LARGE_PAGES: u64 = 320;
+
+/// Fills every page with generation `g`'s words, in one transaction.
+fn write_generation(r: &Region, g: u64) {
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        for page in 0..LARGE_PAGES {
+            let bytes: Vec<u8> = (0..PAGE / 8)
+                .flat_map(|w| pattern(page * PAGE + w, g).to_le_bytes())
+                .collect();
+            v.slice_mut(page * PAGE, PAGE as usize)?
+                .copy_from_slice(&bytes);
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The generation every page holds in a read transaction of `v`, which
+/// must be the same for all pages and whole in each.
+fn generation(v: &mut txmap::View) -> u64 {
+    v.begin_read().unwrap();
+    let g = read_generation(v);
+    v.commit().unwrap();
+    g
+}
+
+/// `generation` in the transaction `v` has open.
+fn read_generation(v: &txmap::View) -> u64 {
+    let mut seen = None;
+    for page in 0..LARGE_PAGES {
+        let first = v.read::<u64>(page * PAGE).unwrap();
+        let g = [1, 2]
+            .into_iter()
+            .find(|&g| pattern(page * PAGE, g) == first)
+            .unwrap_or_else(|| panic!("page {page} holds neither generation"));
+        for w in 1..PAGE / 8 {
+            assert_eq!(
+                v.read::<u64>(page * PAGE + 8 * w).unwrap(),
+                pattern(page * PAGE + w, g),
+                "page {page} is torn at word {w}"
+            );
+        }
+        assert!(
+            seen.is_none_or(|s| s == g),
+            "page {page} holds generation {g}, the pages before it {seen:?}: a partial commit"
+        );
+        seen = Some(g);
+    }
+    seen.unwrap()
+}
+
+/// A region of `LARGE_PAGES` pages holding generation 1 (closed again).
+fn large_region(test: &str) -> (TestDir, std::path::PathBuf) {
+    let d = ext4_dir(test);
+    let p = d.join("r.txm");
+    let r = Region::create(&p, LARGE_PAGES * PAGE, Options::default()).unwrap();
+    write_generation(&r, 1);
+    drop(r);
+    (d, p)
+}
+
+/// Child: writes generation 2 in one large durable commit, stopped
+/// (`TXMAP_HOW=stop`) or killed at crash point `TXMAP_POINT` on the way;
+/// says DONE once the commit returned.
+fn large_commit_child() -> bool {
+    if role().is_none() {
+        return false;
+    }
+    let env = |k: &str| std::env::var(k).unwrap();
+    let r = Region::open(env("TXMAP_PATH").as_ref(), Options::default()).unwrap();
+    let point = txmap::debug::CrashPoint::from_u32(env("TXMAP_POINT").parse().unwrap()).unwrap();
+    match env("TXMAP_HOW").as_str() {
+        "stop" => txmap::debug::stop_at(point, 1),
+        _ => txmap::debug::crash_at(point, 1),
+    }
+    write_generation(&r, 2);
+    Acks::open(&env("TXMAP_ACK")).line("DONE");
+    true
+}
+
+fn large_commit_env(
+    d: &TestDir,
+    p: &std::path::Path,
+    point: u32,
+    how: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_POINT", point.to_string()),
+        ("TXMAP_HOW", how.into()),
+        ("TXMAP_ACK", d.join("ack").display().to_string()),
+    ]
+}
+
+/// A large commit killed with SIGKILL at each of its steps: before its
+/// record is written (the log extended and versions reserved on two
+/// threads), after it (the commit point), halfway through publishing while
+/// its sync runs on another thread, and in that sync. Reopened, the region
+/// holds the commit whole once its record was written, and not at all
+/// before.
+#[test]
+fn a_large_commit_killed_in_each_step_recovers_whole_or_not_at_all() {
+    use txmap::debug::CrashPoint as C;
+    const TEST: &str = "a_large_commit_killed_in_each_step_recovers_whole_or_not_at_all";
+    if large_commit_child() {
+        return;
+    }
+    for (point, want) in [
+        (C::CommitLocked, 1),
+        (C::CommitLogged, 2),
+        (C::CommitPublishing, 2),
+        (C::SyncLeader, 2),
+    ] {
+        let (d, p) = large_region(&format!("large-kill-{}", point as u32));
+        let env = large_commit_env(&d, &p, point as u32, "kill");
+        let mut c = Proc::spawn(TEST, "large", &env, d.join("err"));
+        c.wait_killed(&format!("the large commit at {point:?}"));
+        let r = Region::open(&p, Options::default()).unwrap();
+        let mut v = r.view().unwrap();
+        assert_eq!(generation(&mut v), want, "killed at {point:?}");
+        // And the region goes on: a later large commit lands whole.
+        drop(v);
+        write_generation(&r, 1);
+        let mut v = r.view().unwrap();
+        assert_eq!(generation(&mut v), 1, "after the commit at {point:?}");
+    }
+}
+
+/// While a large commit is stopped halfway through publishing, or inside
+/// its sync (on its own thread), another process opens the region and
+/// reads: halfway through publishing the commit is not there; in its sync
+/// it is there whole or not at all (published before durable, as every
+/// commit); a snapshot taken then keeps what it saw after the commit is
+/// continued and done; a read begun after sees all of it.
+#[test]
+fn another_process_opening_during_a_large_commit_sees_it_only_once_done() {
+    use txmap::debug::CrashPoint as C;
+    const TEST: &str = "another_process_opening_during_a_large_commit_sees_it_only_once_done";
+    if large_commit_child() {
+        return;
+    }
+    for point in [C::CommitPublishing, C::SyncLeader] {
+        let (d, p) = large_region(&format!("large-stop-{}", point as u32));
+        let env = large_commit_env(&d, &p, point as u32, "stop");
+        let mut c = Proc::spawn(TEST, "large", &env, d.join("err"));
+        let start = std::time::Instant::now();
+        while c.state() != 'T' {
+            c.check_running("the large commit");
+            assert!(
+                start.elapsed() < PROC_LIVENESS,
+                "the commit never stopped at {point:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let r = Region::open(&p, Options::default()).unwrap();
+        let mut before = r.view().unwrap();
+        let seen = generation(&mut before);
+        if point == C::CommitPublishing {
+            assert_eq!(seen, 1, "while stopped at {point:?}");
+        }
+        let mut held = r.view().unwrap();
+        held.begin_read().unwrap();
+        c.signal(rustix::process::Signal::CONT);
+        c.wait_ok("the large commit, continued");
+        assert_eq!(
+            std::fs::read_to_string(d.join("ack")).unwrap().trim(),
+            "DONE"
+        );
+        assert_eq!(
+            read_generation(&held),
+            seen,
+            "a snapshot taken while stopped"
+        );
+        held.commit().unwrap();
+        let mut after = r.view().unwrap();
+        assert_eq!(generation(&mut after), 2, "after the commit at {point:?}");
+    }
+}

@@ -348,13 +348,25 @@ fn log_preallocation_writes_zeros_in_small_pieces_and_syncs_them_first() {
 /// synced commit.
 #[test]
 fn large_records_extend_the_log_under_themselves_and_survive_power_loss() {
+    large_records_survive_power_loss(96 * PAGE, 12);
+}
+
+/// Records of over 1 MiB: the log is extended on a thread of its own while
+/// the versions are reserved, and the record synced on another while they
+/// are published; the commit returns only once both are done.
+#[test]
+fn records_synced_beside_their_publication_survive_power_loss() {
+    large_records_survive_power_loss(300 * PAGE, 4);
+}
+
+/// Commits of most of a `big`-byte region, power lost after each.
+fn large_records_survive_power_loss(big: u64, seeds: u64) {
     use txmap::io::sim::Call;
-    const BIG: u64 = 96 * PAGE;
-    for seed in 0..12u64 {
+    for seed in 0..seeds {
         let mut rng = SplitMix(seed);
         let data = Arc::new(SimStorage::new("data").unwrap());
         let log = Arc::new(SimStorage::new("log").unwrap());
-        Region::format(&*data, &*log, BIG).unwrap();
+        Region::format(&*data, &*log, big).unwrap();
         let region = Region::open_with(
             Box::new(data.clone()),
             Box::new(log.clone()),
@@ -362,12 +374,12 @@ fn large_records_extend_the_log_under_themselves_and_survive_power_loss() {
         )
         .unwrap();
         let s = Sim { data, log, region };
-        let mut history = vec![vec![0u8; BIG as usize]];
+        let mut history = vec![vec![0u8; big as usize]];
         for k in 0..3 {
             let mut next = history.last().unwrap().clone();
             // Most of the region in one commit: random bytes, so the
             // record is as large as the pages.
-            let len = (BIG - 4 * PAGE) as usize;
+            let len = (big - 4 * PAGE) as usize;
             let off = (rng.next() % (4 * PAGE)) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8 | 1).collect();
             next[off..off + len].copy_from_slice(&bytes);

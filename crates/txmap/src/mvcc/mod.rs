@@ -197,6 +197,14 @@ const OPENER_BYTE: u64 = 1 << 40;
 /// Fresh version blocks a commit needs before `reserve` maps them ahead.
 const POPULATE_MIN: u64 = 16;
 
+/// Fresh version blocks a reservation backed with memory
+/// (`Mvcc::reserve_unmapped`), to be mapped by `Mvcc::map_reserved`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FreshRun {
+    from: u64,
+    n: u64,
+}
+
 fn link(b: u64) -> u64 {
     b + 1
 }
@@ -922,13 +930,22 @@ impl Mvcc {
 
     /// Makes sure `n` blocks can be allocated without failing (backed with
     /// memory now), so a commit whose record is logged can always be published.
-    pub fn reserve(&self, _l: &Locked<'_>, n: usize) -> std::io::Result<()> {
+    pub fn reserve(&self, l: &Locked<'_>, n: usize) -> std::io::Result<()> {
+        let run = self.reserve_unmapped(l, n)?;
+        self.map_reserved(run);
+        Ok(())
+    }
+
+    /// `reserve`, but the run of fresh blocks it backed is mapped only by
+    /// `map_reserved` (a hint, so any thread may call it later: a large
+    /// commit maps them while its record syncs, not before it is written).
+    pub fn reserve_unmapped(&self, _l: &Locked<'_>, n: usize) -> std::io::Result<FreshRun> {
         let h = self.hdr();
         let fresh = h.arena_fresh.load(Ordering::Acquire);
         let free = fresh.saturating_sub(h.blocks_in_use.load(Ordering::Relaxed));
         let need = (n as u64).saturating_sub(free);
         if need == 0 {
-            return Ok(());
+            return Ok(FreshRun::default());
         }
         if fresh + need > self.layout.arena_blocks {
             return Err(std::io::Error::other(format!(
@@ -951,15 +968,22 @@ impl Mvcc {
             )?;
             h.arena_backed.store(upto, Ordering::Release);
         }
-        // A large commit (a bulk load) fills a run of fresh blocks: map them
-        // in one call rather than take a fault on each copy in `publish`.
-        if need >= POPULATE_MIN {
+        Ok(FreshRun {
+            from: fresh,
+            n: need,
+        })
+    }
+
+    /// Maps a run of fresh blocks `reserve_unmapped` backed: a large commit
+    /// (a bulk load) fills it, and one call costs less than a fault on each
+    /// copy in `publish`. Only a hint.
+    pub fn map_reserved(&self, run: FreshRun) {
+        if run.n >= POPULATE_MIN {
             self.file.populate(
-                self.layout.data as u64 + fresh * PAGE as u64,
-                need * PAGE as u64,
+                self.layout.data as u64 + run.from * PAGE as u64,
+                run.n * PAGE as u64,
             );
         }
-        Ok(())
     }
 
     fn free_block(&self, b: u64) {

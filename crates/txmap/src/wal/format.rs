@@ -422,6 +422,33 @@ impl<'a> Piece<'a> {
     }
 }
 
+/// A record's payload length: its fields after the header.
+fn payload_len<'a>(
+    ranges: impl Iterator<Item = Range<'a>>,
+    ops: &[LoggedOp<'_>],
+    time: bool,
+    group: Option<&GroupTrailer>,
+) -> usize {
+    let ops_bytes: usize = if ops.is_empty() {
+        0
+    } else {
+        4 + ops
+            .iter()
+            .map(|o| 16 + 4 * o.pages.len() + o.args.len())
+            .sum::<usize>()
+    };
+    12 + if time { 8 } else { 0 }
+        + group.map_or(0, GroupTrailer::encoded_len)
+        + ops_bytes
+        + ranges.map(|r| 12 + r.bytes.len()).sum::<usize>()
+}
+
+/// The bytes `encode_pieces` writes for a record with a time and no
+/// group trailer (a commit in one region), padding included.
+pub fn record_len<'a>(ranges: impl Iterator<Item = Range<'a>>, ops: &[LoggedOp<'_>]) -> usize {
+    padded(RECORD_HEADER + payload_len(ranges, ops, true, None))
+}
+
 /// Encodes a record as pieces that, written one after the other, are the
 /// bytes `encode_record` appends: the ranges' bytes are not copied (a bulk
 /// load's record is megabytes, written with one vectored write). `own`
@@ -440,19 +467,7 @@ pub fn encode_pieces<'a>(
 ) -> Vec<Piece<'a>> {
     assert!(own.is_empty(), "pieces index an empty buffer");
     let n = ranges.clone().count();
-    let ops_bytes: usize = if ops.is_empty() {
-        0
-    } else {
-        4 + ops
-            .iter()
-            .map(|o| 16 + 4 * o.pages.len() + o.args.len())
-            .sum::<usize>()
-    };
-    let payload: usize = 12
-        + if time.is_some() { 8 } else { 0 }
-        + group.map_or(0, GroupTrailer::encoded_len)
-        + ops_bytes
-        + ranges.clone().map(|r| 12 + r.bytes.len()).sum::<usize>();
+    let payload = payload_len(ranges.clone(), ops, time.is_some(), group);
     assert!(payload <= MAX_PAYLOAD, "commit record too large");
     own.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     own.extend_from_slice(&[0; 4]); // crc, filled below
@@ -719,6 +734,46 @@ pub fn decode_record_any(buf: &[u8]) -> Option<(u64, CommitRecord<'_>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_len_is_the_length_of_the_encoded_record() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        let args = [1u8, 2, 3, 4, 5];
+        for n in [0usize, 1, 3, 17] {
+            let ranges: Vec<Range> = (0..n)
+                .map(|k| Range {
+                    offset: 4096 * k as u64 + 3,
+                    bytes: &data[..(k * 293 + 1) % data.len()],
+                })
+                .collect();
+            let op = LoggedOp {
+                at: 1,
+                id: 9,
+                pages: vec![2, 5, 6],
+                args: &args[..n % 6],
+            };
+            for ops in [Vec::new(), vec![op.clone()], vec![op.clone(), op.clone()]] {
+                let mut out = Vec::new();
+                encode_record(
+                    &mut out,
+                    1,
+                    2,
+                    1,
+                    8192,
+                    ranges.iter().cloned(),
+                    &ops,
+                    Some(77),
+                    None,
+                );
+                assert_eq!(
+                    record_len(ranges.iter().cloned(), &ops),
+                    out.len(),
+                    "{n} ranges, {} ops",
+                    ops.len()
+                );
+            }
+        }
+    }
 
     #[test]
     fn record_roundtrip_and_every_flipped_bit_is_caught() {

@@ -167,6 +167,13 @@ fn seq_bits(before: u64, after: u64) -> Option<NonZeroU32> {
     NonZeroU32::new((before + 1..=after).fold(0, |b, s| b | seq_bit(s)))
 }
 
+/// A record encoded for [`Log::append_encoded`].
+pub struct Encoded<'a> {
+    seq: u64,
+    own: Vec<u8>,
+    pieces: Vec<format::Piece<'a>>,
+}
+
 /// The log file of a region, as used by this process. Its position, salt and
 /// sync progress live in the shared header.
 pub struct Log {
@@ -238,21 +245,29 @@ impl Log {
     pub fn append_group<'a>(
         &self,
         h: &LogShared,
-        _commit_lock: &Guard<'_>,
+        commit_lock: &Guard<'_>,
         seq: u64,
         data_size: u64,
         ranges: impl Iterator<Item = Range<'a>> + Clone,
         ops: &[format::LoggedOp<'_>],
         group: Option<&format::GroupTrailer>,
     ) -> Result<()> {
-        // Paired with the scan (wal/scan.rs), which calls a record out of
-        // sequence damage: records go in sequence order, after what is
-        // published, never into the header page.
-        assert_eq!(
-            Self::written_seq(h) + 1,
-            seq,
-            "records are appended in sequence order"
-        );
+        let rec = Self::encode(h, commit_lock, (seq, data_size), ranges, ops, group);
+        self.append_encoded(h, commit_lock, rec)
+    }
+
+    /// Encodes record `seq` as `append` would write it next (a large
+    /// commit encodes it while the log is extended on another thread).
+    /// The caller holds the commit lock until it is appended.
+    /// `(seq, data_size)`: the record's number and the region's size.
+    pub fn encode<'a>(
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
+        (seq, data_size): (u64, u64),
+        ranges: impl Iterator<Item = Range<'a>> + Clone,
+        ops: &[format::LoggedOp<'_>],
+        group: Option<&format::GroupTrailer>,
+    ) -> Encoded<'a> {
         let salt = h.log_salt.load(Ordering::Acquire);
         let synced = h.synced_seq.load(Ordering::Acquire);
         let now = std::time::SystemTime::now()
@@ -270,6 +285,25 @@ impl Log {
             Some(now),
             group,
         );
+        Encoded { seq, own, pieces }
+    }
+
+    /// Writes a record `encode` made at the shared log end.
+    pub fn append_encoded(
+        &self,
+        h: &LogShared,
+        _commit_lock: &Guard<'_>,
+        rec: Encoded<'_>,
+    ) -> Result<()> {
+        let Encoded { seq, own, pieces } = rec;
+        // Paired with the scan (wal/scan.rs), which calls a record out of
+        // sequence damage: records go in sequence order, after what is
+        // published, never into the header page.
+        assert_eq!(
+            Self::written_seq(h) + 1,
+            seq,
+            "records are appended in sequence order"
+        );
         let bufs: Vec<&[u8]> = pieces.iter().map(|p| p.bytes(&own)).collect();
         let len: usize = bufs.iter().map(|b| b.len()).sum();
         // A small record in one buffer, one write; a large one (a bulk
@@ -285,37 +319,12 @@ impl Log {
             "a record goes after the header and after every published record"
         );
         let end = off + len as u64;
-        let allocated = h.log_allocated.load(Ordering::Acquire);
-        let r = (|| {
-            // At least 8 zero bytes stay after the last record, and the new
-            // length is synced before a record goes there: a crash then never
-            // leaves a log that ends inside or right after a record, so
-            // recovery can tell truncation (damage) from a torn tail.
-            if end + 8 > allocated {
-                let new_alloc = extended_len(allocated, end + 8);
-                let at = self
-                    .extend_under(allocated, end)
-                    .map_err(|e| self.err("extend log", e))?;
-                let zeros = vec![0u8; ZERO_PIECE];
-                let mut at = at;
-                while at < new_alloc {
-                    let n = (new_alloc - at).min(ZERO_PIECE as u64) as usize;
-                    self.storage
-                        .write_at(&zeros[..n], at)
-                        .map_err(|e| self.err("extend log", e))?;
-                    at += n as u64;
-                }
-                self.storage
-                    .sync()
-                    .map_err(|e| self.err("sync extended log", e))?;
-                h.log_allocated.store(new_alloc, Ordering::Release);
-            }
-            match &buf {
-                Some(b) => self.storage.write_at(b, off),
-                None => self.storage.write_all_vectored_at(&bufs, off),
-            }
-            .map_err(|e| self.err("append to log", e))
-        })();
+        self.make_room(h, end)?;
+        let r = match &buf {
+            Some(b) => self.storage.write_at(b, off),
+            None => self.storage.write_all_vectored_at(&bufs, off),
+        }
+        .map_err(|e| self.err("append to log", e));
         if let Err(e) = &r {
             poison(h, e);
             return r;
@@ -328,6 +337,52 @@ impl Log {
             futex_wake_bits(&h.append_gen, NonZeroU32::MAX, 1);
         }
         Ok(())
+    }
+
+    /// Makes the log hold a record of `len` bytes appended next, as
+    /// `append` would before writing it. Only while the commit lock is
+    /// held, by this thread or by the committer that asked for it and waits
+    /// for it (`RegionInner::commit`, which reserves versions meanwhile).
+    /// A failure poisons the log.
+    pub fn make_room_next(&self, h: &LogShared, len: usize) -> Result<()> {
+        self.make_room(h, h.log_end.load(Ordering::Acquire) + len as u64)
+    }
+
+    /// Extends the log, if it must, to hold records up to `end` and 8 zero
+    /// bytes after them.
+    fn make_room(&self, h: &LogShared, end: u64) -> Result<()> {
+        let allocated = h.log_allocated.load(Ordering::Acquire);
+        // At least 8 zero bytes stay after the last record, and the new
+        // length is synced before a record goes there: a crash then never
+        // leaves a log that ends inside or right after a record, so
+        // recovery can tell truncation (damage) from a torn tail.
+        if end + 8 <= allocated {
+            return Ok(());
+        }
+        let r = (|| {
+            let new_alloc = extended_len(allocated, end + 8);
+            let at = self
+                .extend_under(allocated, end)
+                .map_err(|e| self.err("extend log", e))?;
+            let zeros = vec![0u8; ZERO_PIECE];
+            let mut at = at;
+            while at < new_alloc {
+                let n = (new_alloc - at).min(ZERO_PIECE as u64) as usize;
+                self.storage
+                    .write_at(&zeros[..n], at)
+                    .map_err(|e| self.err("extend log", e))?;
+                at += n as u64;
+            }
+            self.storage
+                .sync()
+                .map_err(|e| self.err("sync extended log", e))?;
+            h.log_allocated.store(new_alloc, Ordering::Release);
+            Ok(())
+        })();
+        if let Err(e) = &r {
+            poison(h, e);
+        }
+        r
     }
 
     /// Extends the log over the whole pieces of zeros that a record ending
