@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One `compare` run of the redb workload, txmap's B+-tree beside LMDB,
+# printed as one line of txmap ÷ LMDB per row (from the report's medians).
+# Usage: scripts/redb-ratios.sh BIN [LABEL]   (BIN: a txmap-bench binary)
+# Run it several times, alternating builds, to compare them.
+set -euo pipefail
+bin=$1
+label=${2:-$bin}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+out=$("$bin" compare --quick --workloads redb --stores txmap-btree,lmdb \
+    --dir "$dir" --out "$dir/report" 2>/dev/null)
+echo "$out" | python3 -c '
+import sys
+label, rows = sys.argv[1], [l for l in sys.stdin if l.startswith("| ")]
+tx = [l for l in rows if l.startswith("| txmap B+-tree")]
+lm = [l for l in rows if l.startswith("| LMDB")]
+cell = lambda l, c: float(l.split("|")[c].split()[0])
+cols = [("bulk", 0, 2), ("reads1", 0, 8), ("reads2", 1, 2), ("range", 1, 4)]
+print(label, " ".join(
+    "%s %.2f" % (n, cell(tx[t], c) / cell(lm[t], c)) for n, t, c in cols))
+' "$label"
