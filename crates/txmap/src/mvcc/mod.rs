@@ -116,18 +116,22 @@ pub struct Mvcc {
     /// `file`'s header and slots, checked in range and aligned once
     /// (`from_file`): every transaction reads them, and the mapping never
     /// moves or shrinks while `file` lives.
-    hdr: NonNull<Header>,
-    slots: NonNull<Slot>,
+    hdr: Fixed<Header>,
+    slots: Fixed<Slot>,
     /// Slots claimed through this mapping (so the reaper leaves them alone).
     mine: Box<[AtomicBool]>,
     pid: u64,
 }
 
-// SAFETY: `hdr` and `slots` point into the shared mapping `file` owns
-// (Send + Sync), at atomics and shared mutexes made for use from any thread.
-unsafe impl Send for Mvcc {}
+/// The address of a `T` (or the first of several) in `Mvcc::file`'s
+/// mapping, checked once; valid as long as the `Mvcc` that holds it.
+struct Fixed<T>(NonNull<T>);
+
+// SAFETY: a `Fixed` points at shared-memory types (atomics and shared
+// mutexes, `SharedPod`) made for use from any thread and any process.
+unsafe impl<T: Sync> Send for Fixed<T> {}
 // SAFETY: as for Send.
-unsafe impl Sync for Mvcc {}
+unsafe impl<T: Sync> Sync for Fixed<T> {}
 
 /// The checkpointer's hold on version memory (see `Mvcc::pin_for_checkpoint`).
 pub struct CheckpointPin<'a> {
@@ -346,8 +350,8 @@ impl Mvcc {
     }
 
     fn from_file(file: SharedFile, layout: Layout) -> Mvcc {
-        let hdr = NonNull::from(file.at::<Header>(0));
-        let slots = NonNull::from(file.slice::<Slot>(layout.slots, MAX_SLOTS + 1)).cast();
+        let hdr = Fixed(NonNull::from(file.at::<Header>(0)));
+        let slots = Fixed(NonNull::from(file.slice::<Slot>(layout.slots, MAX_SLOTS + 1)).cast());
         Mvcc {
             file,
             layout,
@@ -365,12 +369,12 @@ impl Mvcc {
     pub fn hdr(&self) -> &Header {
         // SAFETY: checked by `SharedFile::at` in `from_file`; the mapping
         // lives, unmoved, as long as `self.file`, and so as long as `self`.
-        unsafe { self.hdr.as_ref() }
+        unsafe { self.hdr.0.as_ref() }
     }
 
     fn slots(&self) -> &[Slot] {
         // SAFETY: as in `hdr` (checked by `SharedFile::slice`).
-        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), MAX_SLOTS + 1) }
+        unsafe { std::slice::from_raw_parts(self.slots.0.as_ptr(), MAX_SLOTS + 1) }
     }
 
     /// View slots up to the highest ever claimed (not the checkpoint slot).
