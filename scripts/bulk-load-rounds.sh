@@ -13,7 +13,7 @@ for r in $(seq 1 "$rounds"); do
     for b in "$@" lmdb; do
         rm -rf "$dir/s" && mkdir "$dir/s"
         if [ "$b" = lmdb ]; then bin=$1 store=lmdb; else bin=$b store=txmap-btree; fi
-        t=$("$bin" --peer-worker "redb|$store|$dir/s|20000,1,1,1,1,1|$r" | head -1 | cut -d' ' -f2)
+        t=$("$bin" --peer-worker "redb|$store|$dir/s|20000,1,1,1,1,1|$r" | awk 'NR == 1 { print $2 }')
         line="$line $t"
     done
     echo "$line"

@@ -32,6 +32,11 @@ pub struct Stats {
     pub log_bytes: u64,
     /// Page versions held in shared memory (linked, or waiting for readers).
     pub version_pages: usize,
+    /// Pages of shared memory backing the version store: it grows to the
+    /// most versions held at once (a large transaction's helper backs its
+    /// commit's ahead, `view/prefill.rs`) and is reused, not given back,
+    /// until the last process closes the region.
+    pub version_pages_backed: u64,
     pub live_snapshots: usize,
     pub oldest_snapshot: Option<u64>,
     /// Every live transaction's snapshot, owner process and start time.
@@ -956,6 +961,7 @@ impl Region {
             checkpoint_seq: h.file.checkpoint_seq(),
             log_bytes: Log::epoch_bytes(&h.log),
             version_pages: i.mvcc.version_pages(),
+            version_pages_backed: i.mvcc.arena_backed(),
             live_snapshots: snapshots.len(),
             oldest_snapshot: snapshots.iter().map(|s| s.snapshot).min(),
             snapshots,

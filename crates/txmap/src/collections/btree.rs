@@ -212,6 +212,7 @@ impl BTree {
     pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
         check_key(key, MAX_KEY)?;
         if value.len() <= INLINE_MAX
+            && v.blind_fits()
             && v.apply_blind(crate::ops::BTREE_PUT, &op_args(self.at, key, value))?
         {
             return Ok(());

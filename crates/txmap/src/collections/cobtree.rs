@@ -420,14 +420,16 @@ impl CoBTree {
     /// take a chunk) it is an ordinary [`CoBTree::put`].
     pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
         check_key(key, MAX_KEY)?;
-        let mut a = Vec::with_capacity(14 + key.len() + value.len());
-        a.extend_from_slice(&self.at.to_le_bytes());
-        a.extend_from_slice(&(alloc::thread_arena() as u32).to_le_bytes());
-        a.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        a.extend_from_slice(key);
-        a.extend_from_slice(value);
-        if value.len() <= BLIND_VALUE_MAX && v.apply_blind(crate::ops::COBTREE_PUT, &a)? {
-            return Ok(());
+        if value.len() <= BLIND_VALUE_MAX && v.blind_fits() {
+            let mut a = Vec::with_capacity(14 + key.len() + value.len());
+            a.extend_from_slice(&self.at.to_le_bytes());
+            a.extend_from_slice(&(alloc::thread_arena() as u32).to_le_bytes());
+            a.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            a.extend_from_slice(key);
+            a.extend_from_slice(value);
+            if v.apply_blind(crate::ops::COBTREE_PUT, &a)? {
+                return Ok(());
+            }
         }
         self.put(v, key, value).map(|_| ())
     }

@@ -347,8 +347,13 @@ impl LinearHash {
     pub fn put_blind(&self, v: &mut View, key: &[u8], value: &[u8]) -> Result<()> {
         check_key(key, MAX_KEY)?;
         // Same argument layout as the B+-tree's operations.
-        let a = super::leaf::op_args(self.at, key, value);
-        if value.len() <= INLINE_MAX && v.apply_blind(crate::ops::LHASH_PUT, &a)? {
+        if value.len() <= INLINE_MAX
+            && v.blind_fits()
+            && v.apply_blind(
+                crate::ops::LHASH_PUT,
+                &super::leaf::op_args(self.at, key, value),
+            )?
+        {
             return Ok(());
         }
         self.put(v, key, value).map(|_| ())

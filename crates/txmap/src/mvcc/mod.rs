@@ -919,13 +919,7 @@ impl Mvcc {
         }
         let backed = h.arena_backed.load(Ordering::Acquire);
         if b >= backed {
-            let n = ARENA_CHUNK.min(self.layout.arena_blocks - backed);
-            let l = &self.layout;
-            let ms = size_of::<BlockMeta>() as u64;
-            self.file.allocate(l.meta as u64 + backed * ms, n * ms)?;
-            self.file
-                .allocate(l.data as u64 + backed * PAGE as u64, n * PAGE as u64)?;
-            h.arena_backed.store(backed + n, Ordering::Release);
+            self.back(backed, (backed + ARENA_CHUNK).min(self.layout.arena_blocks))?;
         }
         h.arena_fresh.store(b + 1, Ordering::Release);
         h.blocks_in_use.fetch_add(1, Ordering::Relaxed);
@@ -961,21 +955,65 @@ impl Mvcc {
         let backed = h.arena_backed.load(Ordering::Acquire);
         if fresh + need > backed {
             let want = (fresh + need).div_ceil(ARENA_CHUNK) * ARENA_CHUNK;
-            let upto = want.min(self.layout.arena_blocks);
-            let l = &self.layout;
-            let ms = size_of::<BlockMeta>() as u64;
-            self.file
-                .allocate(l.meta as u64 + backed * ms, (upto - backed) * ms)?;
-            self.file.allocate(
-                l.data as u64 + backed * PAGE as u64,
-                (upto - backed) * PAGE as u64,
-            )?;
-            h.arena_backed.store(upto, Ordering::Release);
+            self.back(backed, want.min(self.layout.arena_blocks))?;
         }
         Ok(FreshRun {
             from: fresh,
             n: need,
         })
+    }
+
+    /// Backs arena blocks `[from, upto)` with memory (their data pages and
+    /// metadata), then raises the backed mark to `upto`. Blocks are never
+    /// given back, and allocating memory that is already there changes
+    /// nothing, so this needs no lock: a commit under the lock and
+    /// [`Mvcc::back_ahead`] beside it may back the same blocks, and the mark
+    /// only ever covers blocks one of them backed.
+    fn back(&self, from: u64, upto: u64) -> std::io::Result<()> {
+        if upto <= from {
+            return Ok(());
+        }
+        let l = &self.layout;
+        let ms = size_of::<BlockMeta>() as u64;
+        self.file
+            .allocate(l.meta as u64 + from * ms, (upto - from) * ms)?;
+        self.file.allocate(
+            l.data as u64 + from * PAGE as u64,
+            (upto - from) * PAGE as u64,
+        )?;
+        self.hdr().arena_backed.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Without the commit lock, while a large transaction is still writing
+    /// (`view/ahead.rs`): backs the fresh blocks a commit of `n` pages would
+    /// take, and maps those from `mapped_from` on in this process, so that
+    /// the commit's `reserve` and `publish` find them ready. Returns the
+    /// block up to which this process has them mapped (pass it back next
+    /// time). Only a hint: on failure the commit backs them itself and
+    /// reports the error there.
+    pub fn back_ahead(&self, n: u64, mapped_from: u64) -> u64 {
+        let h = self.hdr();
+        let fresh = h.arena_fresh.load(Ordering::Acquire);
+        let free = fresh.saturating_sub(h.blocks_in_use.load(Ordering::Relaxed));
+        let upto = (fresh + n.saturating_sub(free)).min(self.layout.arena_blocks);
+        let backed = h.arena_backed.load(Ordering::Acquire);
+        if self.back(backed, upto).is_err() {
+            return mapped_from;
+        }
+        let from = mapped_from.max(fresh);
+        if upto > from {
+            self.file.populate(
+                self.layout.data as u64 + from * PAGE as u64,
+                (upto - from) * PAGE as u64,
+            );
+        }
+        upto.max(mapped_from)
+    }
+
+    /// How many arena blocks are backed with memory.
+    pub fn arena_backed(&self) -> u64 {
+        self.hdr().arena_backed.load(Ordering::Acquire)
     }
 
     /// Maps a run of fresh blocks `reserve_unmapped` backed: a large commit

@@ -37,6 +37,38 @@ impl Access {
     }
 }
 
+/// A reservation's address range, handed to a helper thread that maps its
+/// pages ahead of their use ([`Reservation::range_to_populate`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RangeToPopulate {
+    base: usize,
+    len: usize,
+}
+
+impl RangeToPopulate {
+    /// [`Reservation::populate`] (writable), from another thread. Ranges
+    /// beyond the reservation are clipped.
+    ///
+    /// # Safety
+    /// The reservation this came from must still be mapped: the address
+    /// range could otherwise belong to another mapping by now.
+    pub unsafe fn populate_write(&self, offset: usize, len: usize) {
+        let len = len.min(self.len.saturating_sub(offset));
+        if len == 0 {
+            return;
+        }
+        // SAFETY: inside the reservation (clipped), which the caller keeps
+        // mapped; populating does not change contents.
+        let _ = unsafe {
+            rustix::mm::madvise(
+                (self.base + offset) as *mut std::ffi::c_void,
+                len,
+                Advice::LinuxPopulateWrite,
+            )
+        };
+    }
+}
+
 /// An address range owned by this process, reserved `PROT_NONE` and without
 /// swap accounting. Unmapped on drop.
 #[derive(Debug)]
@@ -182,6 +214,15 @@ impl Reservation {
         };
         // SAFETY: inside our own reservation; populating does not change contents.
         let _ = unsafe { rustix::mm::madvise(self.base().add(offset).cast(), len, advice) };
+    }
+
+    /// This reservation's address range, for a helper thread to populate
+    /// while the owner keeps the reservation alive ([`RangeToPopulate`]).
+    pub fn range_to_populate(&self) -> RangeToPopulate {
+        RangeToPopulate {
+            base: self.base() as usize,
+            len: self.len,
+        }
     }
 
     /// Advises the kernel that a file mapping is read at random

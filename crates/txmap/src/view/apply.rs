@@ -299,6 +299,18 @@ impl View {
                 .is_none_or(|l| l.ops.len() < LOGICAL_MAX_OPS)
     }
 
+    /// Whether [`View::apply_blind`] could run a commit-time operation now
+    /// (the transaction is small): a caller checks it before building the
+    /// operation's arguments, which a bulk load would build for nothing.
+    pub(crate) fn blind_fits(&self) -> bool {
+        let v = &*self.inner;
+        v.write_n.load(Ordering::Relaxed) <= LOGICAL_MAX_PAGES
+            && self
+                .op_log
+                .as_ref()
+                .is_none_or(|l| l.ops.len() < LOGICAL_MAX_OPS)
+    }
+
     /// Logs built-in marker `id` (it changes no bytes, so it needs no cut
     /// and no shadows) with the transaction's commit.
     pub(super) fn log_marker(&mut self, id: u32, args: &[u8]) {
@@ -477,14 +489,10 @@ impl View {
         }
         // A large transaction gains nothing (it conflicts on its other
         // pages) and would replay every operation under the commit lock.
-        if v.write_n.load(Ordering::Relaxed) > LOGICAL_MAX_PAGES
-            || self
-                .op_log
-                .as_ref()
-                .is_some_and(|l| l.ops.len() >= LOGICAL_MAX_OPS)
-        {
+        if !self.blind_fits() {
             return Ok(false);
         }
+        let v = &*self.inner;
         let snapshot = v.snapshot.load(Ordering::Relaxed);
         let mapped = v.mem.mapped.load(Ordering::Relaxed);
         let peek = |p: u32| -> Result<&[u8]> {

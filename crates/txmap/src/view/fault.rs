@@ -229,9 +229,14 @@ impl ViewInner {
         if q - page < 2 || !self.mem.punch(page * PAGE, (q - page) * PAGE) {
             return false;
         }
-        self.mem
-            .alias
-            .populate(page * PAGE, (q - page) * PAGE, true);
+        // The page stored to now is mapped here; the rest by a large
+        // transaction's helper, if it runs (`prefill.rs`).
+        let rest = if self.prefill.populate(page + 1, q - page - 1) {
+            1
+        } else {
+            q - page
+        };
+        self.mem.alias.populate(page * PAGE, rest * PAGE, true);
         (page..q).for_each(|p| self.mark_installed(p));
         true
     }

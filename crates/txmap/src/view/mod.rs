@@ -22,6 +22,7 @@ mod inplace;
 mod nta;
 mod ordered;
 mod pause;
+mod prefill;
 mod rounds;
 
 pub use pause::Paused;
@@ -33,6 +34,7 @@ type NestedActions = Option<Box<nta::Nested>>;
 use std::borrow::Cow;
 use std::mem::ManuallyDrop;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::engine::{Ahead, CommitRequest, RegionRef};
@@ -152,6 +154,8 @@ pub(crate) struct ViewInner {
     round_next: AtomicUsize,
     /// Versions read in place, by page (`inplace.rs`).
     versions: inplace::VersionCache,
+    /// Requests to a large write transaction's helper (`prefill.rs`).
+    prefill: Arc<prefill::PrefillAsks>,
 }
 
 impl ViewInner {
@@ -203,6 +207,9 @@ impl Drop for ViewInner {
 /// # drop(view); drop(region); std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub struct View {
+    /// A large write transaction's helper (`prefill.rs`). First, so that
+    /// it is joined before `inner`'s memory goes.
+    prefill: Option<prefill::Prefill>,
     inner: Box<ViewInner>,
     registration: Option<Registration>,
     depth: u32,
@@ -288,6 +295,7 @@ impl View {
                 round_window: AtomicUsize::new(0),
                 round_next: AtomicUsize::new(usize::MAX),
                 versions: Default::default(),
+                prefill: Default::default(),
                 slot: AtomicUsize::new(slot),
                 fixed: at.is_some(),
                 region: region.clone(),
@@ -301,6 +309,7 @@ impl View {
             }
         };
         let mut view = View {
+            prefill: None,
             inner,
             registration: None,
             depth: 0,
@@ -805,6 +814,8 @@ impl View {
     /// Ends the outermost transaction: written pages become readable
     /// (committed) or read their snapshot version again (aborted).
     fn finish(&mut self, committed: bool) {
+        // Joined before any page is restored or given back.
+        self.prefill = None;
         let v = &*self.inner;
         v.active.store(false, Ordering::Release);
         v.round_window.store(0, Ordering::Relaxed);
@@ -1064,9 +1075,31 @@ impl View {
         }
         let o = self.check_range(off, len)?;
         let p = self.inner.access(o, len, true);
+        let written = self.inner.write_n.load(Ordering::Relaxed);
+        if written >= prefill::PREFILL_FROM {
+            self.prefill_after_store(written);
+        }
         // SAFETY: in bounds of the alias (always writable); the pages are in
         // the write set; exclusive through &mut self.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// A large write transaction: its helper starts, or hears how many
+    /// pages it has written.
+    #[inline(never)]
+    fn prefill_after_store(&mut self, written: usize) {
+        let v = &*self.inner;
+        let rounds = self.rounds;
+        self.prefill
+            .get_or_insert_with(|| {
+                prefill::Prefill::start(
+                    &v.prefill,
+                    Arc::clone(&v.region),
+                    v.mem.alias.range_to_populate(),
+                    !rounds,
+                )
+            })
+            .wrote(written);
     }
 
     /// Reads a plain value at `off` (any alignment).
@@ -1191,6 +1224,10 @@ impl View {
 
 impl Drop for View {
     fn drop(&mut self) {
+        // Threads are not forked: a child has no helper to join.
+        if self.inner.region.check_owner().is_err() {
+            std::mem::forget(self.prefill.take());
+        }
         // In a forked child the private memory is shared with the parent:
         // `rollback` then does nothing, and only the child's mappings go.
         self.rollback();
