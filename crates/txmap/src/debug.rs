@@ -463,3 +463,52 @@ pub(crate) fn note_ahead_rerun() {
 pub(crate) fn note_locked_run() {
     LOCKED_RUNS.fetch_add(1, Ordering::Relaxed);
 }
+
+/// Where a read fault that maps a run of the region file at the user
+/// address (`view/filemap.rs`) may wait for a test ([`pause_file_run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum FileRunPause {
+    /// The run chosen, nothing mapped or listed yet.
+    AfterScan = 1,
+    /// The file mapped over the run, the run not yet listed for the fence.
+    AfterMap = 2,
+}
+
+static FILE_RUN_PAUSE: AtomicU32 = AtomicU32::new(0);
+static FILE_RUN_PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next read fault of this process that maps a run of the region
+/// file wait at `at` until [`release_file_run`]: a test commits and
+/// checkpoints meanwhile what the run's check must catch.
+pub fn pause_file_run(at: FileRunPause) {
+    FILE_RUN_PAUSE.store(at as u32, Ordering::SeqCst);
+}
+
+/// Whether a fault waits at the point [`pause_file_run`] armed.
+pub fn file_run_paused() -> bool {
+    FILE_RUN_PAUSED.load(Ordering::SeqCst)
+}
+
+/// Lets the fault waiting at the armed point go on.
+pub fn release_file_run() {
+    FILE_RUN_PAUSED.store(false, Ordering::SeqCst);
+}
+
+/// Called by the fault handler at `at` (async-signal-safe: atomics and
+/// `sched_yield`). Waits at most about a minute of yields.
+pub(crate) fn file_run_point(at: FileRunPause) {
+    if FILE_RUN_PAUSE.load(Ordering::Relaxed) != at as u32
+        || FILE_RUN_PAUSE
+            .compare_exchange(at as u32, 0, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    FILE_RUN_PAUSED.store(true, Ordering::SeqCst);
+    let mut spins = 0u64;
+    while FILE_RUN_PAUSED.load(Ordering::SeqCst) && spins < 200_000_000 {
+        rustix::thread::sched_yield();
+        spins += 1;
+    }
+}

@@ -102,11 +102,23 @@ const POOLED_BYTES: usize = 64 << 20;
 
 impl ViewMemory {
     /// `path` names the region in the error when `at` is taken.
-    pub(crate) fn new(max: usize, at: Option<usize>, path: &std::path::Path) -> Result<ViewMemory> {
+    /// `phase`: the region file's offset of the region's first byte; the
+    /// mappings of the file are placed congruent to it
+    /// ([`Reservation::new_phased`]), unless the caller chose the address.
+    pub(crate) fn new(
+        max: usize,
+        at: Option<usize>,
+        phase: usize,
+        path: &std::path::Path,
+    ) -> Result<ViewMemory> {
         let pages = max / PAGE;
         let os = |op| move |e| Error::os(op, e);
+        let user = match at {
+            Some(_) => Reservation::new(max, at),
+            None => Reservation::new_phased(max, phase),
+        };
         Ok(ViewMemory {
-            user: Reservation::new(max, at).map_err(|e| match at {
+            user: user.map_err(|e| match at {
                 Some(addr) if e == rustix::io::Errno::EXIST => Error::AddressTaken {
                     path: path.to_path_buf(),
                     addr,
@@ -117,7 +129,7 @@ impl ViewMemory {
             })?,
             alias: Reservation::new(max, None).map_err(os("reserve alias"))?,
             memfd: crate::os::mem::memfd("txmap-view").map_err(os("memfd_create"))?,
-            file: Reservation::new(max, None).map_err(os("reserve file mapping"))?,
+            file: Reservation::new_phased(max, phase).map_err(os("reserve file mapping"))?,
             file_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve file read set"))?,
             mapped: AtomicUsize::new(0),
             valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,

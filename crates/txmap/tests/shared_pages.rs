@@ -719,3 +719,22 @@ fn a_paused_reader_of_file_pages_resumes_at_its_snapshot_and_owes_no_fence() {
     }
     v.commit().unwrap();
 }
+
+/// A view's pages sit at addresses congruent to their offsets in the file
+/// modulo 2 MiB, as the kernel places file mappings itself, so that plain
+/// loads map the page cache's large folios many pages per fault: a region
+/// file's data starts after its 4 KiB header, a plain file's at offset 0.
+#[test]
+fn a_views_pages_sit_at_addresses_congruent_to_their_file_offsets() {
+    const TWO_MIB: usize = 2 << 20;
+    let (d, _p, r) = region_with_pages("congruent");
+    for _ in 0..3 {
+        let v = r.view().unwrap();
+        assert_eq!(v.base() as usize % TWO_MIB, PAGE, "a region's view");
+    }
+    let plain = d.join("plain.bin");
+    std::fs::write(&plain, vec![7u8; 8 * PAGE]).unwrap();
+    let r = Region::open_or_adopt(&plain, opts()).unwrap();
+    let v = r.view().unwrap();
+    assert_eq!(v.base() as usize % TWO_MIB, 0, "a plain file's view");
+}

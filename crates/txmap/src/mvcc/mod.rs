@@ -736,6 +736,13 @@ impl Mvcc {
         seq <= s && seq <= self.hdr().file.checkpoint_seq()
     }
 
+    /// Whether a checkpoint has written every commit up to `s` into the
+    /// region file: with nothing committed after `s`, the file then holds
+    /// every page's version at `s` (`file_holds` of each).
+    pub fn checkpointed_to(&self, s: u64) -> bool {
+        self.hdr().file.checkpoint_seq() >= s
+    }
+
     /// Slot `i`'s transaction at snapshot `s` reads pages straight from the
     /// region file (`Some`), or no longer does (`None`).
     pub fn set_file_reads(&self, i: usize, s: Option<u64>) {

@@ -109,6 +109,40 @@ impl Reservation {
         })
     }
 
+    /// Reserves `len` bytes anywhere, at an address congruent to `phase`
+    /// modulo 2 MiB. A file mapped at offset `o` of the reservation from
+    /// file offset `o + phase` then has its pages at addresses congruent to
+    /// their file offsets, as the kernel places file mappings itself: the
+    /// page cache's large folios are then mapped many pages per fault
+    /// (a region file's data starts after its 4 KiB header; at a 2 MiB
+    /// aligned address, a first read of 1,024 cached pages took ~40
+    /// faults instead of ~8).
+    pub fn new_phased(len: usize, phase: usize) -> rustix::io::Result<Reservation> {
+        const ALIGN: usize = 2 << 20;
+        let len = round_up(len.max(PAGE));
+        let outer = Reservation::new(len + ALIGN, None)?;
+        let (start, outer_len) = (outer.base() as usize, outer.len);
+        let base = start + (phase.wrapping_sub(start) % ALIGN) / PAGE * PAGE;
+        let (head, tail) = (base - start, start + outer_len - (base + len));
+        // Hand the outer range over without unmapping it, then give back
+        // the slack on both sides.
+        std::mem::forget(outer);
+        // SAFETY: `[start, base)` and `[base + len, start + outer_len)` lie
+        // in the reservation just made and no longer owned by anything.
+        unsafe {
+            if head > 0 {
+                let _ = rustix::mm::munmap(start as *mut std::ffi::c_void, head);
+            }
+            if tail > 0 {
+                let _ = rustix::mm::munmap((base + len) as *mut std::ffi::c_void, tail);
+            }
+        }
+        Ok(Reservation {
+            base: NonNull::new(base as *mut u8).expect("a reservation is never at 0"),
+            len,
+        })
+    }
+
     pub fn base(&self) -> *mut u8 {
         self.base.as_ptr()
     }
@@ -321,8 +355,38 @@ impl<T: ZeroIsValid> ReservedArray<T> {
         (i < self.capacity).then(|| unsafe { &*(self.mem.base() as *const T).add(i) })
     }
 
-    /// Resets every element to zero and returns the memory to the kernel.
+    /// Resets every element to zero. Memory is returned to the kernel,
+    /// unless only a few pages of the array are resident: those are zeroed
+    /// in place and kept, so the next user of a small array (a pooled
+    /// view's page tables) takes no page fault to get them back.
     pub fn clear(&mut self) -> rustix::io::Result<()> {
+        let pages = self.mem.len() / PAGE;
+        let mut resident = vec![0u8; pages];
+        // SAFETY: the range is our own mapping; the vector has one byte per page.
+        let r = unsafe {
+            libc::mincore(
+                self.mem.base().cast(),
+                self.mem.len(),
+                resident.as_mut_ptr().cast(),
+            )
+        };
+        if r == 0 {
+            let held: Vec<usize> = resident
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| **r & 1 != 0)
+                .map(|(p, _)| p)
+                .take(CLEAR_IN_PLACE + 1)
+                .collect();
+            if held.len() <= CLEAR_IN_PLACE {
+                for p in held {
+                    // SAFETY: a whole page of the array's mapping, exclusively
+                    // borrowed; zero is a valid `T`.
+                    unsafe { std::ptr::write_bytes(self.mem.base().add(p * PAGE), 0, PAGE) };
+                }
+                return Ok(());
+            }
+        }
         self.mem.discard(0, self.mem.len())
     }
 
@@ -331,6 +395,10 @@ impl<T: ZeroIsValid> ReservedArray<T> {
         self.mem.base().cast()
     }
 }
+
+/// Resident pages of a [`ReservedArray`] that `clear` zeroes in place (more:
+/// it gives the whole array back).
+const CLEAR_IN_PLACE: usize = 16;
 
 /// Marker for types whose all-zero bit pattern is a valid value (atomics, integers).
 ///
@@ -430,4 +498,49 @@ pub fn describe_mappings(addr: usize, len: usize) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn a_phased_reservation_is_congruent_to_its_phase_and_owns_its_range() {
+        for phase in [0, PAGE, 5 * PAGE, (2 << 20) - PAGE] {
+            let r = Reservation::new_phased(3 * PAGE + 1, phase).unwrap();
+            assert_eq!(r.base() as usize % (2 << 20), phase, "phase {phase}");
+            assert_eq!(r.len(), 4 * PAGE);
+            // The range is ours: a fixed mapping inside it works, and the
+            // slack given back around it is free again.
+            r.map_anonymous_rw(0, r.len()).unwrap();
+            // SAFETY: just mapped read-write, 4 pages.
+            unsafe { r.base().add(4 * PAGE - 1).write(7) };
+            let after = r.base() as usize + r.len();
+            let again = Reservation::new(PAGE, Some(after));
+            assert!(
+                again.is_ok(),
+                "the slack after phase {phase} stayed reserved"
+            );
+        }
+    }
+
+    #[test]
+    fn clearing_an_array_zeroes_it_whether_it_keeps_its_pages_or_not() {
+        let per_page = PAGE / 4;
+        for pages in [1, CLEAR_IN_PLACE, CLEAR_IN_PLACE + 1, 3 * CLEAR_IN_PLACE] {
+            let mut a = ReservedArray::<AtomicU32>::new(64 * per_page).unwrap();
+            for p in 0..pages {
+                a.get(p * per_page + 3).unwrap().store(9, Ordering::Relaxed);
+            }
+            a.clear().unwrap();
+            for i in 0..64 * per_page {
+                assert_eq!(
+                    a.get(i).unwrap().load(Ordering::Relaxed),
+                    0,
+                    "entry {i} after {pages} pages"
+                );
+            }
+        }
+    }
 }

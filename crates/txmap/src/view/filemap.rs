@@ -41,6 +41,14 @@ const BLOCK: usize = 1024;
 /// are copied as before.
 const MAX_RUNS: usize = 2048;
 
+/// The commit sequence before a scan for pages that may map the file, and
+/// whether the file held every page's version at the snapshot then.
+#[derive(Clone, Copy)]
+struct FileState {
+    seq: u64,
+    all: bool,
+}
+
 /// What a read fault's attempt to map the file gave.
 pub(super) enum FileMap {
     /// The page maps the file and is readable with its snapshot version.
@@ -112,7 +120,8 @@ impl ViewInner {
         let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
         let start = page / BLOCK * BLOCK;
         let end = (start + BLOCK).min(pages);
-        let candidate = |q: usize| self.file_candidate(q, s);
+        let at = self.file_state(s);
+        let candidate = |q: usize| self.file_candidate(q, s, at);
         if page >= end || !candidate(page) {
             return FileMap::No;
         }
@@ -124,14 +133,28 @@ impl ViewInner {
         while e < end && candidate(e) {
             e += 1;
         }
-        self.map_file_run(a, e, s)
+        crate::debug::file_run_point(crate::debug::FileRunPause::AfterScan);
+        self.map_file_run(a, e, s, at)
+    }
+
+    /// Before a scan for pages that may map the file: the commit sequence,
+    /// and whether the file holds every page's version at `s` (nothing
+    /// committed after `s`, and a checkpoint reached it), which spares the
+    /// scan each page's sequence.
+    fn file_state(&self, s: u64) -> FileState {
+        let mvcc = &self.region.mvcc;
+        let seq = mvcc.commit_seq();
+        FileState {
+            seq,
+            all: seq == s && mvcc.checkpointed_to(s),
+        }
     }
 
     /// Whether a read of `page` at snapshot `s` may map the file: the
     /// view holds no valid copy (nor mapped it already, nor in an earlier
     /// transaction: see `SEEN`), the transaction did not store to it, and
     /// the file holds its version.
-    fn file_candidate(&self, q: usize, s: u64) -> bool {
+    fn file_candidate(&self, q: usize, s: u64, at: FileState) -> bool {
         self.user_file_flags(q) & (uf::FILE | uf::SEEN) == 0
             && self
                 .mem
@@ -139,7 +162,7 @@ impl ViewInner {
                 .get(q)
                 .is_some_and(|v| v.load(Ordering::Acquire) == page_state::NONE)
             && self.touch_bits(q) & TOUCH_WRITE == 0
-            && self.region.mvcc.file_holds(q, s)
+            && (at.all || self.region.mvcc.file_holds(q, s))
     }
 
     /// The advisory call's read of `[first, end)` in a read-only
@@ -150,17 +173,18 @@ impl ViewInner {
             return Ok(());
         }
         let s = self.snapshot.load(Ordering::Relaxed);
+        let at = self.file_state(s);
         let mut p = first;
         while p < end && self.ufile_runs.load(Ordering::Relaxed) < MAX_RUNS {
-            if !self.file_candidate(p, s) {
+            if !self.file_candidate(p, s, at) {
                 p += 1;
                 continue;
             }
             let mut e = p + 1;
-            while e < end && self.file_candidate(e, s) {
+            while e < end && self.file_candidate(e, s, at) {
                 e += 1;
             }
-            if let FileMap::Failed(e) = self.map_file_run(p, e, s) {
+            if let FileMap::Failed(e) = self.map_file_run(p, e, s, at) {
                 return Err(e);
             }
             p = e;
@@ -170,20 +194,22 @@ impl ViewInner {
 
     /// Maps the region file over the user pages `[a, e)`, lists them for
     /// the fence, then checks that the file still holds each at `s`.
-    fn map_file_run(&self, a: usize, e: usize, s: u64) -> FileMap {
+    ///
+    /// No page of the run is listed before the file is mapped over it, so
+    /// no fence pass looks at one meanwhile, and their flags are set
+    /// without taking `BUSY` (one plain store per page, not two locked
+    /// instructions: a run is up to 1,024 pages). The run is listed at
+    /// once by raising `ufile_n` after the entries. A checkpoint that
+    /// overwrote a page before it was listed published the newer commit
+    /// first, so the check after the fence sees it and maps the run back;
+    /// no load reads the run before this returns (the faulting thread is
+    /// the view's only user and it is here). `at`: the state before the
+    /// scan that chose the run; if no commit was published since, no page
+    /// of it can have changed, and none is checked again.
+    fn map_file_run(&self, a: usize, e: usize, s: u64, at: FileState) -> FileMap {
         self.start_file_reads(s);
-        for q in a..e {
-            if self.user_file_lock(q) & uf::LISTED == 0 {
-                let n = self.mem.ufile_n.load(Ordering::Relaxed);
-                // Always there: one entry per page and transaction.
-                if let Some(x) = self.mem.ufile_list.get(n) {
-                    x.store(q as u32, Ordering::Relaxed);
-                    self.mem.ufile_n.store(n + 1, Ordering::Release);
-                }
-            }
-        }
         let data = &self.region.data;
-        let at = crate::wal::format::HEADER_BYTES + (a * PAGE) as u64 - data.fd_shift();
+        let from = crate::wal::format::HEADER_BYTES + (a * PAGE) as u64 - data.fd_shift();
         let (off, len) = (a * PAGE, (e - a) * PAGE);
         let mapped = self
             .mem
@@ -191,25 +217,44 @@ impl ViewInner {
             .map_file(
                 off,
                 len,
-                (data.fd(), at),
+                (data.fd(), from),
                 Access::Read,
                 rustix::mm::MapFlags::PRIVATE,
             )
             .is_ok();
-        let flags = uf::LISTED | uf::SEEN | if mapped { uf::FILE } else { 0 };
-        for q in a..e {
-            self.user_file_unlock(q, flags);
-        }
         if !mapped {
+            // Copied as before; not listed (the file is not mapped there).
+            for q in a..e {
+                if let Some(f) = self.mem.ufile.get(q) {
+                    f.store(uf::SEEN, Ordering::Release);
+                }
+            }
             return FileMap::No;
         }
+        crate::debug::file_run_point(crate::debug::FileRunPause::AfterMap);
+        let n = self.mem.ufile_n.load(Ordering::Relaxed);
+        let mut listed = n;
+        for q in a..e {
+            if let Some(f) = self.mem.ufile.get(q) {
+                f.store(uf::LISTED | uf::SEEN | uf::FILE, Ordering::Relaxed);
+            }
+            // Always there: one entry per page and transaction.
+            if let Some(x) = self.mem.ufile_list.get(listed) {
+                x.store(q as u32, Ordering::Relaxed);
+                listed += 1;
+            }
+        }
+        // After the entries and flags: a fence pass that sees the new
+        // count sees them.
+        self.mem.ufile_n.store(listed, Ordering::Release);
         self.ufile_runs.fetch_add(1, Ordering::Relaxed);
         // See `ViewMemory::file`'s mapping in `sync_size`: no read-ahead
         // window per fault.
         self.mem.user.advise_random(off, len);
-        // Flagged before the check (see the module's comment).
+        // Listed before the check (see the module's comment).
         fence(Ordering::SeqCst);
-        if (a..e).all(|q| self.region.mvcc.file_holds(q, s)) {
+        let mvcc = &self.region.mvcc;
+        if mvcc.commit_seq() == at.seq || (a..e).all(|q| mvcc.file_holds(q, s)) {
             return FileMap::Mapped;
         }
         // A checkpoint of a newer commit raced: back to the memory file.
@@ -244,6 +289,22 @@ impl ViewInner {
         r
     }
 
+    /// `map_back` with `SEEN` left, where no fence pass can run (the
+    /// transaction's end, below): no `BUSY` bit to take. On failure the
+    /// flags are unchanged (the caller sets them).
+    fn map_back_alone(&self, a: usize, e: usize) -> rustix::io::Result<()> {
+        let (off, len) = (a * PAGE, (e - a) * PAGE);
+        self.mem
+            .user
+            .map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None)?;
+        for q in a..e {
+            if let Some(f) = self.mem.ufile.get(q) {
+                f.store(uf::SEEN, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
     /// At the end of a transaction that mapped pages from the file (the
     /// fence no longer covers them: the caller cleared the slot's file
     /// reads and waited for a fence pass under way): maps the memory file
@@ -254,9 +315,11 @@ impl ViewInner {
     pub(super) fn end_user_file(&self) -> bool {
         let n = self.mem.ufile_n.load(Ordering::Relaxed);
         let mut ok = true;
+        // No fence pass runs any more (see above): the pages' flags need
+        // no `BUSY` bit.
         let mut flush = |run: Option<(usize, usize)>| {
             if let Some((a, e)) = run
-                && self.map_back(a, e, uf::SEEN).is_err()
+                && self.map_back_alone(a, e).is_err()
             {
                 ok = false;
                 let _ = self

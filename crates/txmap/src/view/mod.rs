@@ -245,6 +245,7 @@ impl View {
             ))
         })?;
         drop(gate);
+        let phase = (crate::wal::format::HEADER_BYTES - region.data.fd_shift()) as usize;
         let pooled = {
             let mut pool = region.view_pool();
             match at {
@@ -257,7 +258,7 @@ impl View {
         };
         let inner = match pooled {
             Some(m) => Ok(m),
-            None => ViewMemory::new(max, at, &region.path).or_else(|e| {
+            None => ViewMemory::new(max, at, phase, &region.path).or_else(|e| {
                 // The address may be held by a closed view's memory: free it all.
                 let mut pool = region.view_pool();
                 if at.is_none() || pool.is_empty() {
@@ -265,7 +266,7 @@ impl View {
                 }
                 pool.clear();
                 drop(pool);
-                ViewMemory::new(max, at, &region.path)
+                ViewMemory::new(max, at, phase, &region.path)
             }),
         }
         .map(|mem| {
