@@ -41,7 +41,7 @@ pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
     // the page cache then holds them in large folios, which the bare
     // fault maps many pages at a time.
     let data_path = dir.join("data.txm");
-    let data = filled(&data_path, TOUCH_PAGES * PAGE >> 20, opts())?;
+    let data = filled(&data_path, (TOUCH_PAGES * PAGE) >> 20, opts())?;
     let data_file = std::fs::File::open(&data_path)?;
     let (mut plain, mut advised, mut bare) = (Vec::new(), Vec::new(), Vec::new());
     let (mut data_plain, mut data_bare) = (Vec::new(), Vec::new());
