@@ -993,7 +993,7 @@ impl Mvcc {
     }
 
     /// Without the commit lock, while a large transaction is still writing
-    /// (`view/ahead.rs`): backs the fresh blocks a commit of `n` pages would
+    /// (`view/prefill.rs`): backs the fresh blocks a commit of `n` pages would
     /// take, and maps those from `mapped_from` on in this process, so that
     /// the commit's `reserve` and `publish` find them ready. Returns the
     /// block up to which this process has them mapped (pass it back next

@@ -1090,14 +1090,16 @@ impl View {
     #[inline(never)]
     fn prefill_after_store(&mut self, written: usize) {
         let v = &*self.inner;
-        let rounds = self.rounds;
+        // A round's transaction (`round_window` set) may go straight into
+        // the region file at its end: no versions to back for it.
+        let versions = v.round_window.load(Ordering::Relaxed) == 0;
         self.prefill
             .get_or_insert_with(|| {
                 prefill::Prefill::start(
                     &v.prefill,
                     Arc::clone(&v.region),
                     v.mem.alias.range_to_populate(),
-                    !rounds,
+                    versions,
                 )
             })
             .wrote(written);
