@@ -406,3 +406,53 @@ fn another_process_opening_during_a_large_commit_sees_it_only_once_done() {
         assert_eq!(generation(&mut after), 2, "after the commit at {point:?}");
     }
 }
+
+/// Large transactions in four threads at once, each with its helper
+/// backing the version store beside the others' commits (no lock), while
+/// checkpoints run: every commit reads back whole, in its own thread and
+/// after reopening.
+#[test]
+fn concurrent_large_transactions_back_versions_beside_each_others_commits() {
+    const THREADS: u64 = 4;
+    const OWN: u64 = 600;
+    const ROUNDS: u64 = 5;
+    let d = ext4_dir("prefill-concurrent");
+    let p = d.join("r.txm");
+    let r = Region::create(&p, THREADS * OWN * PAGE, Options::default()).unwrap();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (r, done) = (&r, &done);
+            s.spawn(move || {
+                let mut v = r.view().unwrap();
+                let pages = t * OWN..(t + 1) * OWN;
+                for round in 1..=ROUNDS {
+                    v.run(|v| {
+                        for page in pages.clone() {
+                            v.write(page * PAGE + 8 * (page % 500), &pattern(page, round))?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                    v.begin_read().unwrap();
+                    for page in pages.clone() {
+                        let got = v.read::<u64>(page * PAGE + 8 * (page % 500)).unwrap();
+                        assert_eq!(got, pattern(page, round), "page {page}, round {round}");
+                    }
+                    v.commit().unwrap();
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        while done.load(std::sync::atomic::Ordering::SeqCst) < THREADS {
+            r.checkpoint().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    assert!(r.stats().version_pages_backed >= OWN);
+    let (_r, v) = reopen(r, &p);
+    for page in 0..THREADS * OWN {
+        let got = v.read::<u64>(page * PAGE + 8 * (page % 500)).unwrap();
+        assert_eq!(got, pattern(page, ROUNDS), "page {page} after reopening");
+    }
+}
