@@ -358,7 +358,8 @@ impl<T: ZeroIsValid> ReservedArray<T> {
     /// Resets every element to zero. Memory is returned to the kernel,
     /// unless only a few pages of the array are resident: those are zeroed
     /// in place and kept, so the next user of a small array (a pooled
-    /// view's page tables) takes no page fault to get them back.
+    /// view's page tables) takes no page fault to get them back; the rest
+    /// is still given back (a page not resident may be in swap, not zero).
     pub fn clear(&mut self) -> rustix::io::Result<()> {
         let pages = self.mem.len() / PAGE;
         let mut resident = vec![0u8; pages];
@@ -379,12 +380,15 @@ impl<T: ZeroIsValid> ReservedArray<T> {
                 .take(CLEAR_IN_PLACE + 1)
                 .collect();
             if held.len() <= CLEAR_IN_PLACE {
+                let mut from = 0;
                 for p in held {
                     // SAFETY: a whole page of the array's mapping, exclusively
                     // borrowed; zero is a valid `T`.
                     unsafe { std::ptr::write_bytes(self.mem.base().add(p * PAGE), 0, PAGE) };
+                    self.mem.discard(from * PAGE, (p - from) * PAGE)?;
+                    from = p + 1;
                 }
-                return Ok(());
+                return self.mem.discard(from * PAGE, (pages - from) * PAGE);
             }
         }
         self.mem.discard(0, self.mem.len())
