@@ -29,6 +29,21 @@ fn helpers() -> usize {
         .count()
 }
 
+/// Waits until `helpers()` is `n`: a new thread names itself once it
+/// runs, and a joined one leaves `/proc` a moment after. The bound is only
+/// there so that a wrong count fails the test; it measures no speed.
+fn helpers_become(n: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while helpers() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} helpers, not {n}",
+            helpers()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Stores two words into each of `PAGES` fresh pages from page 1 on.
 fn store_pages(v: &mut txmap::View) {
     for page in 1..=PAGES {
@@ -57,15 +72,15 @@ fn a_large_transaction_has_its_versions_backed_before_it_commits_and_its_helper_
     let d = ext4_dir("prefill");
     let p = d.join("r.txm");
     let r = Region::create(&p, (PAGES + 1) * PAGE, Options::default()).unwrap();
-    assert_eq!(helpers(), 0, "a helper before any transaction");
+    helpers_become(0, "before any transaction");
 
     // A large transaction dropped in the middle: its helper is joined.
     let mut v = r.view().unwrap();
     v.begin().unwrap();
     store_pages(&mut v);
-    assert_eq!(helpers(), 1, "a large transaction runs one helper");
+    helpers_become(1, "a large transaction");
     drop(v);
-    assert_eq!(helpers(), 0, "the helper outlived its view");
+    helpers_become(0, "the helper outlived its view");
 
     // The next view may take the dropped view's memory: nothing stored
     // there survives.
@@ -90,7 +105,7 @@ fn a_large_transaction_has_its_versions_backed_before_it_commits_and_its_helper_
     // Pages the helper mapped read as the view stored them.
     check_pages(&v);
     v.commit().unwrap();
-    assert_eq!(helpers(), 0, "the helper outlived its transaction");
+    helpers_become(0, "the helper outlived its transaction");
     let mut w = r.view().unwrap();
     w.begin_read().unwrap();
     check_pages(&w);
