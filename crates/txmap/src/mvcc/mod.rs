@@ -946,9 +946,10 @@ impl Mvcc {
     /// commit maps them while its record syncs, not before it is written).
     pub fn reserve_unmapped(&self, _l: &Locked<'_>, n: usize) -> std::io::Result<FreshRun> {
         let h = self.hdr();
-        let fresh = h.arena_fresh.load(Ordering::Acquire);
-        let free = fresh.saturating_sub(h.blocks_in_use.load(Ordering::Relaxed));
-        let need = (n as u64).saturating_sub(free);
+        let FreshRun {
+            from: fresh,
+            n: need,
+        } = self.fresh_for(n as u64);
         if need == 0 {
             return Ok(FreshRun::default());
         }
@@ -968,6 +969,27 @@ impl Mvcc {
             from: fresh,
             n: need,
         })
+    }
+
+    /// The fresh blocks `n` new versions would take beyond the free list:
+    /// from the arena's first never-used block on.
+    fn fresh_for(&self, n: u64) -> FreshRun {
+        let h = self.hdr();
+        let fresh = h.arena_fresh.load(Ordering::Acquire);
+        let free = fresh.saturating_sub(h.blocks_in_use.load(Ordering::Relaxed));
+        FreshRun {
+            from: fresh,
+            n: n.saturating_sub(free),
+        }
+    }
+
+    /// Maps arena blocks `[from, from + n)` in this process, writable
+    /// (`MADV_POPULATE_WRITE`). Only a hint.
+    fn map_blocks(&self, from: u64, n: u64) {
+        self.file.populate(
+            self.layout.data as u64 + from * PAGE as u64,
+            n * PAGE as u64,
+        );
     }
 
     /// Backs arena blocks `[from, upto)` with memory (their data pages and
@@ -1000,20 +1022,18 @@ impl Mvcc {
     /// time). Only a hint: on failure the commit backs them itself and
     /// reports the error there.
     pub fn back_ahead(&self, n: u64, mapped_from: u64) -> u64 {
-        let h = self.hdr();
-        let fresh = h.arena_fresh.load(Ordering::Acquire);
-        let free = fresh.saturating_sub(h.blocks_in_use.load(Ordering::Relaxed));
-        let upto = (fresh + n.saturating_sub(free)).min(self.layout.arena_blocks);
-        let backed = h.arena_backed.load(Ordering::Acquire);
+        let FreshRun {
+            from: fresh,
+            n: need,
+        } = self.fresh_for(n);
+        let upto = (fresh + need).min(self.layout.arena_blocks);
+        let backed = self.hdr().arena_backed.load(Ordering::Acquire);
         if self.back(backed, upto).is_err() {
             return mapped_from;
         }
         let from = mapped_from.max(fresh);
         if upto > from {
-            self.file.populate(
-                self.layout.data as u64 + from * PAGE as u64,
-                (upto - from) * PAGE as u64,
-            );
+            self.map_blocks(from, upto - from);
         }
         upto.max(mapped_from)
     }
@@ -1028,10 +1048,7 @@ impl Mvcc {
     /// copy in `publish`. Only a hint.
     pub fn map_reserved(&self, run: FreshRun) {
         if run.n >= POPULATE_MIN {
-            self.file.populate(
-                self.layout.data as u64 + run.from * PAGE as u64,
-                run.n * PAGE as u64,
-            );
+            self.map_blocks(run.from, run.n);
         }
     }
 
