@@ -456,6 +456,12 @@ impl RegionInner {
     }
 
     /// Fails in a process forked after the region was opened.
+    /// Where region byte `off` lies in the data file's descriptor: after
+    /// the region header (a plain file has none: `Storage::fd_shift`).
+    pub(crate) fn fd_offset(&self, off: u64) -> u64 {
+        HEADER_BYTES + off - self.data.fd_shift()
+    }
+
     pub fn check_owner(&self) -> Result<()> {
         if crate::os::signal::forks_now() == self.fork_generation {
             return Ok(());

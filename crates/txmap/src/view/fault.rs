@@ -244,9 +244,8 @@ impl ViewInner {
     /// Whether `page` lies in a hole of the region file (its content is
     /// zeros), and how many pages from it on are alike.
     pub(super) fn file_hole(&self, page: usize, holes: &mut crate::io::Holes) -> (bool, usize) {
-        let data = &self.region.data;
-        let at = crate::wal::format::HEADER_BYTES + (page * PAGE) as u64 - data.fd_shift();
-        let (hole, len) = holes.at(data.fd(), at);
+        let at = self.region.fd_offset((page * PAGE) as u64);
+        let (hole, len) = holes.at(self.region.data.fd(), at);
         (
             hole,
             len.div_ceil(PAGE as u64).min(usize::MAX as u64) as usize,
@@ -257,7 +256,7 @@ impl ViewInner {
     /// copies; returns how many whole pages were read from `first` on.
     fn read_file_pages(&self, first: usize, end: usize) -> usize {
         let data = &self.region.data;
-        let at = crate::wal::format::HEADER_BYTES + (first * PAGE) as u64 - data.fd_shift();
+        let at = self.region.fd_offset((first * PAGE) as u64);
         let len = (end - first) * PAGE;
         // SAFETY: whole pages of the alias, private to this view; no slice
         // into them is alive (the accessor hands one out after this).

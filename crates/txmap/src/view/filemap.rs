@@ -209,7 +209,7 @@ impl ViewInner {
     fn map_file_run(&self, a: usize, e: usize, s: u64, at: FileState) -> FileMap {
         self.start_file_reads(s);
         let data = &self.region.data;
-        let from = crate::wal::format::HEADER_BYTES + (a * PAGE) as u64 - data.fd_shift();
+        let from = self.region.fd_offset((a * PAGE) as u64);
         let (off, len) = (a * PAGE, (e - a) * PAGE);
         let mapped = self
             .mem

@@ -245,7 +245,7 @@ impl View {
             ))
         })?;
         drop(gate);
-        let phase = (crate::wal::format::HEADER_BYTES - region.data.fd_shift()) as usize;
+        let phase = region.fd_offset(0) as usize;
         let pooled = {
             let mut pool = region.view_pool();
             match at {
@@ -372,10 +372,7 @@ impl View {
             .map_file(
                 old,
                 size - old,
-                (
-                    v.region.data.fd(),
-                    crate::wal::format::HEADER_BYTES + old as u64 - v.region.data.fd_shift(),
-                ),
+                (v.region.data.fd(), v.region.fd_offset(old as u64)),
                 Access::Read,
                 rustix::mm::MapFlags::PRIVATE,
             )
