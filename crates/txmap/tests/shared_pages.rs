@@ -76,6 +76,10 @@ enum How {
     Raw,
     /// `View::base` after the advisory call for the whole region.
     Advised,
+    /// `View::base` of a fresh view each transaction: a view's first
+    /// read-only transaction maps the whole file at `begin_read` when the
+    /// file holds every page at its snapshot (no fault), else runs.
+    Fresh,
 }
 
 /// Pointers to every page at the view's own address (`View::base`): plain
@@ -94,10 +98,13 @@ fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) ->
     let mut txns = 0;
     let mut rounds = 0u64;
     while !stop() {
+        if let How::Fresh = how {
+            *v = v.region().view().unwrap();
+        }
         v.begin_read().unwrap();
         let ptrs = match how {
             How::Slice => pointers(v),
-            How::Raw => raw_pointers(v),
+            How::Raw | How::Fresh => raw_pointers(v),
             How::Advised => {
                 v.set_page_access(0, PAGES * PAGE, txmap::PageAccess::Read)
                     .unwrap();
@@ -216,7 +223,8 @@ fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
 }
 
 /// Reader threads holding plain-load pointers (`View::base`) into pages
-/// their faults (or, for one, the advisory call) mapped from the region
+/// their faults (or, for one, the advisory call; for another, a fresh
+/// view's first transaction at `begin_read`) mapped from the region
 /// file at their own addresses, while a writer commits and
 /// checkpoints after every commit: every byte they see is their snapshot's
 /// (fails when the fence skips pages mapped at the user address).
@@ -226,16 +234,17 @@ fn raw_pointer_readers_keep_their_snapshot_while_checkpoints_overwrite_pages() {
     let r = Region::create(&d.join("r.txm"), (PAGES * PAGE) as u64, opts()).unwrap();
     write_and_checkpoint(&r, 1, 1);
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..3)
+    let readers: Vec<_> = (0..4)
         .map(|k| {
             let (r, stop) = (r.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut v = r.view().unwrap();
+                let how = [How::Raw, How::Raw, How::Advised, How::Fresh][k];
                 hold_and_check(
                     &mut v,
                     &|| stop.load(Ordering::Relaxed),
                     &format!("raw reader {k}"),
-                    if k == 2 { How::Advised } else { How::Raw },
+                    how,
                 )
             })
         })
@@ -365,6 +374,7 @@ fn a_read_write_transaction_after_plain_file_reads_writes_its_own_copy() {
 fn reader_child() {
     let how = match std::env::var("TXMAP_RAW").as_deref() {
         Ok("advised") => How::Advised,
+        Ok("fresh") => How::Fresh,
         Ok(_) => How::Raw,
         Err(_) => How::Slice,
     };
@@ -398,14 +408,15 @@ fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_
     readers_in_processes(test, "sp-procs-raw", true);
 }
 
-/// Two reader processes (`reader_child`, plain loads if `raw`) hold their
-/// snapshots while this process commits and checkpoints 300 times.
+/// Two reader processes (`reader_child`; if `raw` three, by plain loads:
+/// one after the advisory call, one in a fresh view each transaction) hold
+/// their snapshots while this process commits and checkpoints 300 times.
 fn readers_in_processes(test: &str, name: &str, raw: bool) {
     let (d, p, r) = region_with_pages(name);
     let stop = d.join("stop");
-    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |k| {
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, if raw { 3 } else { 2 }, |k| {
         if raw {
-            let how = if k == 1 { "advised" } else { "raw" };
+            let how = ["raw", "advised", "fresh"][k];
             vec![("TXMAP_RAW", how.into())]
         } else {
             vec![]
@@ -418,9 +429,15 @@ fn readers_in_processes(test: &str, name: &str, raw: bool) {
 fn stopped_child() {
     let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
     let mut v = r.view().unwrap();
+    // The view's first transaction: its plain loads read the file mapped
+    // whole at `begin_read`, its slices the view's file mapping.
     v.begin_read().unwrap();
-    let ptrs = pointers(&v);
+    let mut ptrs = pointers(&v);
+    ptrs.extend(raw_pointers(&v));
     let x = whole(ptrs[0], "stopped reader");
+    for (p, &ptr) in ptrs.iter().enumerate() {
+        assert_eq!(whole(ptr, "stopped reader"), x, "page {p} of two reads");
+    }
     std::fs::write(env("TXMAP_READY"), x.to_string()).unwrap();
     let go = env("TXMAP_GO");
     while !Path::new(&go).exists() {

@@ -9,15 +9,15 @@ use std::io::{BufRead, Write as _};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
+use std::time::Instant;
 
 use txmap::{Durability, Options, Region};
 
 use super::Report;
 use crate::procs::{Worker, reap};
 use crate::report::{Ctx, Res, Summary, num};
-use crate::sharedpages::{Mem, mem, mem_of, timed_reads};
+use crate::sharedpages::{Mem, mem, mem_of};
 use crate::sys::{Mapping, PAGE, Prot};
-use crate::touch::{CELLS, touch_once};
 
 /// Pages of the first-read rows (each repetition on a fresh view).
 const TOUCH_PAGES: usize = 1024;
@@ -48,22 +48,15 @@ pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
     let data_file = std::fs::File::open(&data_path)?;
     let (mut plain, mut advised, mut bare) = (Vec::new(), Vec::new(), Vec::new());
     let (mut data_plain, mut data_bare) = (Vec::new(), Vec::new());
-    let cell = |name: &str| CELLS.iter().find(|c| c.name == name).expect("a touch cell");
     // One round of every measurement, each txmap read in a fresh view.
     let mut round = |keep: bool| -> Res<()> {
-        let mut v = region.view()?;
-        let p = touch_once(&mut v, cell("read, begin_read"), TOUCH_PAGES, 0)?.us_per_page;
-        let mut v = region.view()?;
-        let a =
-            touch_once(&mut v, cell("read, begin_read + advisory"), TOUCH_PAGES, 0)?.us_per_page;
+        let p = view_first_read(&mut region.view()?, false, |_| 0)?;
+        let a = view_first_read(&mut region.view()?, true, |_| 0)?;
         // The same file, pages in the cache, a fresh mapping each time.
-        let m = Mapping::file(file.as_fd(), TOUCH_PAGES * PAGE, Prot::Read, true)?;
-        let b = timed_reads(&m);
-        let mut v = data.view()?;
-        // Each page's first byte differs (`filled`): only the time is used.
-        let dp = touch_once(&mut v, cell("read, begin_read"), TOUCH_PAGES, 0)?.us_per_page;
-        let m = Mapping::file(data_file.as_fd(), TOUCH_PAGES * PAGE, Prot::Read, true)?;
-        let db = timed_reads(&m);
+        let b = bare_first_read(&file)?;
+        // Page `p` holds `p + 1` in its first 8 bytes (`filled`).
+        let dp = view_first_read(&mut data.view()?, false, |p| (p + 1) as u8)?;
+        let db = bare_first_read(&data_file)?;
         if keep {
             plain.push(p);
             advised.push(a);
@@ -92,9 +85,10 @@ pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
     let _ = writeln!(
         r.md,
         "## Shared pages (issue 20, txmap only)\n\n### First read of a current page in a fresh view\n\n\
-         {TOUCH_PAGES} pages read once each by plain loads after `begin_read`, µs per page ({ROUNDS_PER_RUN} rounds \
-         per run after one not kept, each txmap read in a fresh view), beside the bare kernel fault: plain loads of a fresh `MAP_PRIVATE` `PROT_READ` mapping of the same region file \
-         (page cache hot), measured in the same runs. Pages never written (holes in the file), and pages \
+         {TOUCH_PAGES} pages read once each by plain loads in a read-only transaction, µs per page from before \
+         its `begin_read` to the last load ({ROUNDS_PER_RUN} rounds per run after one not kept, each txmap read in a fresh view), beside \
+         the bare kernel fault: plain loads of a fresh `MAP_PRIVATE` `PROT_READ` mapping of the same region file \
+         (page cache hot), from before its `mmap` to the last load, measured in the same runs. Pages never written (holes in the file), and pages \
          holding data (each written and checkpointed; the page cache holds them in large folios, which a \
          fault maps many at a time).\n"
     );
@@ -145,6 +139,45 @@ pub fn section(ctx: &mut Ctx, r: &mut Report, base: &Path) -> Res<()> {
     memory(ctx, r, &dir)?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// µs per page of a fresh view's first read of `TOUCH_PAGES` pages by
+/// plain loads, from before its `begin_read` (and the advisory call if
+/// `advisory`) to the last load: what the view's transaction adds to the
+/// kernel's faults, wherever it does it. Each page's first byte must be
+/// `expect(page)`.
+fn view_first_read(v: &mut txmap::View, advisory: bool, expect: impl Fn(usize) -> u8) -> Res<f64> {
+    let mut got = vec![0u8; TOUCH_PAGES];
+    let t = Instant::now();
+    v.begin_read()?;
+    if advisory {
+        v.set_page_access(0, TOUCH_PAGES * PAGE, txmap::PageAccess::Read)?;
+    }
+    let base = v.base();
+    for (p, g) in got.iter_mut().enumerate() {
+        // SAFETY: inside a transaction, within the region's pages.
+        *g = unsafe { base.add(p * PAGE).read_volatile() };
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / TOUCH_PAGES as f64;
+    v.commit()?;
+    match got.iter().enumerate().find(|&(p, &g)| g != expect(p)) {
+        Some((p, g)) => Err(format!(
+            "first read in a fresh view: page {p} read {g}, expected {}",
+            expect(p)
+        )
+        .into()),
+        None => Ok(us),
+    }
+}
+
+/// µs per page of the bare kernel fault's first read of `TOUCH_PAGES`
+/// pages of `file`, from before a fresh `MAP_PRIVATE` `PROT_READ` mapping's
+/// `mmap` to the last load.
+fn bare_first_read(file: &std::fs::File) -> Res<f64> {
+    let t = Instant::now();
+    let m = Mapping::file(file.as_fd(), TOUCH_PAGES * PAGE, Prot::Read, true)?;
+    black_box(crate::vm::read_all(&m));
+    Ok(t.elapsed().as_secs_f64() * 1e6 / TOUCH_PAGES as f64)
 }
 
 /// Makes a region of `mib` MiB with every page written once (none reads

@@ -105,6 +105,25 @@ impl ViewInner {
             }
             self.user_file_unlock(p, f);
         }
+        // The whole range a fresh view's first read-only transaction mapped
+        // from the file at begin (`map_file_whole`): no page is listed.
+        for p in 0..self.whole.load(Ordering::SeqCst) {
+            if mvcc.page_seq(p) <= s {
+                continue;
+            }
+            let raw = self.user_file_lock(p);
+            let f = self.whole_flags(p, raw);
+            let mut out = raw;
+            if f & uf::FILE != 0 && f & uf::PRIV == 0 {
+                if privatize_any(self.mem.user.base() as usize + p * PAGE, mem) {
+                    out = f | uf::PRIV;
+                    self.whole_dirty.store(true, Ordering::Relaxed);
+                } else {
+                    ok = false;
+                }
+            }
+            self.user_file_unlock(p, out);
+        }
         if ok {
             mvcc.fence_ack(self.slot(), g);
         }
@@ -116,7 +135,9 @@ impl ViewInner {
     /// again. False if one could not be given back (then the view must not
     /// read from the file again).
     pub(super) fn end_file_reads(&self) -> bool {
-        if self.file_n.load(Ordering::Relaxed) == 0 && self.mem.ufile_n.load(Ordering::Relaxed) == 0
+        if self.file_n.load(Ordering::Relaxed) == 0
+            && self.mem.ufile_n.load(Ordering::Relaxed) == 0
+            && self.whole.load(Ordering::Relaxed) == 0
         {
             return true;
         }

@@ -41,6 +41,12 @@ const BLOCK: usize = 1024;
 /// are copied as before.
 const MAX_RUNS: usize = 2048;
 
+/// Pages of a region at most, for a fresh view's first read-only
+/// transaction to map the file over the whole user range at begin
+/// (`map_file_whole`): a fence pass while it runs looks at every page's
+/// sequence (~1 ns each, so at most ~0.3 ms).
+const WHOLE_MAX: usize = 1 << 18;
+
 /// The commit sequence before a scan for pages that may map the file, and
 /// whether the file held every page's version at the snapshot then.
 #[derive(Clone, Copy)]
@@ -63,10 +69,24 @@ pub(super) enum FileMap {
 impl ViewInner {
     /// `page`'s `ufile` flags.
     pub(super) fn user_file_flags(&self, page: usize) -> u8 {
-        self.mem
+        let raw = self
+            .mem
             .ufile
             .get(page)
-            .map_or(0, |f| f.load(Ordering::Acquire))
+            .map_or(0, |f| f.load(Ordering::Acquire));
+        self.whole_flags(page, raw)
+    }
+
+    /// `page`'s flags given its stored ones, `raw`: a page of the range a
+    /// read-only transaction mapped whole at begin maps the file and counts
+    /// as listed (the fence looks at every such page) until a store maps
+    /// the memory file back over it (`SEEN`).
+    pub(super) fn whole_flags(&self, page: usize, raw: u8) -> u8 {
+        if raw & uf::SEEN == 0 && page < self.whole.load(Ordering::Relaxed) {
+            raw | uf::FILE | uf::LISTED
+        } else {
+            raw
+        }
     }
 
     /// Takes `page`'s `BUSY` bit, waiting while the other side holds it
@@ -98,12 +118,87 @@ impl ViewInner {
     /// `file_access` or here): the slot reads from the file at `s` from now
     /// on. Fences before this were for commits this transaction's checks see.
     pub(super) fn start_file_reads(&self, s: u64) {
-        if self.file_n.load(Ordering::Relaxed) == 0 && self.mem.ufile_n.load(Ordering::Relaxed) == 0
+        if self.file_n.load(Ordering::Relaxed) == 0
+            && self.mem.ufile_n.load(Ordering::Relaxed) == 0
+            && self.whole.load(Ordering::Relaxed) == 0
         {
             let mvcc = &self.region.mvcc;
             mvcc.set_file_reads(self.slot(), Some(s));
             mvcc.fence_ack(self.slot(), mvcc.fence_word().load(Ordering::SeqCst));
         }
+    }
+
+    /// The begin of a fresh view's first read-only transaction at `s`: when
+    /// the region file holds every page's version at `s` (nothing committed
+    /// after it, a checkpoint reached it), maps the file over the whole user
+    /// range (one `mmap`), so the transaction's loads take only the
+    /// kernel's faults, which map the page cache's large folios many pages
+    /// at a time: no signal, no run to scan or list. The fence then looks
+    /// at every page below `whole` (none is listed), and the transaction's
+    /// end maps the memory file back over the range (`end_whole`). Pages
+    /// are not marked `SEEN`: a later transaction maps the runs it reads.
+    ///
+    /// Order as in `map_file_run`: mapped, the slot's file reads set, then
+    /// `whole` raised, a full fence and the check; a checkpoint raises the
+    /// fence generation after publishing the commits it writes. So either
+    /// the check sees a commit after `s` (the range goes back at once) or
+    /// the fence thread sees `whole`.
+    pub(super) fn map_file_whole(&self, s: u64) {
+        if !self.file_ok.load(Ordering::Relaxed) || !self.region.fence.running() {
+            return;
+        }
+        let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
+        if pages == 0 || pages > WHOLE_MAX {
+            return;
+        }
+        let at = self.file_state(s);
+        if !at.all {
+            return;
+        }
+        crate::debug::file_run_point(crate::debug::FileRunPause::WholeScanned);
+        let data = &self.region.data;
+        let from = self.region.fd_offset(0);
+        let len = pages * PAGE;
+        let flags = rustix::mm::MapFlags::PRIVATE;
+        if (self.mem.user)
+            .map_file(0, len, (data.fd(), from), Access::Read, flags)
+            .is_err()
+        {
+            return;
+        }
+        self.start_file_reads(s);
+        self.mem.user.advise_random(0, len);
+        self.whole.store(pages, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        crate::debug::file_run_point(crate::debug::FileRunPause::WholeMapped);
+        if self.region.mvcc.commit_seq() != at.seq && !self.end_file_reads() {
+            // A commit raced, and the memory file could not be mapped back.
+            self.file_ok.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Maps the memory file back over the whole range `[0, n)` a read-only
+    /// transaction mapped from the file at begin, where no fence pass can
+    /// run. False if it could not: the range is made inaccessible and its
+    /// pages flagged `FILE` (not `LISTED`), as `end_user_file` does.
+    fn end_whole(&self, n: usize) -> bool {
+        let len = n * PAGE;
+        let r = (self.mem.user).map_shared(0, len, self.mem.memfd_fd(), 0, Access::None);
+        self.whole.store(0, Ordering::Relaxed);
+        let left = match r {
+            Ok(()) if !self.whole_dirty.swap(false, Ordering::Relaxed) => return true,
+            Ok(()) => 0,
+            Err(_) => {
+                let _ = self.mem.user.protect(0, len, Access::None);
+                uf::FILE | uf::SEEN
+            }
+        };
+        for q in 0..n {
+            if let Some(f) = self.mem.ufile.get(q) {
+                f.store(left, Ordering::SeqCst);
+            }
+        }
+        r.is_ok()
     }
 
     /// A read fault of a read-only transaction on `page` (no valid copy in
@@ -269,6 +364,9 @@ impl ViewInner {
     /// leaves `flags` on them. Fails if the mapping failed (they keep
     /// mapping the file, flagged `FILE`).
     pub(super) fn map_back(&self, a: usize, e: usize, flags: u8) -> rustix::io::Result<()> {
+        if a < self.whole.load(Ordering::Relaxed) {
+            self.whole_dirty.store(true, Ordering::Relaxed);
+        }
         let mut was = uf::FILE;
         for q in a..e {
             was |= self.user_file_lock(q);
@@ -314,7 +412,8 @@ impl ViewInner {
     /// the memory file is mapped back over it.
     pub(super) fn end_user_file(&self) -> bool {
         let n = self.mem.ufile_n.load(Ordering::Relaxed);
-        let mut ok = true;
+        let whole = self.whole.load(Ordering::Relaxed);
+        let mut ok = whole == 0 || self.end_whole(whole);
         // No fence pass runs any more (see above): the pages' flags need
         // no `BUSY` bit.
         let mut flush = |run: Option<(usize, usize)>| {

@@ -136,6 +136,15 @@ pub(crate) struct ViewInner {
     file_n: AtomicUsize,
     /// Runs of user pages this transaction mapped from the file (`filemap.rs`).
     ufile_runs: AtomicUsize,
+    /// Pages `[0, whole)` of the user range map the region file since this
+    /// read-only transaction began (`filemap.rs`, `map_file_whole`); 0
+    /// otherwise.
+    whole: AtomicUsize,
+    /// The `ufile` flags of some page below `whole` changed (the fence made
+    /// it private, or a store mapped the memory file back over it).
+    whole_dirty: AtomicBool,
+    /// No transaction began in this view yet.
+    first_txn: AtomicBool,
     /// Pages of `mem.file` the fence made private in this transaction.
     file_private: fence::PrivatePages,
     /// The view may hand out pages of its file mapping (false once pages
@@ -289,6 +298,9 @@ impl View {
                 last_commit: AtomicU64::new(0),
                 file_n: AtomicUsize::new(0),
                 ufile_runs: AtomicUsize::new(0),
+                whole: AtomicUsize::new(0),
+                whole_dirty: AtomicBool::new(false),
+                first_txn: AtomicBool::new(true),
                 file_private: Default::default(),
                 file_ok: AtomicBool::new(false),
                 trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
@@ -504,6 +516,11 @@ impl View {
         v.read_only.store(opts.read_only, Ordering::Relaxed);
         v.track_reads.store(track_reads, Ordering::Relaxed);
         v.untracked_reads.store(untracked, Ordering::Relaxed);
+        // A fresh view's first read-only transaction maps the whole file at
+        // once: its first reads take only the kernel's faults.
+        if v.first_txn.swap(false, Ordering::Relaxed) && opts.read_only {
+            v.map_file_whole(s);
+        }
         v.active.store(true, Ordering::Release);
         self.depth = 1;
         Ok(())
