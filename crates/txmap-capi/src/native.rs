@@ -367,7 +367,10 @@ pub unsafe extern "C" fn txmap_view_close(view: *mut txmap_view) -> c_int {
 /// Inside a transaction the memory may be read and written with plain loads
 /// and stores; outside one it is read-only and shows committed data, not
 /// necessarily the latest (pages keep their content as of the view's last
-/// transaction), and a store crashes the program.
+/// transaction), and a store crashes the program. A view whose address was
+/// asked for is read by plain loads: its first transaction, if read-only,
+/// maps the region file over the whole range when it can, so its first
+/// loads take only the kernel's faults.
 ///
 /// # Safety
 /// `view` is NULL or a live view handle.

@@ -185,3 +185,35 @@ fn a_fresh_views_first_read_only_transaction_reads_the_file_without_a_fault_and_
     // newest data, and a store there is still refused (tested elsewhere).
     assert_eq!(v.read::<u64>(0).unwrap(), 4);
 }
+
+/// A view never asked for its address (`View::base`) is used through the
+/// accessors: its first read-only transaction does not map the whole file
+/// (plain loads through the region's fixed address fault and map runs);
+/// one asked for it before its first transaction does.
+#[test]
+fn only_a_view_whose_address_was_asked_for_maps_the_whole_file_at_begin() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_d, r, mut w) = region("filemap-whole-asked");
+    commit_all(&r, &mut w, 7);
+    let at = r.address().expect("the region's fixed address");
+    let mut v = r.view_fixed().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(0).unwrap(), 7);
+    assert!(load_all(at).iter().all(|&y| y == 7));
+    assert!(
+        v.faults() > 0,
+        "a view used by the accessors mapped the whole file"
+    );
+    v.commit().unwrap();
+    drop(v);
+    let mut v = r.view_fixed().unwrap();
+    assert_eq!(v.base() as usize, at);
+    v.begin_read().unwrap();
+    assert!(load_all(at).iter().all(|&y| y == 7));
+    assert_eq!(
+        v.faults(),
+        0,
+        "the first transaction of a view asked for its address took faults"
+    );
+    v.commit().unwrap();
+}

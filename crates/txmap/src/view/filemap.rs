@@ -144,7 +144,14 @@ impl ViewInner {
     /// the check sees a commit after `s` (the range goes back at once) or
     /// the fence thread sees `whole`.
     pub(super) fn map_file_whole(&self, s: u64) {
-        if !self.file_ok.load(Ordering::Relaxed) || !self.region.fence.running() {
+        // Only over a range nothing of this transaction maps yet (called at
+        // `begin_read`, or at the first `View::base` call in it).
+        if !self.file_ok.load(Ordering::Relaxed)
+            || !self.region.fence.running()
+            || !self.read_only.load(Ordering::Relaxed)
+            || !self.active.load(Ordering::Relaxed)
+            || self.mem.ufile_n.load(Ordering::Relaxed) != 0
+        {
             return;
         }
         let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;

@@ -145,6 +145,11 @@ pub(crate) struct ViewInner {
     whole_dirty: AtomicBool,
     /// No transaction began in this view yet.
     first_txn: AtomicBool,
+    /// `View::base` was called: the program reads by plain loads.
+    base_taken: AtomicBool,
+    /// The serial of the view's first transaction while it may still map
+    /// the whole file when `View::base` is first called in it (0: none).
+    whole_serial: AtomicU32,
     /// Pages of `mem.file` the fence made private in this transaction.
     file_private: fence::PrivatePages,
     /// The view may hand out pages of its file mapping (false once pages
@@ -301,6 +306,8 @@ impl View {
                 whole: AtomicUsize::new(0),
                 whole_dirty: AtomicBool::new(false),
                 first_txn: AtomicBool::new(true),
+                base_taken: AtomicBool::new(false),
+                whole_serial: AtomicU32::new(0),
                 file_private: Default::default(),
                 file_ok: AtomicBool::new(false),
                 trim_at: AtomicUsize::new((2 * region.opts.view_private_pages).max(64)),
@@ -398,9 +405,25 @@ impl View {
         Ok(())
     }
 
-    /// Address of byte 0 of the region in this view.
+    /// Address of byte 0 of the region in this view, for plain loads and
+    /// stores inside transactions.
+    ///
+    /// A view whose address was asked for is read by plain loads: its first
+    /// transaction, if read-only and the region file holds every page at its
+    /// snapshot, maps the file over the whole range at once (at its begin,
+    /// or here if this is the first call and nothing was mapped yet), so its
+    /// first loads take only the kernel's faults. A view used only through
+    /// the accessors never pays for that mapping.
     pub fn base(&self) -> *mut u8 {
-        self.inner.mem.user.base()
+        let v = &*self.inner;
+        if !v.base_taken.load(Ordering::Relaxed) {
+            v.base_taken.store(true, Ordering::Relaxed);
+            let serial = v.whole_serial.swap(0, Ordering::Relaxed);
+            if self.depth > 0 && serial == v.serial.load(Ordering::Relaxed) {
+                v.map_file_whole(v.snapshot.load(Ordering::Relaxed));
+            }
+        }
+        v.mem.user.base()
     }
 
     /// Bytes of the region mapped in this view.
@@ -516,12 +539,18 @@ impl View {
         v.read_only.store(opts.read_only, Ordering::Relaxed);
         v.track_reads.store(track_reads, Ordering::Relaxed);
         v.untracked_reads.store(untracked, Ordering::Relaxed);
-        // A fresh view's first read-only transaction maps the whole file at
+        v.active.store(true, Ordering::Release);
+        // A fresh view's first read-only transaction, in a program that
+        // reads by plain loads (it asked for `base`), maps the whole file at
         // once: its first reads take only the kernel's faults.
         if v.first_txn.swap(false, Ordering::Relaxed) && opts.read_only {
-            v.map_file_whole(s);
+            if v.base_taken.load(Ordering::Relaxed) {
+                v.map_file_whole(s);
+            } else {
+                v.whole_serial
+                    .store(v.serial.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
         }
-        v.active.store(true, Ordering::Release);
         self.depth = 1;
         Ok(())
     }
