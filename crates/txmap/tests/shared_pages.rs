@@ -517,6 +517,78 @@ fn a_stopped_reader_process_makes_checkpoints_stop_at_its_snapshot() {
     assert_eq!(s.checkpoint_seq, s.commit_seq, "{s:?}");
 }
 
+/// A reader that asked for its view's address holds its first
+/// `begin_read` inside the whole-file mapping (`FileRunPause::WholeMapped`:
+/// mapped, its slot reading the file, not yet checked), says so, and waits
+/// there to be killed.
+fn whole_mapping_child() {
+    let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let _ = v.base();
+    let ready = env("TXMAP_READY");
+    std::thread::spawn(move || {
+        while !txmap::debug::file_run_paused() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::fs::write(ready, "").unwrap();
+    });
+    txmap::debug::pause_file_run(txmap::debug::FileRunPause::WholeMapped);
+    v.begin_read().unwrap();
+    // Not reached before the parent kills this process (the hook waits
+    // about a minute).
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// SIGKILL of a reader process in the middle of its view's whole-file
+/// mapping at `begin_read`: its slot (reading the file at its snapshot) is
+/// reaped, and the next checkpoint writes the newest commit.
+#[test]
+fn sigkill_of_a_reader_mapping_the_whole_file_lets_checkpoints_reach_the_newest_commit() {
+    let test =
+        "sigkill_of_a_reader_mapping_the_whole_file_lets_checkpoints_reach_the_newest_commit";
+    if role().is_some() {
+        return whole_mapping_child();
+    }
+    let (d, p, r) = region_with_pages("sp-kill-whole");
+    let ready = d.join("ready");
+    let envs = [
+        ("TXMAP_PATH", p.display().to_string()),
+        ("TXMAP_READY", ready.display().to_string()),
+    ];
+    let mut child = Proc::spawn(test, "reader", &envs, d.join("err"));
+    let start = Instant::now();
+    while !ready.exists() {
+        child.check_running("the reader");
+        assert!(
+            start.elapsed() < LIVENESS,
+            "the reader never reached the mapping"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let snap = r.stats().oldest_snapshot.expect("the reader's snapshot");
+    fill(&mut r.view().unwrap(), 0..PAGES, 9);
+    child.signal(rustix::process::Signal::KILL);
+    let _ = child.try_wait();
+    child.kill();
+    r.checkpoint().unwrap();
+    let s = r.stats();
+    assert!(s.commit_seq > snap, "{s:?}");
+    assert_eq!(s.checkpoint_seq, s.commit_seq, "{s:?}");
+    // A fresh view here maps the whole file and reads the newest.
+    let mut v = r.view().unwrap();
+    let ptrs = raw_pointers(&v);
+    v.begin_read().unwrap();
+    for (p, &ptr) in ptrs.iter().enumerate() {
+        assert_eq!(whole(ptr, "after the kill"), 9, "page {p}");
+    }
+    assert_eq!(
+        v.faults(),
+        0,
+        "the fresh view mapped runs, not the whole file"
+    );
+    v.commit().unwrap();
+}
+
 fn checkpointer_child() {
     let r = Region::open(Path::new(&env("TXMAP_PATH")), opts()).unwrap();
     txmap::debug::crash_at(
