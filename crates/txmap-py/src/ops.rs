@@ -19,7 +19,7 @@ use crate::{invalid, to_py, txn_error};
 #[pyclass(module = "txmap", frozen)]
 pub struct Paused {
     inner: Mutex<Option<txmap::Paused>>,
-    /// The view it was paused on (its address) and its position there.
+    /// The view it was paused on (its `id`) and its position there.
     origin: usize,
     depth: u32,
     serial: u64,
@@ -64,7 +64,7 @@ pub(crate) fn pause(v: &View, py: Python<'_>) -> PyResult<Paused> {
     st.depth = 0;
     Ok(Paused {
         inner: Mutex::new(Some(p)),
-        origin: v.base,
+        origin: v.id,
         depth,
         serial,
         read_only,
@@ -97,7 +97,7 @@ pub(crate) fn resume(v: &View, py: Python<'_>, p: &Paused) -> PyResult<()> {
     st.nta = p.nta.clone();
     // Context managers and iterators of the transaction work again on the
     // view it came from; on another view it is a new position.
-    st.serial = if p.origin == v.base {
+    st.serial = if p.origin == v.id {
         p.serial
     } else {
         st.high += 1;
@@ -219,7 +219,7 @@ pub(crate) fn nested_top(
 ) -> PyResult<Py<PyAny>> {
     let py = slf.py();
     let me = slf.get();
-    let mut backoff = Backoff::new(me.base as u64 ^ 0x5eed);
+    let mut backoff = Backoff::new(me.id as u64 ^ 0x5eed);
     loop {
         nta_begin(me, py, undo, undo_args)?;
         let level = me.lock(py)?.nta.len();

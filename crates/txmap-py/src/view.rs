@@ -82,7 +82,7 @@ impl View {
         if me.position(py)?.0 > 0 {
             return Ok(fn_.call1((slf,))?.unbind());
         }
-        let mut backoff = Backoff::new(me.base as u64);
+        let mut backoff = Backoff::new(me.id as u64);
         let mut tried = 0u64;
         loop {
             tried += 1;
@@ -381,8 +381,9 @@ impl View {
 
     /// Address of byte 0 of the region in this view (never changes).
     #[getter]
-    fn address(&self) -> usize {
-        self.base
+    fn address(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut st = self.lock(py)?;
+        Ok(st.view(py, &self.path)?.base() as usize)
     }
 
     /// True inside a transaction.
@@ -484,7 +485,8 @@ impl View {
     pub(crate) fn export_range(&self, py: Python<'_>) -> PyResult<(usize, usize, bool)> {
         let mut st = self.lock(py)?;
         let (depth, read_only) = (st.depth, st.read_only);
-        let len = st.view(py, &self.path)?.len();
+        let view = st.view(py, &self.path)?;
+        let (base, len) = (view.base() as usize, view.len());
         if depth == 0 {
             return Err(PyBufferError::new_err(format!(
                 "{}: a view's memory is exported only inside a transaction \
@@ -492,7 +494,7 @@ impl View {
                 self.path.display()
             )));
         }
-        Ok((self.base, len, read_only))
+        Ok((base, len, read_only))
     }
 
     /// Counts buffers made (+1) and released (-1).

@@ -53,7 +53,11 @@ pub struct View {
     pub(crate) path: PathBuf,
     pub(crate) state: Mutex<State>,
     pub(crate) exports: AtomicUsize,
-    pub(crate) base: usize,
+    /// Tells this view apart from others (paused transactions, back-off
+    /// seeds) without asking txmap for its address: a view whose address
+    /// was asked for maps the whole region file in its first read-only
+    /// transaction, which only plain loads (`address`, buffers) need.
+    pub(crate) id: usize,
 }
 
 /// A locked view state.
@@ -169,6 +173,9 @@ fn sigsegv_handler() -> usize {
     }
 }
 
+/// The next view's `id`.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
 impl View {
     pub(crate) fn new(region: Py<PyAny>, v: txmap::View, path: PathBuf) -> View {
         // Opening the view installed txmap's handler (once per process).
@@ -176,7 +183,7 @@ impl View {
         View {
             region,
             path,
-            base: v.base() as usize,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State {
                 view: Some(v),
                 depth: 0,
