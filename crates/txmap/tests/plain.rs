@@ -409,3 +409,38 @@ fn another_process_joins_a_plain_file_and_commits() {
     drop(r);
     assert_eq!(std::fs::read(&p).unwrap(), model);
 }
+
+/// Plain loads of a read-only transaction over a plain file whose length
+/// is not a page multiple (or 0): the page past the file's end reads as
+/// zeros beyond the length, in a view's first transaction (the whole file
+/// mapped at once) and in later ones (runs mapped as loads fault).
+#[test]
+fn plain_loads_read_past_the_length_of_a_short_plain_file_as_zeros() {
+    let d = ext4_dir("plain_short_loads");
+    for len in [0u64, 1, 5000] {
+        let p = d.join(&format!("f{len}"));
+        let model = initial(len);
+        std::fs::write(&p, &model).unwrap();
+        let r = Region::open_plain(&p, Options::default()).unwrap();
+        for fresh in [true, false] {
+            let mut v = r.view().unwrap();
+            if !fresh {
+                v.run(|_| Ok(())).unwrap();
+            }
+            let base = v.base();
+            v.begin_read().unwrap();
+            // SAFETY: inside the view's mapping of the region, in a transaction.
+            let got: Vec<u8> = (0..r.size() as usize)
+                .map(|i| unsafe { base.add(i).read_volatile() })
+                .collect();
+            // The first transaction mapped the whole file; a later one faulted.
+            assert_eq!(v.faults() == 0, fresh, "len {len}, fresh {fresh}");
+            v.commit().unwrap();
+            assert_eq!(&got[..len as usize], &model[..], "len {len}, fresh {fresh}");
+            assert!(
+                got[len as usize..].iter().all(|&b| b == 0),
+                "len {len}, fresh {fresh}: past the length"
+            );
+        }
+    }
+}
