@@ -542,13 +542,17 @@ impl View {
         v.active.store(true, Ordering::Release);
         // A fresh view's first read-only transaction, in a program that
         // reads by plain loads (it asked for `base`), maps the whole file at
-        // once: its first reads take only the kernel's faults.
-        if v.first_txn.swap(false, Ordering::Relaxed) && opts.read_only {
-            if v.base_taken.load(Ordering::Relaxed) {
-                v.map_file_whole(s);
-            } else {
-                v.whole_serial
-                    .store(v.serial.load(Ordering::Relaxed), Ordering::Relaxed);
+        // once: its first reads take only the kernel's faults. (A load
+        // first, then a store: no locked instruction in every begin.)
+        if v.first_txn.load(Ordering::Relaxed) {
+            v.first_txn.store(false, Ordering::Relaxed);
+            if opts.read_only {
+                if v.base_taken.load(Ordering::Relaxed) {
+                    v.map_file_whole(s);
+                } else {
+                    v.whole_serial
+                        .store(v.serial.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
             }
         }
         self.depth = 1;
