@@ -102,33 +102,62 @@ impl OpLog {
             .collect()
     }
 
-    /// The commit-time operations none of whose pages the transaction
-    /// wrote otherwise (`written`), as (index in the logged operations, id,
-    /// arguments): the commit applies them again to the newest committed
-    /// versions of the pages they touch.
-    pub(super) fn commuted_outside(
-        &self,
-        written: impl Fn(u32) -> bool,
-    ) -> Vec<(usize, u32, &[u8])> {
+    /// Which commit-time operations stay where they ran in the record
+    /// (`true`): those that touched a page the transaction wrote otherwise
+    /// (`written`), and, since the pages such an operation wrote are then
+    /// published from this transaction, every operation that touched one
+    /// of those, and so on. An operation left outside must touch none of
+    /// the published pages: the commit runs it again on the newest
+    /// committed versions of its pages, and a page this commit publishes
+    /// has none to run on (the commit would conflict with itself).
+    pub(super) fn inside(&self, written: impl Fn(u32) -> bool) -> Vec<bool> {
+        let mut inside = vec![false; self.commutes.len()];
+        let mut published = BTreeSet::new();
+        loop {
+            let mut grew = false;
+            for (i, c) in self.commutes.iter().enumerate() {
+                if !inside[i]
+                    && c.touched
+                        .iter()
+                        .any(|&p| written(p) || published.contains(&p))
+                {
+                    inside[i] = true;
+                    published.extend(c.wrote.iter().copied());
+                    grew = true;
+                }
+            }
+            if !grew {
+                return inside;
+            }
+        }
+    }
+
+    /// The commit-time operations left outside (`inside`), as (index in
+    /// the logged operations, id, arguments): the commit applies them
+    /// again to the newest committed versions of the pages they touch.
+    pub(super) fn commuted_outside(&self, inside: &[bool]) -> Vec<(usize, u32, &[u8])> {
         self.commutes
             .iter()
-            .filter(|c| !c.touched.iter().any(|&p| written(p)))
-            .map(|c| (c.op, self.ops[c.op].1, &self.ops[c.op].3[..]))
+            .zip(inside)
+            .filter(|&(_, &i)| !i)
+            .map(|(c, _)| (c.op, self.ops[c.op].1, &self.ops[c.op].3[..]))
             .collect()
     }
 
-    /// The commit-time operations with a page the transaction also wrote
-    /// otherwise: they stay where they ran in the record (replayed before
-    /// the stores after them), so every page they read is validated like a
-    /// read (first), and the pages they changed that are not in the write
-    /// set are published with their local result (second).
-    pub(super) fn commuted_inside(&self, written: impl Fn(u32) -> bool) -> (Vec<u32>, Vec<u32>) {
+    /// The commit-time operations that stay inside (`inside`): they stay
+    /// where they ran in the record (replayed before the stores after
+    /// them), so every page they read is validated like a read (first),
+    /// and the pages they changed that are not in the write set
+    /// (`written`) are published with their local result (second).
+    pub(super) fn commuted_inside(
+        &self,
+        inside: &[bool],
+        written: impl Fn(u32) -> bool,
+    ) -> (Vec<u32>, Vec<u32>) {
         let (mut reads, mut pages) = (Vec::new(), Vec::new());
-        for c in &self.commutes {
-            if c.touched.iter().any(|&p| written(p)) {
-                reads.extend_from_slice(&c.touched);
-                pages.extend(c.wrote.iter().copied().filter(|&p| !written(p)));
-            }
+        for (c, _) in self.commutes.iter().zip(inside).filter(|&(_, &i)| i) {
+            reads.extend_from_slice(&c.touched);
+            pages.extend(c.wrote.iter().copied().filter(|&p| !written(p)));
         }
         pages.sort_unstable();
         pages.dedup();
