@@ -473,8 +473,9 @@ pub enum FileRunPause {
     AfterScan = 1,
     /// The file mapped over the run, the run not yet listed for the fence.
     AfterMap = 2,
-    /// A fresh view's first read-only transaction, in `begin_read`: it found
-    /// the file holding every page at its snapshot, nothing mapped yet.
+    /// A fresh view's first read-only transaction, in `begin_read` or its
+    /// first `View::base` call: it found the file holding every page at
+    /// its snapshot, nothing mapped yet.
     WholeScanned = 3,
     /// The same, the file mapped over the whole user range and raised for
     /// the fence, not yet checked for a commit that raced.
@@ -485,9 +486,9 @@ static FILE_RUN_PAUSE: AtomicU32 = AtomicU32::new(0);
 static FILE_RUN_PAUSED: AtomicBool = AtomicBool::new(false);
 
 /// Makes the next read fault of this process that maps a run of the region
-/// file (or the next `begin_read` that maps the whole file) wait at `at`
-/// until [`release_file_run`]: a test commits and
-/// checkpoints meanwhile what the run's check must catch.
+/// file (or, for `FileRunPause::Whole*`, the next mapping of the whole
+/// file) wait at `at` until [`release_file_run`]: a test commits and
+/// checkpoints meanwhile what the check must catch.
 pub fn pause_file_run(at: FileRunPause) {
     FILE_RUN_PAUSE.store(at as u32, Ordering::SeqCst);
 }

@@ -7,9 +7,10 @@
 //! hook (`debug::pause_file_run`, process-wide: the tests of this binary
 //! run one at a time, under `SERIAL`).
 //!
-//! A fresh view's first read-only transaction maps the whole file at
-//! `begin_read` instead (no fault): the same race, held in `begin_read`
-//! before the mapping and before the check.
+//! A fresh view's first read-only transaction maps the whole file at once
+//! instead (no fault), at `begin_read` or at the first `View::base` call
+//! in it: the same race, held there before the mapping and before the
+//! check.
 mod common;
 
 use std::sync::Mutex;
@@ -124,8 +125,9 @@ fn a_checkpoint_racing_a_whole_file_mapping_at_begin_never_shows_a_load_the_newe
         (1, FileRunPause::WholeScanned),
         (2, FileRunPause::WholeMapped),
     ] {
-        // A fresh view's first `begin_read` takes snapshot x and waits at
-        // `at` while x + 1 is committed and checkpointed; its loads then
+        // A fresh view's first read-only transaction takes snapshot x; its
+        // first `base` call maps the whole file and waits at `at` while
+        // x + 1 is committed and checkpointed; its loads then
         // must read x, and the mapping it made must have been taken back
         // (its loads fault: the file no longer holds every page at x).
         let mut v = r.view().unwrap();

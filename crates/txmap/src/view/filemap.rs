@@ -128,7 +128,9 @@ impl ViewInner {
         }
     }
 
-    /// The begin of a fresh view's first read-only transaction at `s`: when
+    /// A fresh view's first read-only transaction at `s`, at its begin or
+    /// at the first `View::base` call in it (only views asked for their
+    /// address read by plain loads, see `View::base`): when
     /// the region file holds every page's version at `s` (nothing committed
     /// after it, a checkpoint reached it), maps the file over the whole user
     /// range (one `mmap`), so the transaction's loads take only the
