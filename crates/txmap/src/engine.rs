@@ -455,13 +455,13 @@ impl RegionInner {
         lock(&self.view_pool)
     }
 
-    /// Fails in a process forked after the region was opened.
     /// Where region byte `off` lies in the data file's descriptor: after
     /// the region header (a plain file has none: `Storage::fd_shift`).
     pub(crate) fn fd_offset(&self, off: u64) -> u64 {
         HEADER_BYTES + off - self.data.fd_shift()
     }
 
+    /// Fails in a process forked after the region was opened.
     pub fn check_owner(&self) -> Result<()> {
         if crate::os::signal::forks_now() == self.fork_generation {
             return Ok(());
