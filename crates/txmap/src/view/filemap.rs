@@ -165,18 +165,11 @@ impl ViewInner {
             return;
         }
         crate::debug::file_run_point(crate::debug::FileRunPause::WholeScanned);
-        let data = &self.region.data;
-        let from = self.region.fd_offset(0);
-        let len = pages * PAGE;
-        let flags = rustix::mm::MapFlags::PRIVATE;
-        if (self.mem.user)
-            .map_file(0, len, (data.fd(), from), Access::Read, flags)
-            .is_err()
-        {
+        if self.map_file_over(0, pages).is_err() {
             return;
         }
         self.start_file_reads(s);
-        self.mem.user.advise_random(0, len);
+        self.mem.user.advise_random(0, pages * PAGE);
         self.whole.store(pages, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         crate::debug::file_run_point(crate::debug::FileRunPause::WholeMapped);
@@ -191,23 +184,61 @@ impl ViewInner {
     /// run. False if it could not: the range is made inaccessible and its
     /// pages flagged `FILE` (not `LISTED`), as `end_user_file` does.
     fn end_whole(&self, n: usize) -> bool {
-        let len = n * PAGE;
-        let r = (self.mem.user).map_shared(0, len, self.mem.memfd_fd(), 0, Access::None);
+        let r = self.map_memfd_over(0, n);
         self.whole.store(0, Ordering::Relaxed);
-        let left = match r {
-            Ok(()) if !self.whole_dirty.swap(false, Ordering::Relaxed) => return true,
-            Ok(()) => 0,
-            Err(_) => {
-                let _ = self.mem.user.protect(0, len, Access::None);
-                uf::FILE | uf::SEEN
+        let dirty = self.whole_dirty.swap(false, Ordering::Relaxed);
+        match r {
+            Ok(()) => {
+                if dirty {
+                    self.set_flags(0, n, 0, Ordering::SeqCst);
+                }
+                true
             }
-        };
-        for q in 0..n {
-            if let Some(f) = self.mem.ufile.get(q) {
-                f.store(left, Ordering::SeqCst);
+            Err(_) => {
+                self.leave_stuck(0, n);
+                false
             }
         }
-        r.is_ok()
+    }
+
+    /// Maps the region file over the user pages `[a, e)`, private and
+    /// read-only.
+    fn map_file_over(&self, a: usize, e: usize) -> rustix::io::Result<()> {
+        let from = self.region.fd_offset((a * PAGE) as u64);
+        self.mem.user.map_file(
+            a * PAGE,
+            (e - a) * PAGE,
+            (self.region.data.fd(), from),
+            Access::Read,
+            rustix::mm::MapFlags::PRIVATE,
+        )
+    }
+
+    /// Maps the memory file back over the user pages `[a, e)`,
+    /// inaccessible.
+    fn map_memfd_over(&self, a: usize, e: usize) -> rustix::io::Result<()> {
+        let (off, len) = (a * PAGE, (e - a) * PAGE);
+        (self.mem.user).map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None)
+    }
+
+    /// Stores `flags` as the `ufile` flags of pages `[a, e)`.
+    fn set_flags(&self, a: usize, e: usize, flags: u8, order: Ordering) {
+        for q in a..e {
+            if let Some(f) = self.mem.ufile.get(q) {
+                f.store(flags, order);
+            }
+        }
+    }
+
+    /// User pages `[a, e)` still map the file because the memory file
+    /// could not be mapped back: inaccessible, and flagged `FILE` (not
+    /// `LISTED`), so no fault makes them readable before it is.
+    fn leave_stuck(&self, a: usize, e: usize) {
+        let _ = self
+            .mem
+            .user
+            .protect(a * PAGE, (e - a) * PAGE, Access::None);
+        self.set_flags(a, e, uf::FILE | uf::SEEN, Ordering::SeqCst);
     }
 
     /// A read fault of a read-only transaction on `page` (no valid copy in
@@ -312,27 +343,9 @@ impl ViewInner {
     /// of it can have changed, and none is checked again.
     fn map_file_run(&self, a: usize, e: usize, s: u64, at: FileState) -> FileMap {
         self.start_file_reads(s);
-        let data = &self.region.data;
-        let from = self.region.fd_offset((a * PAGE) as u64);
-        let (off, len) = (a * PAGE, (e - a) * PAGE);
-        let mapped = self
-            .mem
-            .user
-            .map_file(
-                off,
-                len,
-                (data.fd(), from),
-                Access::Read,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-            .is_ok();
-        if !mapped {
+        if self.map_file_over(a, e).is_err() {
             // Copied as before; not listed (the file is not mapped there).
-            for q in a..e {
-                if let Some(f) = self.mem.ufile.get(q) {
-                    f.store(uf::SEEN, Ordering::Release);
-                }
-            }
+            self.set_flags(a, e, uf::SEEN, Ordering::Release);
             return FileMap::No;
         }
         crate::debug::file_run_point(crate::debug::FileRunPause::AfterMap);
@@ -354,7 +367,7 @@ impl ViewInner {
         self.ufile_runs.fetch_add(1, Ordering::Relaxed);
         // See `ViewMemory::file`'s mapping in `sync_size`: no read-ahead
         // window per fault.
-        self.mem.user.advise_random(off, len);
+        self.mem.user.advise_random(a * PAGE, (e - a) * PAGE);
         // Listed before the check (see the module's comment).
         fence(Ordering::SeqCst);
         let mvcc = &self.region.mvcc;
@@ -380,11 +393,7 @@ impl ViewInner {
         for q in a..e {
             was |= self.user_file_lock(q);
         }
-        let (off, len) = (a * PAGE, (e - a) * PAGE);
-        let r = self
-            .mem
-            .user
-            .map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None);
+        let r = self.map_memfd_over(a, e);
         let left = if r.is_ok() {
             flags
         } else {
@@ -400,15 +409,8 @@ impl ViewInner {
     /// transaction's end, below): no `BUSY` bit to take. On failure the
     /// flags are unchanged (the caller sets them).
     fn map_back_alone(&self, a: usize, e: usize) -> rustix::io::Result<()> {
-        let (off, len) = (a * PAGE, (e - a) * PAGE);
-        self.mem
-            .user
-            .map_shared(off, len, self.mem.memfd_fd(), off as u64, Access::None)?;
-        for q in a..e {
-            if let Some(f) = self.mem.ufile.get(q) {
-                f.store(uf::SEEN, Ordering::Relaxed);
-            }
-        }
+        self.map_memfd_over(a, e)?;
+        self.set_flags(a, e, uf::SEEN, Ordering::Relaxed);
         Ok(())
     }
 
@@ -430,15 +432,7 @@ impl ViewInner {
                 && self.map_back_alone(a, e).is_err()
             {
                 ok = false;
-                let _ = self
-                    .mem
-                    .user
-                    .protect(a * PAGE, (e - a) * PAGE, Access::None);
-                for q in a..e {
-                    if let Some(f) = self.mem.ufile.get(q) {
-                        f.store(uf::FILE | uf::SEEN, Ordering::SeqCst);
-                    }
-                }
+                self.leave_stuck(a, e);
             }
         };
         let mut run: Option<(usize, usize)> = None;
