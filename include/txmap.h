@@ -500,6 +500,40 @@ int txmap_array_pop(txmap_view *view, const txmap_array *a, void *out);
 // As `txmap_array_push`.
 uint64_t txmap_array_len(txmap_view *view, const txmap_array *a);
 
+// Opens the environment in directory `dir`, creating the directory and its
+// file `dir/env.txm` (with its log) if absent, as a region handle: open
+// views with `txmap_view_open` and find named regions with
+// `txmap_env_region`. Any number of processes may have it open at once;
+// close it with `txmap_region_close`. `opts` may be NULL (the defaults).
+// A region file that is not an environment fails with
+// `TXMAP_ENOTREGION`. On failure `*out` is set to NULL.
+//
+// # Safety
+// `dir` is NULL or a NUL-terminated string; `opts` is NULL or a valid
+// `txmap_options`; `out` is NULL or writable.
+int txmap_env_open(const char *dir, const txmap_options *opts, txmap_region **out);
+
+// Finds the named region `name` of the environment `env` (a handle from
+// `txmap_env_open`), creating it with `size` bytes (rounded up to whole
+// pages, zero-filled) if there is none of that name; `size` 0 only finds.
+// Sets `*offset` to its first byte in the environment's views and `*len`
+// to its length: its memory in a view is `txmap_view_base(view) +
+// *offset` (a view opened before the region was created sees it from its
+// next transaction on). A named region keeps the size it was created
+// with: a larger `size` fails with `TXMAP_EINVAL`, as do a name of more
+// than 47 bytes and `size` 0 for a name not there; an environment holds
+// at most 63 named regions (`TXMAP_ETOOLARGE`). Creating one commits a
+// transaction of its own, so call it outside the caller's transactions.
+//
+// # Safety
+// `env` is NULL or a live region handle; `name` is NULL or a
+// NUL-terminated string; `offset` and `len` are NULL or writable.
+int txmap_env_region(txmap_region *env,
+                     const char *name,
+                     uint64_t size,
+                     uint64_t *offset,
+                     uint64_t *len);
+
 // `txmap_region_open` with options (`opts` NULL: the defaults).
 //
 // # Safety

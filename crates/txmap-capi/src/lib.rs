@@ -29,6 +29,7 @@ use std::path::Path;
 use txmap::Error;
 
 pub mod collections;
+pub mod env;
 pub mod media;
 pub mod native;
 pub mod ops;
@@ -38,6 +39,7 @@ pub mod rounds;
 pub mod xac;
 
 pub use collections::*;
+pub use env::*;
 pub use media::*;
 pub use native::*;
 pub use ops::*;

@@ -34,7 +34,7 @@ use crate::{
     Failure, TXMAP_EBUSY, TXMAP_EINVAL, TXMAP_ENOTSUP, guarded, native, path_arg, set_errno,
 };
 use txmap::collections::alloc;
-use txmap::{Durability, Error, Options, Paused, Region, View, log_path};
+use txmap::{Durability, Error, Options, Paused, Region, View};
 
 /// `xInit` durability: commits are atomic and isolated and survive a crash
 /// of the process, not of the OS (txmap `Durability::Async`).
@@ -390,14 +390,8 @@ fn open_view(
             path.display()
         )));
     } else {
-        match Region::create(&path, size, opts.clone()) {
-            Ok(r) => r,
-            // Another process is creating it: open it once it is in place.
-            Err(Error::Exists { .. }) if log_path(&path).exists() => {
-                open_when_created(&path, opts)?
-            }
-            Err(e) => return Err(e.into()),
-        }
+        // Another process may be creating it: then this waits for it.
+        Region::open_or_create(&path, size, opts.clone())?
     };
     if region.size() < size {
         region.grow(size)?;
@@ -405,23 +399,6 @@ fn open_view(
     // The same address in every process and execution: pointers stored
     // in the region stay valid.
     Ok(region.view_fixed()?)
-}
-
-/// Opens a region another process is creating (its data file appears last,
-/// renamed into place whole), waiting up to two seconds for it.
-fn open_when_created(path: &std::path::Path, opts: &Options) -> Result<Region, Error> {
-    let mut waited = 0;
-    loop {
-        match Region::open(path, opts.clone()) {
-            Err(Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound && waited < 2000 =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                waited += 5;
-            }
-            r => return r,
-        }
-    }
 }
 
 /// Unmaps the region `name` and closes it (the last process to close it

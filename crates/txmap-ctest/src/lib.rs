@@ -28,6 +28,8 @@ unsafe extern "C" {
     pub fn ctest_native_operations(dir: *const c_char) -> c_int;
     pub fn ctest_native_nested_top(dir: *const c_char) -> c_int;
 
+    pub fn ctest_env_transfers(dir: *const c_char) -> c_int;
+
     pub fn ctest_plain_native(dir: *const c_char) -> c_int;
     pub fn ctest_plain_xac(dir: *const c_char) -> c_int;
 

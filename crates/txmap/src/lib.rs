@@ -40,6 +40,7 @@ pub mod backup;
 pub mod collections;
 pub mod compact;
 mod engine;
+pub mod env;
 mod error;
 mod fencectl;
 mod filestate;
@@ -91,6 +92,7 @@ pub mod wal;
 mod wal;
 
 pub use backup::{BackupOptions, BackupReport};
+pub use env::{Env, EnvRegion};
 pub use error::{Error, Lost, Result};
 pub use options::{Durability, Options, SnapshotLimit};
 pub use ordered::OrderStatus;

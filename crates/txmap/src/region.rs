@@ -326,6 +326,33 @@ impl Region {
         Self::open(path, opts)
     }
 
+    /// Opens the region at `path`, creating it (zero-filled, `size` bytes)
+    /// if there is none. Of several processes doing this at once, one
+    /// creates it; the others wait for its data file, which appears last
+    /// and whole, up to two seconds, then open it.
+    pub fn open_or_create(path: &Path, size: u64, opts: Options) -> Result<Region> {
+        if !path.try_exists().map_err(|e| Error::io("stat", path, e))? {
+            match Self::create(path, size, opts.clone()) {
+                Err(Error::Exists { .. }) => {}
+                r => return r,
+            }
+        }
+        let step = std::time::Duration::from_millis(5);
+        let mut waited = std::time::Duration::ZERO;
+        loop {
+            match Self::open(path, opts.clone()) {
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && waited < std::time::Duration::from_secs(2) =>
+                {
+                    std::thread::sleep(step);
+                    waited += step;
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Writes an empty region's header and log header to fresh storages
     /// (with a fixed address chosen for the default `max_size`).
     pub fn format(data: &dyn Storage, log: &dyn Storage, size: u64) -> Result<()> {

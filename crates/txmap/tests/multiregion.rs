@@ -102,17 +102,6 @@ fn check(dir: &Path, b_first: bool, acked: &[u64]) {
     View::commit_group(views).unwrap();
 }
 
-fn acked(dir: &Path, workers: u64) -> Vec<u64> {
-    (0..workers)
-        .map(|w| {
-            std::fs::read_to_string(dir.join(format!("acks{w}")))
-                .unwrap_or_default()
-                .lines()
-                .count() as u64
-        })
-        .collect()
-}
-
 /// Child: transfers until killed (or `TXMAP_N` of them), one ack line each.
 fn worker() {
     let dir = std::path::PathBuf::from(std::env::var("TXMAP_DIR").unwrap());
@@ -258,21 +247,10 @@ fn sigkill_at_random_points_keeps_transfers_atomic() {
     create(d.path());
     let mut rng = seed(test);
     for round in 0..12u64 {
-        let procs: Vec<Proc> = (0..2u64)
-            .map(|w| {
-                let env = [
-                    ("TXMAP_DIR", d.path().display().to_string()),
-                    ("TXMAP_WORKER", w.to_string()),
-                ];
-                Proc::spawn(test, "worker", &env, d.join(&format!("err{w}")))
-            })
-            .collect();
+        let procs = spawn_workers(test, &d, 0..2);
         rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1);
         std::thread::sleep(Duration::from_millis(30 + (rng >> 33) % 120));
-        for mut p in procs {
-            p.check_running("a transfer worker");
-            p.kill();
-        }
+        kill_workers(procs);
         let acked = acked(d.path(), 2);
         // Alternate which region recovers first.
         check(d.path(), round % 2 == 1, &acked);

@@ -370,6 +370,42 @@ impl Acks {
     }
 }
 
+/// Lines in `dir/acks{w}` (0 if absent) for each worker `w` below `workers`.
+pub fn acked(dir: &Path, workers: u64) -> Vec<u64> {
+    (0..workers)
+        .map(|w| {
+            std::fs::read_to_string(dir.join(format!("acks{w}")))
+                .unwrap_or_default()
+                .lines()
+                .count() as u64
+        })
+        .collect()
+}
+
+/// Starts a child of `test` in role "worker" for each `w` of `workers`,
+/// with `TXMAP_DIR` (`d`) and `TXMAP_WORKER` (`w`) set and its stderr in
+/// `d/err{w}`.
+pub fn spawn_workers(test: &str, d: &TestDir, workers: impl IntoIterator<Item = u64>) -> Vec<Proc> {
+    workers
+        .into_iter()
+        .map(|w| {
+            let env = [
+                ("TXMAP_DIR", d.path().display().to_string()),
+                ("TXMAP_WORKER", w.to_string()),
+            ];
+            Proc::spawn(test, "worker", &env, d.join(&format!("err{w}")))
+        })
+        .collect()
+}
+
+/// Kills every child with SIGKILL, after checking that none exited early.
+pub fn kill_workers(procs: Vec<Proc>) {
+    for mut p in procs {
+        p.check_running("a worker");
+        p.kill();
+    }
+}
+
 /// In an acknowledging child: its acknowledgements (`TXMAP_ACKS`) and the
 /// region `TXMAP_REGION` opened with no automatic checkpoint, so that after
 /// a SIGKILL recovery replays the log.
