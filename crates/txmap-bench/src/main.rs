@@ -113,7 +113,7 @@ enum Section {
     Fairness,
     /// Rounds: one 256 MiB round made durable, beside dd (not part of core).
     Rounds,
-    /// Several regions in one transaction: durable transfers between two regions vs one (not part of core).
+    /// Several regions in one transaction: durable transfers in one region, two named regions of one environment and two region files (not part of core).
     Regions,
     /// One random read, txmap's B+-tree beside LMDB: held and fresh views (not part of core).
     Gets,

@@ -15,7 +15,8 @@
 //! [`Region`] (files, recovery, checkpoints). The C API is the `txmap-capi`
 //! crate, built on this crate's public API.
 //! [`collections`] (a transactional heap, B+-tree, cache-oblivious B-tree,
-//! linear hash table, array list) is built on the public API alone.
+//! linear hash table, array list) is built on the public API alone, and so
+//! is [`env`] ([`Env`]: named regions of one file and one log).
 //!
 //! ```
 //! # let dir = std::env::temp_dir().join(format!("txmap-doc-lib-{}", std::process::id()));
