@@ -133,6 +133,7 @@ impl Env {
         // and run again on the new catalog.
         v.run(|v| {
             let catalog = read_catalog(v)?;
+            check_inside(&catalog, v.len() as u64, path)?;
             if let Some(r) = catalog.iter().find(|e| e.name == name) {
                 if size > r.len {
                     return Err(Error::Invalid(format!(
@@ -194,21 +195,7 @@ impl Env {
         let r = read_catalog(&v);
         v.commit()?;
         let r = r?;
-        // A damaged catalog must not hand out ranges outside the file.
-        let size = self.region.size();
-        for e in &r {
-            if e.offset < PAGE || e.offset.checked_add(e.len).is_none_or(|end| end > size) {
-                return Err(Error::Corrupt {
-                    path: self.path().to_path_buf(),
-                    offset: 0,
-                    what: format!(
-                        "environment catalog: region \"{}\" at {}+{} lies outside the file's {} bytes",
-                        e.name, e.offset, e.len, size
-                    ),
-                    lost: None,
-                });
-            }
-        }
+        check_inside(&r, self.region.size(), self.path())?;
         Ok(r)
     }
 
@@ -320,7 +307,26 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The catalog's entries, checked against its own bounds (`Env::regions`
+/// A damaged catalog must not hand out ranges outside the file's `size`
+/// bytes.
+fn check_inside(catalog: &[EnvRegion], size: u64, path: &Path) -> Result<()> {
+    for e in catalog {
+        if e.offset.checked_add(e.len).is_none_or(|end| end > size) {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                offset: 0,
+                what: format!(
+                    "environment catalog: region \"{}\" at {}+{} lies outside the file's {} bytes",
+                    e.name, e.offset, e.len, size
+                ),
+                lost: None,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The catalog's entries, checked against its own bounds (`check_inside`
 /// checks them against the file).
 fn read_catalog(v: &View) -> Result<Vec<EnvRegion>> {
     let page = v.slice(0, PAGE as usize)?;

@@ -263,6 +263,21 @@ fn named_regions_keep_their_place_and_size_across_reopening() {
     ));
     v.commit().unwrap();
     disjoint(&env);
+    drop(v);
+    env.close().unwrap();
+    // A read-only handle finds the names and reads them, and creates none.
+    let ro = Options {
+        read_only: true,
+        ..opts()
+    };
+    let env = Env::open(d.path(), ro).unwrap();
+    let b = env.region("b", 0).unwrap();
+    let mut v = env.view().unwrap();
+    v.begin_read().unwrap();
+    // `disjoint` filled b, the second region, with 2s.
+    assert_eq!(b.read::<u64>(&v, PAGE - 8).unwrap(), u64::from_ne_bytes([2; 8]));
+    v.commit().unwrap();
+    assert!(env.region("new", 1).is_err());
 }
 
 #[test]
@@ -450,6 +465,7 @@ fn a_region_file_that_is_no_environment_is_refused_and_a_damaged_catalog_is_repo
     })
     .unwrap();
     assert!(matches!(env.regions(), Err(Error::Corrupt { .. })));
+    assert!(matches!(env.region("a", 0), Err(Error::Corrupt { .. })));
     v.run(|v| v.write(64 + 8, &1u64)).unwrap();
     assert_eq!(env.regions().unwrap().len(), 1);
 }
