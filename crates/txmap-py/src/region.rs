@@ -169,28 +169,10 @@ impl Region {
             return Err(invalid(py, "create=True needs a size", &path));
         }
         let r = py
-            .detach(|| {
-                let mut tries = 0;
-                loop {
-                    match txmap::Region::open(&path, o.clone()) {
-                        Err(txmap::Error::Io { source, .. })
-                            if create
-                                && source.kind() == std::io::ErrorKind::NotFound
-                                && tries < 100 =>
-                        {
-                            tries += 1;
-                            match txmap::Region::create(&path, size.unwrap_or(0), o.clone()) {
-                                // Another process created it first (or is creating
-                                // it right now): open theirs once it is in place.
-                                Err(txmap::Error::Exists { .. }) => std::thread::sleep(
-                                    std::time::Duration::from_millis(tries.min(20)),
-                                ),
-                                other => return other,
-                            }
-                        }
-                        other => return other,
-                    }
-                }
+            .detach(|| match size {
+                // Processes racing to create it all end with the same one.
+                Some(s) if create => txmap::Region::open_or_create(&path, s, o.clone()),
+                _ => txmap::Region::open(&path, o.clone()),
             })
             .map_err(|e| to_py(py, e, &path))?;
         if let Some(s) = size
@@ -199,6 +181,50 @@ impl Region {
             py.detach(|| r.grow(s)).map_err(|e| to_py(py, e, &path))?;
         }
         Ok(Region::wrap(r, path, &o, max_size, view_private_pages))
+    }
+
+    /// Opens the environment in directory ``dir``: named regions of one
+    /// file (``dir/env.txm``) and one log, so that a transaction across
+    /// several is one commit and one sync. The directory and file are
+    /// created if absent. Returns the environment's region; ``named`` finds
+    /// or creates its named regions. The other arguments are ``create``'s.
+    #[staticmethod]
+    #[pyo3(signature = (dir, *, durability = "durable", max_size = None, view_private_pages = None))]
+    fn open_env(
+        py: Python<'_>,
+        dir: PathBuf,
+        durability: &str,
+        max_size: Option<i128>,
+        view_private_pages: Option<i128>,
+    ) -> PyResult<Region> {
+        let o = options(py, durability, max_size, view_private_pages, &dir)?;
+        let env = py
+            .detach(|| txmap::Env::open(&dir, o.clone()))
+            .map_err(|e| to_py(py, e, &dir))?;
+        let path = env.path().to_path_buf();
+        Ok(Region::wrap(
+            env.into_region(),
+            path,
+            &o,
+            max_size,
+            view_private_pages,
+        ))
+    }
+
+    /// The named region ``name`` of this environment (a region from
+    /// ``open_env``) as ``(offset, length)`` in its views, created with
+    /// ``size`` bytes (rounded up to whole pages, zeroed) if there is none
+    /// of that name; ``size`` 0 only finds. A named region keeps the size
+    /// it was created with (a larger ``size`` raises ``InvalidError``).
+    #[pyo3(signature = (name, size = 0))]
+    fn named(&self, py: Python<'_>, name: &str, size: i128) -> PyResult<(u64, u64)> {
+        let size = u64::try_from(size)
+            .map_err(|_| invalid(py, format!("size {size} is out of range"), &self.path))?;
+        let r = self.handle(py)?;
+        let e = py
+            .detach(|| txmap::Env::from_region(r)?.region(name, size))
+            .map_err(|e| to_py(py, e, &self.path))?;
+        Ok((e.offset(), e.len()))
     }
 
     /// Opens a view: one mapping of the region, for one thread at a time.

@@ -359,3 +359,35 @@ def test_view_private_pages_bounds_what_a_view_keeps(tmp_path):
         assert _pages_held_after_reading(r, pages)[1] >= pages
     with pytest.raises(ValueError):
         txmap.Region.create(str(tmp_path / "bad.txm"), 4096, view_private_pages=-1)
+
+
+def test_named_regions_of_an_environment_commit_together(tmp_path):
+    def i64(view, off):
+        return struct.unpack("<q", view.read(off, 8))[0]
+
+    env = txmap.Region.open_env(tmp_path / "env")
+    a = env.named("a", 4096)
+    b = env.named("b", 5000)
+    # Page 0 holds the catalog; each region whole pages after the last.
+    assert a == (4096, 4096)
+    assert b == (8192, 8192)
+    assert env.named("a") == a
+    with pytest.raises(txmap.InvalidError):
+        env.named("a", 8192)
+    with pytest.raises(txmap.InvalidError):
+        env.named("missing")
+    v = env.view()
+    with v.transaction():
+        v.write(a[0], struct.pack("<q", 100))
+    for _ in range(10):
+        with v.transaction():
+            x, y = i64(v, a[0]), i64(v, b[0])
+            assert x + y == 100
+            v.write(a[0], struct.pack("<q", x - 5))
+            v.write(b[0], struct.pack("<q", y + 5))
+    v.close()
+    env.close()
+    with txmap.Region.open_env(tmp_path / "env") as env:
+        assert env.named("b") == b
+        with env.view() as w, w.transaction(read_only=True):
+            assert (i64(w, a[0]), i64(w, b[0])) == (50, 50)

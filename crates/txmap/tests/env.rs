@@ -275,7 +275,10 @@ fn named_regions_keep_their_place_and_size_across_reopening() {
     let mut v = env.view().unwrap();
     v.begin_read().unwrap();
     // `disjoint` filled b, the second region, with 2s.
-    assert_eq!(b.read::<u64>(&v, PAGE - 8).unwrap(), u64::from_ne_bytes([2; 8]));
+    assert_eq!(
+        b.read::<u64>(&v, PAGE - 8).unwrap(),
+        u64::from_ne_bytes([2; 8])
+    );
     v.commit().unwrap();
     assert!(env.region("new", 1).is_err());
 }
