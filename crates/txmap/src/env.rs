@@ -35,7 +35,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Options, Pod, Region, Result, View};
+use crate::error::{Error, Result};
+use crate::options::Options;
+use crate::region::Region;
+use crate::view::{Pod, View};
 
 const PAGE: u64 = 4096;
 /// The catalog page's first bytes.
