@@ -57,6 +57,15 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// List the named regions of an environment (a directory holding env.txm,
+    /// `txmap::Env`); opens it read-only, so it works while processes use it
+    Env {
+        /// The environment's directory
+        dir: PathBuf,
+        /// Print one JSON object instead of text
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify a region and its log (read-only); exit status 0 only if sound
     Check {
         /// The region file (its log is PATH-log)
@@ -624,6 +633,52 @@ fn info_json(r: &Report) -> String {
     format!("{{{}}}", body.join(","))
 }
 
+/// The named regions of the environment in `dir`, in the order they were
+/// created.
+fn env(dir: &Path, json: bool) -> Result<String, Fail> {
+    let opts = txmap::Options {
+        read_only: true,
+        ..txmap::Options::default()
+    };
+    let env = txmap::Env::open(dir, opts)?;
+    let regions = env.regions()?;
+    let size = env.as_region().size();
+    if json {
+        let items: Vec<String> = regions
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"name\":{},\"offset\":{},\"length\":{}}}",
+                    js(r.name()),
+                    r.offset(),
+                    r.len()
+                )
+            })
+            .collect();
+        return Ok(format!(
+            "{{\"path\":{},\"size\":{size},\"regions\":[{}]}}\n",
+            js(&env.path().display().to_string()),
+            items.join(",")
+        ));
+    }
+    let mut out = format!(
+        "environment {} ({}, {} bytes)\n",
+        env.path().display(),
+        plural(regions.len() as u64, "named region", "named regions"),
+        size
+    );
+    for r in &regions {
+        out.push_str(&format!(
+            "{}: offset {}, {} bytes ({})\n",
+            r.name(),
+            r.offset(),
+            r.len(),
+            human(r.len())
+        ));
+    }
+    Ok(out)
+}
+
 fn info(path: &Path, json: bool) -> Result<String, Fail> {
     let r = inspect::inspect(path).map_err(|e| {
         let mut f = Fail::from(e);
@@ -767,6 +822,7 @@ fn run(cmd: Cmd) -> Result<(String, u8), Fail> {
     match cmd {
         Cmd::Create { path, size } => create(&path, size).map(|s| (s, 0)),
         Cmd::Info { path, json } => info(&path, json).map(|s| (s, 0)),
+        Cmd::Env { dir, json } => env(&dir, json).map(|s| (s, 0)),
         Cmd::Check {
             path,
             json,
