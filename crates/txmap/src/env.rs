@@ -57,6 +57,8 @@ pub fn env_file(dir: &Path) -> PathBuf {
 }
 
 /// An open environment: a handle on its region file (see the module docs).
+/// Cheap to clone, as [`Region`] is; threads share it.
+#[derive(Clone)]
 pub struct Env {
     region: Region,
 }

@@ -184,7 +184,8 @@ fn transfers_in_threads_keep_every_region_balanced_in_every_transaction() {
     let regions: Vec<EnvRegion> = NAMES.iter().map(|n| env.region(n, 0).unwrap()).collect();
     std::thread::scope(|s| {
         for w in 0..4u64 {
-            let (env, regions) = (&env, &regions);
+            // Each thread its own handle (a clone) and its own view.
+            let (env, regions) = (env.clone(), &regions);
             s.spawn(move || {
                 let (p, q) = PAIRS[w as usize % 3];
                 let mut v = env.view().unwrap();
