@@ -473,3 +473,42 @@ fn a_region_file_that_is_no_environment_is_refused_and_a_damaged_catalog_is_repo
     v.run(|v| v.write(64 + 8, &1u64)).unwrap();
     assert_eq!(env.regions().unwrap().len(), 1);
 }
+
+#[test]
+fn a_named_region_the_file_system_has_no_room_for_fails_cleanly() {
+    let name = "env-full-fs";
+    let Some(fs) = Tmpfs::mount(name, 8 << 20) else {
+        return;
+    };
+    let dir = fs.path().join("env");
+    let env = Env::open(&dir, opts()).unwrap();
+    let a = env.region("a", 4096).unwrap();
+    let mut v = env.view().unwrap();
+    v.run(|v| a.write(v, 0, &7u64)).unwrap();
+    // More than the 8 MiB file system holds: the growth fails, nothing is
+    // named, and what was there stays usable.
+    let e = env.region("huge", 64 << 20).unwrap_err();
+    assert!(
+        matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC)),
+        "{e}"
+    );
+    assert_eq!(env.regions().unwrap(), std::slice::from_ref(&a));
+    let b = env.region("b", 4096).unwrap();
+    assert_eq!(
+        b.offset(),
+        2 * PAGE,
+        "the failed growth left no name behind"
+    );
+    v.run(|v| {
+        let x: u64 = a.read(v, 0)?;
+        b.write(v, 0, &(x + 1))
+    })
+    .unwrap();
+    drop(v);
+    env.close().unwrap();
+    let env = Env::open(&dir, opts()).unwrap();
+    let mut v = env.view().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(env.region("b", 0).unwrap().read::<u64>(&v, 0).unwrap(), 8);
+    v.commit().unwrap();
+}
