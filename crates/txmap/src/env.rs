@@ -167,7 +167,12 @@ impl Env {
             let end = first
                 .checked_add(pages)
                 .filter(|&e| e <= u64::MAX / PAGE)
-                .ok_or_else(|| Error::TooLarge(format!("region \"{name}\" of {size} bytes")))?;
+                .ok_or_else(|| {
+                    Error::TooLarge(format!(
+                        "{}: region \"{name}\" of {size} bytes",
+                        path.display()
+                    ))
+                })?;
             // The pages exist before the catalog names them; if this
             // transaction aborts, the grown pages stay unused.
             if (v.len() as u64) < end * PAGE {

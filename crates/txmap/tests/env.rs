@@ -231,6 +231,14 @@ fn named_regions_keep_their_place_and_size_across_reopening() {
         ));
         assert!(matches!(env.region("nope", 0), Err(Error::Invalid(_))));
         assert!(matches!(env.region("", 1), Err(Error::Invalid(_))));
+        assert!(matches!(
+            env.region("big", u64::MAX),
+            Err(Error::TooLarge(_))
+        ));
+        // Beyond the address space reserved for the file (64 GiB): an
+        // error, and no name.
+        assert!(env.region("big", 1 << 40).is_err());
+        assert!(env.find("big").unwrap().is_none());
         let long = "x".repeat(txmap::env::MAX_NAME + 1);
         assert!(matches!(env.region(&long, 1), Err(Error::Invalid(_))));
         let longest = "y".repeat(txmap::env::MAX_NAME);
