@@ -135,10 +135,7 @@ impl ViewInner {
     /// again. False if one could not be given back (then the view must not
     /// read from the file again).
     pub(super) fn end_file_reads(&self) -> bool {
-        if self.file_n.load(Ordering::Relaxed) == 0
-            && self.mem.ufile_n.load(Ordering::Relaxed) == 0
-            && self.whole.load(Ordering::Relaxed) == 0
-        {
+        if !self.reads_file() {
             return true;
         }
         self.region.mvcc.set_file_reads(self.slot(), None);

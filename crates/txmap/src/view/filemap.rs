@@ -114,14 +114,20 @@ impl ViewInner {
         }
     }
 
+    /// Whether this transaction reads from the region file: pages of the
+    /// view's file mapping handed out (`file_n`), user pages listed
+    /// (`ufile_n`) or the whole range mapped at begin (`whole`).
+    pub(super) fn reads_file(&self) -> bool {
+        self.file_n.load(Ordering::Relaxed) != 0
+            || self.mem.ufile_n.load(Ordering::Relaxed) != 0
+            || self.whole.load(Ordering::Relaxed) != 0
+    }
+
     /// Before the first page of a transaction is listed for the fence (by
     /// `file_access` or here): the slot reads from the file at `s` from now
     /// on. Fences before this were for commits this transaction's checks see.
     pub(super) fn start_file_reads(&self, s: u64) {
-        if self.file_n.load(Ordering::Relaxed) == 0
-            && self.mem.ufile_n.load(Ordering::Relaxed) == 0
-            && self.whole.load(Ordering::Relaxed) == 0
-        {
+        if !self.reads_file() {
             let mvcc = &self.region.mvcc;
             mvcc.set_file_reads(self.slot(), Some(s));
             mvcc.fence_ack(self.slot(), mvcc.fence_word().load(Ordering::SeqCst));
