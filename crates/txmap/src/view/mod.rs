@@ -813,13 +813,13 @@ impl View {
             &[]
         };
         let written = |p: u32| v.touch_bits(p as usize) & TOUCH_WRITE != 0;
-        let inside = op_log.map_or_else(Vec::new, |l| l.inside(written));
-        let commute = op_log.map_or_else(Vec::new, |l| l.commuted_outside(&inside));
+        let stays = op_log.map_or_else(Vec::new, |l| l.inside(written));
+        let commute = op_log.map_or_else(Vec::new, |l| l.commuted_outside(&stays));
         let local = op_log
             .and_then(|l| l.local_run(commute.len()))
             .map(|(touched, c)| Ahead::local(snapshot, v.region.size(), touched, c));
         let (op_reads, inside) =
-            op_log.map_or_else(Default::default, |l| l.commuted_inside(&inside, written));
+            op_log.map_or_else(Default::default, |l| l.commuted_inside(&stays, written));
         versions.extend(inside.into_iter().map(|p| (p, v.alias_page(p as usize))));
         if versions.is_empty()
             && commute.is_empty()
