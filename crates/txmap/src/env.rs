@@ -138,7 +138,12 @@ impl Env {
         // and run again on the new catalog.
         v.run(|v| {
             let catalog = read_catalog(v)?;
-            check_inside(&catalog, v.len() as u64, path)?;
+            // The file's size, not the view's: the view took its size just
+            // before its snapshot, so a creator that grew the file and
+            // committed in between is in the snapshot but past `v.len()`.
+            // Each creator grows before it commits, so the size read now
+            // covers every range of the catalog this snapshot holds.
+            check_inside(&catalog, self.region.size(), path)?;
             if let Some(r) = catalog.iter().find(|e| e.name == name) {
                 if size > r.len {
                     return Err(Error::Invalid(format!(
