@@ -3,7 +3,7 @@
 //! Below the engine, which only holds it in its pool, and the view.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
@@ -37,6 +37,10 @@ pub(crate) struct ViewMemory {
     /// Per page, its [`page_state`].
     pub(crate) valid: ReservedArray<AtomicU8>,
     pub(crate) touched: ReservedArray<AtomicU32>,
+    /// Per page, the view's cached address of the version its read-only
+    /// transactions read in place (`view/inplace.rs`, `VersionCache`):
+    /// 8 bytes per page read that way, committed on first use.
+    pub(crate) versions: ReservedArray<AtomicU64>,
     pub(crate) read_set: ReservedArray<u32>,
     pub(crate) write_set: ReservedArray<u32>,
     /// Per page, 1 while the memfd holds a page for it (allocated by an
@@ -134,6 +138,7 @@ impl ViewMemory {
             mapped: AtomicUsize::new(0),
             valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            versions: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
             write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
             resident: ReservedArray::new(pages).map_err(os("reserve page table"))?,
@@ -277,6 +282,8 @@ impl ViewMemory {
         self.trim(keep.min(POOLED_BYTES / PAGE), false, |_| false);
         self.valid.clear().ok()?;
         self.touched.clear().ok()?;
+        // The next view's cache starts at generation 1 again.
+        self.versions.clear().ok()?;
         self.ufile.clear().ok()?;
         Some(self)
     }

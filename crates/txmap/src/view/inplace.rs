@@ -30,7 +30,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::ViewInner;
-use crate::os::mem::PAGE;
+use crate::os::mem::{PAGE, ReservedArray};
 use crate::viewmem::page_state;
 
 /// Reads in place of one page at one snapshot (and MVCC epoch) after
@@ -40,23 +40,34 @@ use crate::viewmem::page_state;
 /// the install (a fresh memfd page and a 4 KiB copy, a few µs) costs once.
 /// Leaves read a few times each stay shared.
 pub(super) const PROMOTE_AFTER: usize = 255;
-// The cache counts finds in a block address's low bits.
-const _: () = assert!(PROMOTE_AFTER < PAGE - 1);
 
-/// Entries of a view's version cache, direct-mapped by page number: 32 KiB
-/// per view, enough for every page of a tree of a few MiB.
-const CACHE_ENTRIES: usize = 2048;
+// An entry of the cache, one `u64` per page (`ViewMemory::versions`):
+// finds since the version was cached, the generation it was cached in,
+// and the version's block address in 4 KiB units. Dense by page, so a
+// tree of any size keeps every leaf's entry (a direct-mapped table of a
+// few thousand entries missed on most leaves of a tree of 100 MiB), and
+// small, so the entries of the leaves a workload reads stay in cache.
+const HITS_BITS: u32 = 8;
+const GEN_BITS: u32 = 16;
+const ADDR_SHIFT: u32 = HITS_BITS + GEN_BITS;
+const HITS_MASK: u64 = (1 << HITS_BITS) - 1;
+const GEN_MAX: u32 = (1 << GEN_BITS) - 1;
+// The cache counts finds up to PROMOTE_AFTER in the entry's low bits.
+const _: () = assert!(PROMOTE_AFTER as u64 <= HITS_MASK);
 
 /// Addresses of versions a view's read-only transactions read in place,
-/// valid for one snapshot at one MVCC epoch (module docs). Used only by
-/// the thread that uses the view (a `View` is not `Sync`; the fault handler
-/// never touches it): the atomics are for `&self` access, all relaxed.
+/// valid for one snapshot at one MVCC epoch (module docs). The entries
+/// live in the view's memory (`ViewMemory::versions`, zeroed when it is
+/// pooled); this holds which of them are valid. Used only by the thread
+/// that uses the view (a `View` is not `Sync`; the fault handler never
+/// touches it): the atomics are for `&self` access, all relaxed.
 pub(super) struct VersionCache {
-    /// `page << 32 | generation` (0: empty) and the version's address.
-    entries: Box<[(AtomicU64, AtomicUsize)]>,
-    /// The generation of the valid entries (never 0); a new snapshot or
-    /// epoch starts a new one, which drops every entry at once.
+    /// The generation of the valid entries (1..=GEN_MAX); a new snapshot
+    /// or epoch starts a new one, which drops every entry at once.
     generation: AtomicU32,
+    /// One past the highest page an entry was put for since the entries
+    /// were last zeroed: what a wrap of the generation zeroes.
+    high: AtomicUsize,
     /// Snapshot + 1 (0: none) and the epoch the entries were found at.
     snapshot: AtomicU64,
     epoch: AtomicU64,
@@ -65,10 +76,8 @@ pub(super) struct VersionCache {
 impl Default for VersionCache {
     fn default() -> VersionCache {
         VersionCache {
-            entries: (0..CACHE_ENTRIES)
-                .map(|_| (AtomicU64::new(0), AtomicUsize::new(0)))
-                .collect(),
             generation: AtomicU32::new(1),
+            high: AtomicUsize::new(0),
             snapshot: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
         }
@@ -76,61 +85,70 @@ impl Default for VersionCache {
 }
 
 impl VersionCache {
-    fn key(&self, page: usize) -> u64 {
-        (page as u64) << 32 | u64::from(self.generation.load(Ordering::Relaxed))
-    }
-
     /// The address of `page`'s version at snapshot `s`, the epoch it was
-    /// found at and how often it was found before, if cached.
-    fn find(&self, page: usize, s: u64) -> Option<(usize, u64, usize)> {
+    /// found at and how often it was found before, if cached in `entries`.
+    fn find(
+        &self,
+        entries: &ReservedArray<AtomicU64>,
+        page: usize,
+        s: u64,
+    ) -> Option<(usize, u64, usize)> {
         if self.snapshot.load(Ordering::Relaxed) != s + 1 {
             return None;
         }
-        let (k, a) = &self.entries[page % CACHE_ENTRIES];
-        if k.load(Ordering::Relaxed) != self.key(page) {
+        let a = entries.get(page)?;
+        let raw = a.load(Ordering::Relaxed);
+        if (raw >> HITS_BITS) as u32 & GEN_MAX != self.generation.load(Ordering::Relaxed) {
             return None;
         }
-        // A block is page-aligned: the low bits count the finds, from 0
-        // again once they reach PROMOTE_AFTER (a promoted page that a
-        // trim gave back waits as long again before the next install).
-        let raw = a.load(Ordering::Relaxed);
-        let hits = raw % PAGE;
+        // From 0 again once the count reaches PROMOTE_AFTER (a promoted
+        // page that a trim gave back waits as long again before the next
+        // install).
+        let hits = (raw & HITS_MASK) as usize;
         let next = if hits >= PROMOTE_AFTER {
-            raw - hits
+            raw & !HITS_MASK
         } else {
             raw + 1
         };
         a.store(next, Ordering::Relaxed);
-        Some((raw - hits, self.epoch.load(Ordering::Relaxed), hits))
+        let addr = ((raw >> ADDR_SHIFT) as usize) * PAGE;
+        Some((addr, self.epoch.load(Ordering::Relaxed), hits))
     }
 
     /// Remembers `addr` as `page`'s version at snapshot `s`, found on a
     /// turn whose epoch (read after entering) was `e`.
-    fn put(&self, page: usize, s: u64, e: u64, addr: usize) {
+    fn put(&self, entries: &ReservedArray<AtomicU64>, page: usize, s: u64, e: u64, addr: usize) {
+        debug_assert!(addr.is_multiple_of(PAGE), "a version block is page-aligned");
+        let block = (addr / PAGE) as u64;
+        let Some(a) = entries.get(page).filter(|_| block < 1 << (64 - ADDR_SHIFT)) else {
+            return;
+        };
         if self.snapshot.load(Ordering::Relaxed) != s + 1 || self.epoch.load(Ordering::Relaxed) != e
         {
-            self.clear();
+            self.clear(entries);
             self.snapshot.store(s + 1, Ordering::Relaxed);
             self.epoch.store(e, Ordering::Relaxed);
         }
-        debug_assert!(addr.is_multiple_of(PAGE), "a version block is page-aligned");
-        let (k, a) = &self.entries[page % CACHE_ENTRIES];
-        a.store(addr, Ordering::Relaxed);
-        k.store(self.key(page), Ordering::Relaxed);
+        let g = u64::from(self.generation.load(Ordering::Relaxed));
+        a.store(block << ADDR_SHIFT | g << HITS_BITS, Ordering::Relaxed);
+        self.high.fetch_max(page + 1, Ordering::Relaxed);
     }
 
     /// Drops every entry.
-    pub(super) fn clear(&self) {
-        let g = self.generation.load(Ordering::Relaxed).wrapping_add(1);
-        if g == 0 {
-            // Wrapped: entries of generation 1 may remain.
-            for (k, _) in self.entries.iter() {
-                k.store(0, Ordering::Relaxed);
-            }
-            self.generation.store(1, Ordering::Relaxed);
-        } else {
-            self.generation.store(g, Ordering::Relaxed);
+    pub(super) fn clear(&self, entries: &ReservedArray<AtomicU64>) {
+        let g = self.generation.load(Ordering::Relaxed);
+        if g < GEN_MAX {
+            self.generation.store(g + 1, Ordering::Relaxed);
+            return;
         }
+        // Wrapped: entries of generation 1 may remain. Once in GEN_MAX
+        // clears, so the pass over the pages used is cheap on average.
+        for page in 0..self.high.swap(0, Ordering::Relaxed) {
+            if let Some(a) = entries.get(page) {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+        self.generation.store(1, Ordering::Relaxed);
     }
 }
 
@@ -154,7 +172,8 @@ impl ViewInner {
         let s = self.snapshot.load(Ordering::Relaxed);
         let (src, version) = side.source_of(page, s);
         if let (true, Some(e)) = (version, side.epoch()) {
-            self.versions.put(page, s, e, src as usize);
+            self.versions
+                .put(&self.mem.versions, page, s, e, src as usize);
         }
         crate::debug::install_delay();
         // SAFETY: `src` is a whole page (a version, the image or a zero
@@ -187,10 +206,11 @@ impl ViewInner {
         else {
             return Err((f, false));
         };
-        let Some((addr, found_at, hits)) = self
-            .versions
-            .find(page, self.snapshot.load(Ordering::Relaxed))
-        else {
+        let Some((addr, found_at, hits)) = self.versions.find(
+            &self.mem.versions,
+            page,
+            self.snapshot.load(Ordering::Relaxed),
+        ) else {
             return Err((f, false));
         };
         // A view that keeps no pages between transactions would install
@@ -229,5 +249,79 @@ impl ViewInner {
             .valid
             .get(page)
             .is_none_or(|v| v.load(Ordering::Acquire) != page_state::NONE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BLOCK: usize = 0x7f12_3456_7000;
+
+    fn cache(pages: usize) -> (VersionCache, ReservedArray<AtomicU64>) {
+        (VersionCache::default(), ReservedArray::new(pages).unwrap())
+    }
+
+    #[test]
+    fn an_entry_is_found_at_its_snapshot_and_epoch_only() {
+        let (c, e) = cache(64);
+        assert_eq!(c.find(&e, 3, 10), None, "empty");
+        c.put(&e, 3, 10, 7, BLOCK);
+        assert_eq!(c.find(&e, 3, 10), Some((BLOCK, 7, 0)));
+        assert_eq!(c.find(&e, 4, 10), None, "another page");
+        assert_eq!(c.find(&e, 3, 11), None, "another snapshot");
+        // A put at a new epoch drops the entries found at the old one.
+        c.put(&e, 5, 10, 8, BLOCK + PAGE);
+        assert_eq!(c.find(&e, 3, 10), None);
+        assert_eq!(c.find(&e, 5, 10), Some((BLOCK + PAGE, 8, 0)));
+    }
+
+    #[test]
+    fn finds_are_counted_up_to_the_promotion_then_from_zero() {
+        let (c, e) = cache(8);
+        c.put(&e, 1, 2, 3, BLOCK);
+        for want in 0..=PROMOTE_AFTER {
+            assert_eq!(c.find(&e, 1, 2), Some((BLOCK, 3, want)));
+        }
+        assert_eq!(
+            c.find(&e, 1, 2),
+            Some((BLOCK, 3, 0)),
+            "counted from 0 again"
+        );
+    }
+
+    #[test]
+    fn a_wrapped_generation_leaves_no_old_entry_valid() {
+        let (c, e) = cache(16);
+        c.put(&e, 9, 1, 1, BLOCK);
+        let g = c.generation.load(Ordering::Relaxed);
+        // Each new snapshot starts a generation: run them until the
+        // generation page 9's entry was put in comes round again.
+        let mut s = 1;
+        loop {
+            s += 1;
+            c.put(&e, 0, s, 1, BLOCK + PAGE);
+            if c.generation.load(Ordering::Relaxed) == g {
+                break;
+            }
+            assert!(s <= u64::from(GEN_MAX) + 1, "the generation never wrapped");
+        }
+        assert_eq!(c.find(&e, 9, s), None, "page 9's entry of the old round");
+        assert_eq!(c.find(&e, 0, s), Some((BLOCK + PAGE, 1, 0)));
+    }
+
+    #[test]
+    fn pages_past_the_table_and_addresses_past_the_entry_are_not_cached() {
+        let (c, e) = cache(4);
+        c.put(&e, 4, 1, 1, BLOCK);
+        assert_eq!(c.find(&e, 4, 1), None);
+        c.put(&e, 2, 1, 1, PAGE << (64 - ADDR_SHIFT));
+        assert_eq!(c.find(&e, 2, 1), None);
+        c.put(&e, 2, 1, 1, (PAGE << (64 - ADDR_SHIFT)) - PAGE);
+        assert_eq!(
+            c.find(&e, 2, 1),
+            Some(((PAGE << (64 - ADDR_SHIFT)) - PAGE, 1, 0)),
+            "the highest block an entry holds"
+        );
     }
 }
