@@ -133,10 +133,13 @@ fn open(path: &Path, create: bool, durability: Durability) -> Result<Region, Fai
         durability,
         ..Options::default()
     };
-    if create && std::fs::symlink_metadata(path).is_err() {
-        return Ok(Region::create(path, 1 << 20, opts)?);
-    }
-    Ok(Region::open(path, opts)?)
+    // Of several puts at once on a new path, one creates the region and
+    // the others open it.
+    Ok(if create {
+        Region::open_or_create(path, 1 << 20, opts)?
+    } else {
+        Region::open(path, opts)?
+    })
 }
 
 fn find(v: &mut View, name: &str) -> Result<Option<AnyMap>, Fail> {

@@ -360,3 +360,63 @@ fn kv_reads_a_region_its_user_may_not_write() {
     assert!(err.contains("open read-only"), "{err}");
     assert!(std::fs::read(&p).unwrap() == before);
 }
+
+#[test]
+fn puts_racing_to_create_a_region_all_land() {
+    // Several `kv put`s on a path nobody created: one creates the region,
+    // the others wait for it and open it; none fails because another one
+    // was creating it.
+    for round in 0..5 {
+        let d = tmpfs_dir(&format!("kv-create-race-{round}"));
+        let p = d.join("kv.txm");
+        let children: Vec<_> = (0..4)
+            .map(|k| {
+                Command::new(env!("CARGO_BIN_EXE_txmap"))
+                    .args(["kv", s(&p), "put", &format!("k{k}"), &format!("v{k}")])
+                    .output_spawn()
+            })
+            .collect();
+        for (k, c) in children.into_iter().enumerate() {
+            let o = c.wait_with_output().unwrap();
+            assert!(
+                o.status.success(),
+                "round {round}, put {k}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        assert_eq!(
+            ok(&["kv", s(&p), "scan"]),
+            "k0\tv0\nk1\tv1\nk2\tv2\nk3\tv3\n",
+            "round {round}"
+        );
+    }
+}
+
+#[test]
+fn a_put_through_a_dangling_symlink_fails_and_creates_nothing() {
+    let d = tmpfs_dir("kv-dangling");
+    let p = d.join("kv.txm");
+    std::os::unix::fs::symlink(d.join("gone.txm"), &p).unwrap();
+    let o = txmap(&["kv", s(&p), "put", "a", "1"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("kv.txm"),
+        "names the path: {}",
+        stderr(&o)
+    );
+    assert!(!d.join("gone.txm").exists(), "the target was not created");
+    assert!(std::fs::symlink_metadata(&p).unwrap().is_symlink());
+}
+
+trait OutputSpawn {
+    fn output_spawn(&mut self) -> std::process::Child;
+}
+
+impl OutputSpawn for Command {
+    fn output_spawn(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}

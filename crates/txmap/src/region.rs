@@ -329,7 +329,9 @@ impl Region {
     /// Opens the region at `path`, creating it (zero-filled, `size` bytes)
     /// if there is none. Of several processes doing this at once, one
     /// creates it; the others wait for its data file, which appears last
-    /// and whole, up to two seconds, then open it.
+    /// and whole, up to two seconds, then open it. A dangling symbolic
+    /// link at `path` is an error at once (`Io`, not found): no creator
+    /// makes one, so there is nothing to wait for.
     pub fn open_or_create(path: &Path, size: u64, opts: Options) -> Result<Region> {
         if !path.try_exists().map_err(|e| Error::io("stat", path, e))? {
             match Self::create(path, size, opts.clone()) {
@@ -343,7 +345,8 @@ impl Region {
             match Self::open(path, opts.clone()) {
                 Err(Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound
-                        && waited < std::time::Duration::from_secs(2) =>
+                        && waited < std::time::Duration::from_secs(2)
+                        && !path.is_symlink() =>
                 {
                     std::thread::sleep(step);
                     waited += step;
