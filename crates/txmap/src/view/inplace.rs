@@ -135,7 +135,7 @@ impl VersionCache {
     }
 
     /// Drops every entry.
-    pub(super) fn clear(&self, entries: &ReservedArray<AtomicU64>) {
+    fn clear(&self, entries: &ReservedArray<AtomicU64>) {
         let g = self.generation.load(Ordering::Relaxed);
         if g < GEN_MAX {
             self.generation.store(g + 1, Ordering::Relaxed);
