@@ -37,10 +37,8 @@ pub(crate) struct ViewMemory {
     /// Per page, its [`page_state`].
     pub(crate) valid: ReservedArray<AtomicU8>,
     pub(crate) touched: ReservedArray<AtomicU32>,
-    /// Per page, the view's cached address of the version its read-only
-    /// transactions read in place (`view/inplace.rs`, `VersionCache`):
-    /// 8 bytes per page read that way, committed on first use.
-    pub(crate) versions: ReservedArray<AtomicU64>,
+    /// The version cache's entries (`view/inplace.rs`, `VersionCache`).
+    pub(crate) versions: VersionEntries,
     pub(crate) read_set: ReservedArray<u32>,
     pub(crate) write_set: ReservedArray<u32>,
     /// Per page, 1 while the memfd holds a page for it (allocated by an
@@ -62,6 +60,31 @@ pub(crate) struct ViewMemory {
     /// The memory file could not be mapped back over file pages at a
     /// transaction's end: the memory is not pooled.
     pub(crate) ufile_stuck: AtomicBool,
+}
+
+/// The entries of a view's version cache (`view/inplace.rs`): one word per
+/// page read in place (8 bytes, committed on first use), and which
+/// generation of them is valid. The generation stays with the words, so
+/// that memory pooled for the next view needs no zeroing: that view's
+/// first entry starts a newer generation.
+pub(crate) struct VersionEntries {
+    pub(crate) words: ReservedArray<AtomicU64>,
+    /// The generation of the valid words (1 up to the cache's maximum).
+    pub(crate) generation: AtomicU32,
+    /// One past the highest page a word was written for since the words
+    /// were last zeroed: what a wrap of the generation zeroes.
+    pub(crate) high: AtomicUsize,
+}
+
+impl VersionEntries {
+    /// Room for the entries of `pages` pages, none valid.
+    pub(crate) fn new(pages: usize) -> rustix::io::Result<VersionEntries> {
+        Ok(VersionEntries {
+            words: ReservedArray::new(pages)?,
+            generation: AtomicU32::new(1),
+            high: AtomicUsize::new(0),
+        })
+    }
 }
 
 /// A view's state of one page (its `valid` entry). A page is *valid* in
@@ -138,7 +161,7 @@ impl ViewMemory {
             mapped: AtomicUsize::new(0),
             valid: ReservedArray::new(pages).map_err(os("reserve page table"))?,
             touched: ReservedArray::new(pages).map_err(os("reserve page table"))?,
-            versions: ReservedArray::new(pages).map_err(os("reserve page table"))?,
+            versions: VersionEntries::new(pages).map_err(os("reserve page table"))?,
             read_set: ReservedArray::new(MAX_READ_PAGES).map_err(os("reserve read set"))?,
             write_set: ReservedArray::new(MAX_WRITE_PAGES).map_err(os("reserve write set"))?,
             resident: ReservedArray::new(pages).map_err(os("reserve page table"))?,
@@ -282,8 +305,6 @@ impl ViewMemory {
         self.trim(keep.min(POOLED_BYTES / PAGE), false, |_| false);
         self.valid.clear().ok()?;
         self.touched.clear().ok()?;
-        // The next view's cache starts at generation 1 again.
-        self.versions.clear().ok()?;
         self.ufile.clear().ok()?;
         Some(self)
     }

@@ -27,11 +27,11 @@
 //! moves the epoch, which empties the cache; a reader alone with the
 //! region (the benchmarks' read steps) keeps it.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::ViewInner;
-use crate::os::mem::{PAGE, ReservedArray};
-use crate::viewmem::page_state;
+use crate::os::mem::PAGE;
+use crate::viewmem::{VersionEntries, page_state};
 
 /// Reads in place of one page at one snapshot (and MVCC epoch) after
 /// which the view installs the page instead (`View::read_with`): a page
@@ -57,48 +57,30 @@ const _: () = assert!(PROMOTE_AFTER as u64 <= HITS_MASK);
 
 /// Addresses of versions a view's read-only transactions read in place,
 /// valid for one snapshot at one MVCC epoch (module docs). The entries
-/// live in the view's memory (`ViewMemory::versions`, zeroed when it is
-/// pooled); this holds which of them are valid. Used only by the thread
+/// and their generation live in the view's memory
+/// (`ViewMemory::versions`); this holds the snapshot and epoch the valid
+/// generation was found at. A new snapshot or epoch starts a new
+/// generation, which drops every entry at once. Used only by the thread
 /// that uses the view (a `View` is not `Sync`; the fault handler never
 /// touches it): the atomics are for `&self` access, all relaxed.
+#[derive(Default)]
 pub(super) struct VersionCache {
-    /// The generation of the valid entries (1..=GEN_MAX); a new snapshot
-    /// or epoch starts a new one, which drops every entry at once.
-    generation: AtomicU32,
-    /// One past the highest page an entry was put for since the entries
-    /// were last zeroed: what a wrap of the generation zeroes.
-    high: AtomicUsize,
-    /// Snapshot + 1 (0: none) and the epoch the entries were found at.
+    /// Snapshot + 1 (0: none, so a view's first entry starts a generation)
+    /// and the epoch the entries were found at.
     snapshot: AtomicU64,
     epoch: AtomicU64,
-}
-
-impl Default for VersionCache {
-    fn default() -> VersionCache {
-        VersionCache {
-            generation: AtomicU32::new(1),
-            high: AtomicUsize::new(0),
-            snapshot: AtomicU64::new(0),
-            epoch: AtomicU64::new(0),
-        }
-    }
 }
 
 impl VersionCache {
     /// The address of `page`'s version at snapshot `s`, the epoch it was
     /// found at and how often it was found before, if cached in `entries`.
-    fn find(
-        &self,
-        entries: &ReservedArray<AtomicU64>,
-        page: usize,
-        s: u64,
-    ) -> Option<(usize, u64, usize)> {
+    fn find(&self, entries: &VersionEntries, page: usize, s: u64) -> Option<(usize, u64, usize)> {
         if self.snapshot.load(Ordering::Relaxed) != s + 1 {
             return None;
         }
-        let a = entries.get(page)?;
+        let a = entries.words.get(page)?;
         let raw = a.load(Ordering::Relaxed);
-        if (raw >> HITS_BITS) as u32 & GEN_MAX != self.generation.load(Ordering::Relaxed) {
+        if (raw >> HITS_BITS) as u32 & GEN_MAX != entries.generation.load(Ordering::Relaxed) {
             return None;
         }
         // From 0 again once the count reaches PROMOTE_AFTER (a promoted
@@ -117,10 +99,14 @@ impl VersionCache {
 
     /// Remembers `addr` as `page`'s version at snapshot `s`, found on a
     /// turn whose epoch (read after entering) was `e`.
-    fn put(&self, entries: &ReservedArray<AtomicU64>, page: usize, s: u64, e: u64, addr: usize) {
+    fn put(&self, entries: &VersionEntries, page: usize, s: u64, e: u64, addr: usize) {
         debug_assert!(addr.is_multiple_of(PAGE), "a version block is page-aligned");
         let block = (addr / PAGE) as u64;
-        let Some(a) = entries.get(page).filter(|_| block < 1 << (64 - ADDR_SHIFT)) else {
+        let Some(a) = entries
+            .words
+            .get(page)
+            .filter(|_| block < 1 << (64 - ADDR_SHIFT))
+        else {
             return;
         };
         if self.snapshot.load(Ordering::Relaxed) != s + 1 || self.epoch.load(Ordering::Relaxed) != e
@@ -129,26 +115,26 @@ impl VersionCache {
             self.snapshot.store(s + 1, Ordering::Relaxed);
             self.epoch.store(e, Ordering::Relaxed);
         }
-        let g = u64::from(self.generation.load(Ordering::Relaxed));
+        let g = u64::from(entries.generation.load(Ordering::Relaxed));
         a.store(block << ADDR_SHIFT | g << HITS_BITS, Ordering::Relaxed);
-        self.high.fetch_max(page + 1, Ordering::Relaxed);
+        entries.high.fetch_max(page + 1, Ordering::Relaxed);
     }
 
     /// Drops every entry.
-    fn clear(&self, entries: &ReservedArray<AtomicU64>) {
-        let g = self.generation.load(Ordering::Relaxed);
+    fn clear(&self, entries: &VersionEntries) {
+        let g = entries.generation.load(Ordering::Relaxed);
         if g < GEN_MAX {
-            self.generation.store(g + 1, Ordering::Relaxed);
+            entries.generation.store(g + 1, Ordering::Relaxed);
             return;
         }
         // Wrapped: entries of generation 1 may remain. Once in GEN_MAX
         // clears, so the pass over the pages used is cheap on average.
-        for page in 0..self.high.swap(0, Ordering::Relaxed) {
-            if let Some(a) = entries.get(page) {
+        for page in 0..entries.high.swap(0, Ordering::Relaxed) {
+            if let Some(a) = entries.words.get(page) {
                 a.store(0, Ordering::Relaxed);
             }
         }
-        self.generation.store(1, Ordering::Relaxed);
+        entries.generation.store(1, Ordering::Relaxed);
     }
 }
 
@@ -258,8 +244,22 @@ mod tests {
 
     const BLOCK: usize = 0x7f12_3456_7000;
 
-    fn cache(pages: usize) -> (VersionCache, ReservedArray<AtomicU64>) {
-        (VersionCache::default(), ReservedArray::new(pages).unwrap())
+    fn cache(pages: usize) -> (VersionCache, VersionEntries) {
+        (VersionCache::default(), VersionEntries::new(pages).unwrap())
+    }
+
+    #[test]
+    fn a_new_view_on_pooled_memory_finds_none_of_the_last_views_entries() {
+        let (c, e) = cache(16);
+        c.put(&e, 3, 10, 7, BLOCK);
+        assert_eq!(c.find(&e, 3, 10), Some((BLOCK, 7, 0)));
+        // The next view's cache over the same memory, at the same snapshot
+        // and epoch: its first entry starts a newer generation.
+        let next = VersionCache::default();
+        assert_eq!(next.find(&e, 3, 10), None);
+        next.put(&e, 5, 10, 7, BLOCK + PAGE);
+        assert_eq!(next.find(&e, 3, 10), None, "the last view's entry");
+        assert_eq!(next.find(&e, 5, 10), Some((BLOCK + PAGE, 7, 0)));
     }
 
     #[test]
@@ -294,14 +294,14 @@ mod tests {
     fn a_wrapped_generation_leaves_no_old_entry_valid() {
         let (c, e) = cache(16);
         c.put(&e, 9, 1, 1, BLOCK);
-        let g = c.generation.load(Ordering::Relaxed);
+        let g = e.generation.load(Ordering::Relaxed);
         // Each new snapshot starts a generation: run them until the
         // generation page 9's entry was put in comes round again.
         let mut s = 1;
         loop {
             s += 1;
             c.put(&e, 0, s, 1, BLOCK + PAGE);
-            if c.generation.load(Ordering::Relaxed) == g {
+            if e.generation.load(Ordering::Relaxed) == g {
                 break;
             }
             assert!(s <= u64::from(GEN_MAX) + 1, "the generation never wrapped");
