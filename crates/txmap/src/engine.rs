@@ -906,15 +906,21 @@ impl RegionInner {
         Ok(seq)
     }
 
-    /// A round (`view/rounds.rs`): written straight into the region file
-    /// when its view is alone with the region (`commit_round_in_place`);
-    /// `None` when it must be committed as usual (`commit`, with diffs).
-    pub(crate) fn commit_round(&self, req: &CommitRequest<'_>) -> Result<Option<u64>> {
+    /// A round (`view/rounds.rs`, `round`), or a large commit
+    /// (`View::large_enough_for_place`): written straight into the region
+    /// file when its view is alone with the region
+    /// (`commit_round_in_place`); `None` when it must be committed as usual
+    /// (`commit`, with diffs).
+    pub(crate) fn commit_in_place(
+        &self,
+        req: &CommitRequest<'_>,
+        round: bool,
+    ) -> Result<Option<u64>> {
         self.check_owner()?;
         self.check_writable("commit")?;
         self.settle_round()?;
         crate::wal::log::check_poison(&self.mvcc.hdr().log)?;
-        self.commit_round_in_place(req)
+        self.commit_round_in_place(req, round)
     }
 
     /// Waits for the copy of a round into the region file under way, if
@@ -972,13 +978,18 @@ impl RegionInner {
     /// (journal, file) instead of three times (log, versions, checkpoint).
     /// `None` (commit it as usual) when it is not alone, or when the log
     /// must keep its epoch (pending nested top actions, an archive), or
-    /// the round used registered operations.
-    fn commit_round_in_place(&self, req: &CommitRequest<'_>) -> Result<Option<u64>> {
+    /// the commit has commit-time operations (their result is decided
+    /// under the commit lock). Registered operations that ran in the
+    /// transaction are in its pages (whose images the journal holds, so
+    /// nothing replays them). A commit that is not a round (`round`
+    /// false) goes in place only if nothing committed since its snapshot,
+    /// so whatever it read is still current: no validation is needed.
+    fn commit_round_in_place(&self, req: &CommitRequest<'_>, round: bool) -> Result<Option<u64>> {
         use rustix::fs::FlockOperation as F;
         let (Some(locks), Some(journal)) = (&self.locks, self.journal.as_deref()) else {
             return Ok(None);
         };
-        if self.opts.log_archive.is_some() || !req.ops.is_empty() || !req.commute.is_empty() {
+        if self.opts.log_archive.is_some() || !req.commute.is_empty() {
             return Ok(None);
         }
         // Nobody opens or closes meanwhile; converting our shared hold to
@@ -988,7 +999,7 @@ impl RegionInner {
         let alone = flock(&locks.users, F::NonBlockingLockExclusive, &self.path);
         let mut copy = None;
         let r = match alone {
-            Ok(true) => self.round_alone(req, journal, &mut copy),
+            Ok(true) => self.round_alone(req, round, journal, &mut copy),
             Ok(false) => Ok(None),
             Err(e) => Err(e),
         };
@@ -1018,6 +1029,7 @@ impl RegionInner {
     fn round_alone(
         &self,
         req: &CommitRequest<'_>,
+        round: bool,
         journal: &Path,
         copy: &mut Option<crate::roundwrite::Copy>,
     ) -> Result<Option<u64>> {
@@ -1035,7 +1047,10 @@ impl RegionInner {
             .map_err(|e| self.shared_lock_err(e))?;
         let l = self.lock_commit()?;
         let c = self.mvcc.commit_seq();
-        if h.file.checkpoint_seq() != c || !self.log.pending_nta(&h.log, l.guard())?.is_empty() {
+        if h.file.checkpoint_seq() != c
+            || (!round && c != req.snapshot)
+            || !self.log.pending_nta(&h.log, l.guard())?.is_empty()
+        {
             return Ok(None);
         }
         if req

@@ -10,8 +10,9 @@ use crate::os::mem::{Access, PAGE, Reservation, ReservedArray};
 
 /// Most pages one transaction may write (the write set is reserved address
 /// space): 16 GiB. A commit's log record holds at most 2 GiB of changes
-/// (`Error::TooLarge` beyond); a round alone with its region has no such
-/// bound (`view/rounds.rs`).
+/// (`Error::TooLarge` beyond); a round, or a commit of half of
+/// `checkpoint_bytes` or more, alone with its region has no such bound
+/// (`view/rounds.rs`, `View::large_enough_for_place`).
 pub const MAX_WRITE_PAGES: usize = 1 << 22;
 /// Most pages one serializable transaction may read.
 pub const MAX_READ_PAGES: usize = 1 << 22;

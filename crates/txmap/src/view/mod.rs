@@ -60,6 +60,11 @@ const DOOM_TOO_LARGE: u8 = 3;
 /// Readable pages kept mapped before a view re-protects everything, to stay
 /// far below `vm.max_map_count` (each isolated page costs two mappings).
 const MAX_ISLANDS: u64 = 16 * 1024;
+/// The smallest commit (bytes of pages written) that goes straight into
+/// the region file when alone with it (`View::large_enough_for_place`),
+/// whatever `checkpoint_bytes` says: below it the log's one write is the
+/// cheaper path.
+const IN_PLACE_MIN_BYTES: u64 = 16 << 20;
 
 /// Isolation level of a read-write transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -702,11 +707,13 @@ impl View {
 
     fn commit_outermost(&mut self) -> Result<()> {
         let v = &*self.inner;
-        if self.rounds && self.op_log.is_none() {
-            // A round alone with its region needs no byte diffs: only which
-            // pages changed. Diffs are taken only if it must be logged.
+        let round = self.rounds && self.op_log.is_none();
+        if round || self.large_enough_for_place() {
+            // A round, or a large commit, alone with its region needs no
+            // byte diffs: only which pages changed. Diffs are taken only if
+            // it must be logged.
             if let Some(req) = self.prepare_commit_with(false, false)?
-                && let Some(seq) = v.region.commit_round(&req)?
+                && let Some(seq) = v.region.commit_in_place(&req, round)?
             {
                 v.last_commit.store(seq, Ordering::Relaxed);
                 return Ok(());
@@ -721,6 +728,26 @@ impl View {
         v.last_commit
             .store(own_pages(seq, commit_time), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether this outermost commit is large enough to try going straight
+    /// into the region file through the page journal, as a round alone
+    /// with its region does (`RegionInner::commit_in_place`): it wrote
+    /// at least half of `checkpoint_bytes` (so a checkpoint would follow
+    /// its log record at once; in place each page is written twice, not
+    /// three or four times), and nothing in it needs a log record: no
+    /// nested top action, no ordered-commit number, no commit-time
+    /// operation (checked with the request). Only this view may have a
+    /// slot in this process (the region checks again under its locks).
+    fn large_enough_for_place(&self) -> bool {
+        let v = &*self.inner;
+        let written = v.write_n.load(Ordering::Relaxed) as u64 * PAGE as u64;
+        written >= (v.region.opts.checkpoint_bytes / 2).max(IN_PLACE_MIN_BYTES)
+            && self.nta.is_none()
+            && !self.op_log.as_deref().is_some_and(apply::OpLog::has_marker)
+            && !v.read_only.load(Ordering::Relaxed)
+            && v.region.mvcc.order_claim_of(v.slot()).is_none()
+            && v.region.mvcc.own_slots() == 1
     }
 
     /// The outermost commit's request: the diffs of the pages written

@@ -45,7 +45,9 @@ impl View {
     /// paused transaction here), the round's pages go straight into the
     /// region file through the page journal, without a log record or
     /// versions: then a round may write up to `MAX_WRITE_PAGES`; otherwise
-    /// it is a commit like any other (at most 2 GiB of changes).
+    /// it is a commit like any other (at most 2 GiB of changes). A large
+    /// commit outside round mode goes in place the same way
+    /// (`View::large_enough_for_place`).
     /// `Error::NotInTransaction` outside round mode.
     pub fn round(&mut self) -> Result<()> {
         if self.depth != 1 {

@@ -1,0 +1,245 @@
+//! A large commit whose view is alone with its region goes straight into
+//! the region file through the page journal, as a round does: no log
+//! record, no versions, no checkpoint after it. Each page is written twice
+//! (journal, file) instead of three or four times (log, journal, file).
+//! These tests check when it does, that a transaction whose reads went
+//! stale still conflicts, and that SIGKILL at each of its steps leaves the
+//! commit whole or not at all, registered operations included.
+
+mod common;
+
+use common::*;
+use txmap::collections::{AnyMap, Kind, Map, Structure};
+use txmap::{Durability, Error, Options, Region};
+
+const PAGE: u64 = 4096;
+/// Half of `CHECKPOINT_BYTES`: a commit of this many pages or more goes in
+/// place when alone.
+const LARGE: u64 = 4200;
+const PAGES: u64 = LARGE + 64;
+const CHECKPOINT_BYTES: u64 = 32 << 20;
+
+fn opts() -> Options {
+    Options {
+        durability: Durability::Durable,
+        checkpoint_bytes: CHECKPOINT_BYTES,
+        ..Options::default()
+    }
+}
+
+fn records(p: &std::path::Path) -> u64 {
+    txmap::inspect::check(p).unwrap().report.log_records
+}
+
+/// Writes generation `g` into the first word of pages `0..LARGE`, in one
+/// transaction.
+fn fill(r: &Region, g: u64) {
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        for pg in 0..LARGE {
+            v.write(pg * PAGE, &(g << 32 | pg))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The generation every page `0..LARGE` holds (all the same).
+fn generation(r: &Region) -> u64 {
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    let g = v.read::<u64>(0).unwrap() >> 32;
+    for pg in 0..LARGE {
+        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), g << 32 | pg, "page {pg}");
+    }
+    v.commit().unwrap();
+    g
+}
+
+#[test]
+fn a_large_commit_alone_goes_into_the_file_and_one_beside_another_view_is_logged() {
+    let d = ext4_dir("large_in_place");
+    let p = d.join("r");
+    let r = Region::create(&p, PAGES * PAGE, opts()).unwrap();
+    fill(&r, 1);
+    assert_eq!(records(&p), 0, "a large commit alone writes no log record");
+    // Its pages go into the file on another thread: a checkpoint waits for
+    // it (and finds no record to write).
+    r.checkpoint().unwrap();
+    let bytes = std::fs::read(&p).unwrap();
+    let word = |pg: u64| {
+        let at = (PAGE + pg * PAGE) as usize;
+        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+    };
+    assert_eq!(word(LARGE - 1), 1 << 32 | (LARGE - 1), "the file holds it");
+    // Another view here: the large commit is logged like any other.
+    let other = r.view().unwrap();
+    fill(&r, 2);
+    assert_eq!(records(&p), 1);
+    drop(other);
+    // Alone again: the logged one goes to the file first, then this one.
+    let mut v = r.view().unwrap();
+    v.run(|v| v.write(LARGE * PAGE, &77u64)).unwrap();
+    drop(v);
+    fill(&r, 3);
+    assert_eq!(records(&p), 0);
+    assert_eq!(generation(&r), 3);
+    drop(r);
+    let r = Region::open(&p, opts()).unwrap();
+    assert_eq!(generation(&r), 3);
+    let v = r.view().unwrap();
+    assert_eq!(v.read::<u64>(LARGE * PAGE).unwrap(), 77);
+}
+
+/// Alone at its commit does not mean nothing changed since its snapshot:
+/// another handle committed to a page the transaction read, then closed.
+#[test]
+fn a_large_commit_alone_whose_read_went_stale_conflicts() {
+    let d = ext4_dir("large_in_place_stale");
+    let p = d.join("r");
+    let r = Region::create(&p, PAGES * PAGE, opts()).unwrap();
+    let mut v = r.view().unwrap();
+    v.begin().unwrap();
+    let seen: u64 = v.read(LARGE * PAGE).unwrap();
+    {
+        let r2 = Region::open(&p, opts()).unwrap();
+        let mut w = r2.view().unwrap();
+        w.run(|w| w.write(LARGE * PAGE, &5u64)).unwrap();
+    }
+    for pg in 0..LARGE {
+        v.write(pg * PAGE, &(seen + 1)).unwrap();
+    }
+    assert!(
+        matches!(v.commit(), Err(Error::Conflict)),
+        "a read another commit changed must fail the commit"
+    );
+    drop(v);
+    let v = r.view().unwrap();
+    assert_eq!(v.read::<u64>(0).unwrap(), 0, "nothing of it landed");
+    assert_eq!(v.read::<u64>(LARGE * PAGE).unwrap(), 5);
+}
+
+/// Keys of the B+-tree test: `SMALL` small entries, then `BULK` entries of
+/// 1,000 bytes (about 5,000 leaves, past `LARGE` pages).
+const SMALL: u64 = 100;
+const BULK: u64 = 20_000;
+
+fn key(i: u64) -> [u8; 8] {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()
+}
+
+fn value(i: u64, g: u8) -> Vec<u8> {
+    let len = if i < SMALL { 16 } else { 1000 };
+    (0..len).map(|b| (i as u8) ^ (b as u8) ^ g).collect()
+}
+
+/// The child: commits the small entries (generation 1: registered
+/// operations in the log), then, armed to die at crash point
+/// `TXMAP_POINT` (0: right after the commit returned, its copy into the
+/// file made slow), one transaction that changes them (generation 2; its
+/// first puts are logged as operations) and adds the bulk.
+fn large_btree_child() {
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_PATH").unwrap());
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let r = Region::open(&p, opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let m = v
+        .run(|v| AnyMap::open_or_create(v, "m", Kind::BTree))
+        .unwrap();
+    v.run(|v| {
+        for i in 0..SMALL {
+            m.put(v, &key(i), &value(i, 1))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    match txmap::debug::CrashPoint::from_u32(point) {
+        Some(point) => txmap::debug::crash_at(point, 1),
+        None => txmap::debug::slow_round_copies(10_000_000),
+    }
+    v.run(|v| {
+        for i in (0..SMALL).chain(SMALL..SMALL + BULK) {
+            m.put(v, &key(i), &value(i, 2))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    if point == 0 {
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL)
+            .unwrap();
+    }
+    panic!("the large commit did not reach crash point {point}");
+}
+
+/// Checks the tree: whole, and at generation `g` (1: only the small
+/// entries; 2: them changed and the bulk).
+fn check_btree(r: &Region, g: u8) {
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    let m = AnyMap::open_named(&v, "m").unwrap().expect("the map");
+    let AnyMap::BTree(t) = m else {
+        panic!("not a B+-tree")
+    };
+    let report = Structure::Map(AnyMap::BTree(t)).check(&v).unwrap();
+    let want = if g == 1 { SMALL } else { SMALL + BULK };
+    assert_eq!(report.entries, want, "entries at generation {g}");
+    for i in 0..want {
+        let got = m.get(&v, &key(i)).unwrap();
+        let gen_of = if i < SMALL { g } else { 2 };
+        assert_eq!(got.as_deref(), Some(&value(i, gen_of)[..]), "key {i}");
+    }
+    v.commit().unwrap();
+}
+
+/// SIGKILL at each step of a large B+-tree commit alone with its region:
+/// in the checkpoint of the logged commits before it (not durable yet:
+/// absent), with its page journal synced, while its pages are copied into
+/// the file, and right after it returned. Reopened, the tree is whole, at
+/// one generation or the other, and its registered operations ran once.
+#[test]
+fn a_large_btree_commit_alone_killed_at_each_step_recovers_whole_or_not_at_all() {
+    const TEST: &str =
+        "a_large_btree_commit_alone_killed_at_each_step_recovers_whole_or_not_at_all";
+    if role().is_some() {
+        return large_btree_child();
+    }
+    use txmap::debug::CrashPoint as C;
+    for (point, want) in [
+        (Some(C::CheckpointWriting), 1),
+        (Some(C::RoundJournaled), 2),
+        (Some(C::RoundCopying), 2),
+        (None, 2),
+    ] {
+        let n = point.map_or(0, |c| c as u32);
+        let d = ext4_dir(&format!("large_btree_{n}"));
+        let p = d.join("r");
+        drop(Region::create(&p, 8 * PAGE, opts()).unwrap());
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_POINT", n.to_string()),
+        ];
+        let mut c = Proc::spawn(TEST, "large-btree", &envs, d.join("err"));
+        c.wait_killed(&format!("the large commit at {point:?}"));
+        if want == 2 {
+            assert_journal_pending(&p, "a large commit killed once its journal was synced");
+        }
+        remove_shared_state(d.path());
+        let r = Region::open(&p, opts()).unwrap();
+        check_btree(&r, want);
+        // And it goes on: another large commit, then a reopen.
+        drop(r);
+        let r = Region::open(&p, opts()).unwrap();
+        let mut v = r.view().unwrap();
+        let m = AnyMap::open_named(&v, "m").unwrap().unwrap();
+        v.run(|v| {
+            for i in (0..SMALL).chain(SMALL..SMALL + BULK) {
+                m.put(v, &key(i), &value(i, 2))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        drop(v);
+        drop(r);
+        check_btree(&Region::open(&p, opts()).unwrap(), 2);
+    }
+}
