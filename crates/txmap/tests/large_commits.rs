@@ -77,6 +77,13 @@ fn a_large_commit_alone_goes_into_the_file_and_one_beside_another_view_is_logged
     fill(&r, 2);
     assert_eq!(records(&p), 1);
     drop(other);
+    // Another handle (as another process would) with no view: the region
+    // finds it under its locks, after the request was prepared.
+    let r2 = Region::open(&p, opts()).unwrap();
+    fill(&r, 4);
+    assert_eq!(records(&p), 2);
+    drop(r2);
+    assert_eq!(generation(&r), 4);
     // Alone again: the logged one goes to the file first, then this one.
     let mut v = r.view().unwrap();
     v.run(|v| v.write(LARGE * PAGE, &77u64)).unwrap();
@@ -89,6 +96,33 @@ fn a_large_commit_alone_goes_into_the_file_and_one_beside_another_view_is_logged
     assert_eq!(generation(&r), 3);
     let v = r.view().unwrap();
     assert_eq!(v.read::<u64>(LARGE * PAGE).unwrap(), 77);
+}
+
+/// A large transaction's helper backs the version blocks its commit will
+/// fill while it stores (`view/prefill.rs`); a commit that goes in place
+/// fills none, so beyond the size from which it would, none are backed.
+#[test]
+fn a_large_commit_alone_backs_no_versions_beyond_the_in_place_size() {
+    const MANY: u64 = 3 * LARGE;
+    let d = ext4_dir("large_in_place_backed");
+    let p = d.join("r");
+    let r = Region::create(&p, (MANY + 8) * PAGE, opts()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        for pg in 0..MANY {
+            v.write(pg * PAGE, &(pg + 1))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let st = r.stats();
+    assert_eq!(st.version_pages, 0, "no versions: it went in place");
+    assert!(
+        st.version_pages_backed < 2 * LARGE,
+        "{} version pages backed for a commit of {MANY} pages in place",
+        st.version_pages_backed
+    );
+    assert_eq!(v.read::<u64>((MANY - 1) * PAGE).unwrap(), MANY);
 }
 
 /// Alone at its commit does not mean nothing changed since its snapshot:

@@ -476,6 +476,17 @@ impl Mvcc {
             .count()
     }
 
+    /// Whether a slot is claimed by another handle or process (a view, a
+    /// paused transaction, a backup's snapshot, an abandoned ordered
+    /// number): a hint, read without a lock, that a commit cannot be the
+    /// only one with the region (`View::large_enough_for_place`).
+    pub fn others_hold_slots(&self) -> bool {
+        self.view_slots()
+            .iter()
+            .zip(self.mine.iter())
+            .any(|(s, m)| s.owner.load(Ordering::Relaxed) != 0 && !m.load(Ordering::Relaxed))
+    }
+
     /// Slot `i`'s transaction ran nested top actions under log `token` (0:
     /// it ended).
     pub fn set_nta_token(&self, i: usize, token: u64) {

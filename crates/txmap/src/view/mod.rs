@@ -181,6 +181,14 @@ impl ViewInner {
     fn slot(&self) -> usize {
         self.slot.load(Ordering::Relaxed)
     }
+
+    /// Pages written from which a commit alone with its region goes in
+    /// place (`View::large_enough_for_place`): half of `checkpoint_bytes`,
+    /// and at least `IN_PLACE_MIN_BYTES`.
+    fn in_place_pages(&self) -> usize {
+        let bytes = (self.region.opts.checkpoint_bytes / 2).max(IN_PLACE_MIN_BYTES);
+        usize::try_from(bytes / PAGE as u64).unwrap_or(usize::MAX)
+    }
 }
 
 impl Drop for ViewInner {
@@ -738,16 +746,17 @@ impl View {
     /// three or four times), and nothing in it needs a log record: no
     /// nested top action, no ordered-commit number, no commit-time
     /// operation (checked with the request). Only this view may have a
-    /// slot in this process (the region checks again under its locks).
+    /// slot (the region checks again, for every process, under its locks):
+    /// the request it prepares would otherwise be thrown away.
     fn large_enough_for_place(&self) -> bool {
         let v = &*self.inner;
-        let written = v.write_n.load(Ordering::Relaxed) as u64 * PAGE as u64;
-        written >= (v.region.opts.checkpoint_bytes / 2).max(IN_PLACE_MIN_BYTES)
+        v.write_n.load(Ordering::Relaxed) >= v.in_place_pages()
             && self.nta.is_none()
             && !self.op_log.as_deref().is_some_and(apply::OpLog::has_marker)
             && !v.read_only.load(Ordering::Relaxed)
             && v.region.mvcc.order_claim_of(v.slot()).is_none()
             && v.region.mvcc.own_slots() == 1
+            && !v.region.mvcc.others_hold_slots()
     }
 
     /// The outermost commit's request: the diffs of the pages written
@@ -1166,10 +1175,18 @@ impl View {
     fn prefill_after_store(&mut self, written: usize) {
         let v = &*self.inner;
         // A round's transaction (`round_window` set) may go straight into
-        // the region file at its end: no versions to back for it.
-        let versions = v.round_window.load(Ordering::Relaxed) == 0;
+        // the region file at its end: no versions to back for it. Nor for
+        // more pages than a commit that goes in place when alone has
+        // (`large_enough_for_place`), if this view is alone here now.
         self.prefill
             .get_or_insert_with(|| {
+                let versions = if v.round_window.load(Ordering::Relaxed) != 0 {
+                    0
+                } else if v.region.mvcc.own_slots() == 1 {
+                    v.in_place_pages()
+                } else {
+                    usize::MAX
+                };
                 prefill::Prefill::start(
                     &v.prefill,
                     Arc::clone(&v.region),

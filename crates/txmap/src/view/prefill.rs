@@ -77,8 +77,11 @@ pub(super) struct Prefill {
     thread: Option<JoinHandle<()>>,
     /// Written pages at which versions are asked for next.
     versions_at: usize,
-    /// A round may go straight into the region file: no versions.
-    versions: bool,
+    /// Written pages up to which versions are backed: 0 for a round, the
+    /// size from which a commit goes in place for a view alone here (both
+    /// may go straight into the region file, with no versions), else no
+    /// bound.
+    versions_until: usize,
 }
 
 impl Prefill {
@@ -89,7 +92,7 @@ impl Prefill {
         asks: &Arc<PrefillAsks>,
         region: Arc<RegionInner>,
         alias: RangeToPopulate,
-        versions: bool,
+        versions_until: usize,
     ) -> Prefill {
         asks.stop.store(false, Ordering::Relaxed);
         asks.populate.store(0, Ordering::Relaxed);
@@ -104,13 +107,13 @@ impl Prefill {
             asks: asks.clone(),
             thread,
             versions_at: 0,
-            versions,
+            versions_until,
         }
     }
 
     /// After a store: the transaction has written `written` pages.
     pub(super) fn wrote(&mut self, written: usize) {
-        if !self.versions || written < self.versions_at || self.thread.is_none() {
+        if written >= self.versions_until || written < self.versions_at || self.thread.is_none() {
             return;
         }
         self.versions_at = written + VERSIONS_STEP;
