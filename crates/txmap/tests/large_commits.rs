@@ -277,3 +277,112 @@ fn a_large_btree_commit_alone_killed_at_each_step_recovers_whole_or_not_at_all()
         check_btree(&Region::open(&p, opts()).unwrap(), 2);
     }
 }
+
+/// The plain file's bytes before any commit, and the word of generation
+/// `g` in page `pg`.
+fn plain_model(len: u64) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+fn plain_word(g: u64, pg: u64) -> u64 {
+    g << 32 | pg
+}
+
+/// `model` with generation `g` written.
+fn plain_with(mut model: Vec<u8>, g: u64) -> Vec<u8> {
+    for pg in 0..LARGE {
+        let at = (pg * PAGE + 8) as usize;
+        model[at..at + 8].copy_from_slice(&plain_word(g, pg).to_le_bytes());
+    }
+    model
+}
+
+/// Writes generation `g` into the plain file's region in one transaction.
+fn plain_fill(r: &Region, g: u64) {
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        for pg in 0..LARGE {
+            v.write(pg * PAGE + 8, &plain_word(g, pg))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The child: a large commit of generation 1 into the plain file
+/// `TXMAP_PATH`, killed at crash point `TXMAP_POINT`.
+fn plain_child() {
+    let p = std::path::PathBuf::from(std::env::var("TXMAP_PATH").unwrap());
+    let point: u32 = std::env::var("TXMAP_POINT").unwrap().parse().unwrap();
+    let r = Region::open_plain(&p, opts()).unwrap();
+    txmap::debug::crash_at(txmap::debug::CrashPoint::from_u32(point).unwrap(), 1);
+    plain_fill(&r, 1);
+    panic!("the large commit did not reach crash point {point}");
+}
+
+/// SIGKILL in a large commit in place into a plain file, with its journal
+/// synced and while its pages are written into the file: reopened, the
+/// region has it whole, and the file holds it after the close.
+#[test]
+fn a_large_commit_alone_in_a_plain_file_killed_in_place_is_there_after_recovery() {
+    const TEST: &str =
+        "a_large_commit_alone_in_a_plain_file_killed_in_place_is_there_after_recovery";
+    if role().is_some() {
+        return plain_child();
+    }
+    use txmap::debug::CrashPoint as C;
+    let len = PAGES * PAGE + 100;
+    // A plain file's pages are written in the commit (no copy off its path).
+    for point in [C::RoundJournaled, C::RoundWriting] {
+        let d = ext4_dir(&format!("large_plain_kill_{}", point as u32));
+        let p = d.join("data.bin");
+        std::fs::write(&p, plain_model(len)).unwrap();
+        let envs = [
+            ("TXMAP_PATH", p.display().to_string()),
+            ("TXMAP_POINT", (point as u32).to_string()),
+        ];
+        let mut c = Proc::spawn(TEST, "plain", &envs, d.join("err"));
+        c.wait_killed(&format!("the large commit at {point:?}"));
+        remove_shared_state(d.path());
+        let r = Region::open_plain(&p, opts()).unwrap();
+        let v = r.view().unwrap();
+        for pg in [0, LARGE / 2, LARGE - 1] {
+            assert_eq!(
+                v.read::<u64>(pg * PAGE + 8).unwrap(),
+                plain_word(1, pg),
+                "{point:?}"
+            );
+        }
+        drop((v, r));
+        let want = plain_with(plain_model(len), 1);
+        assert!(
+            std::fs::read(&p).unwrap() == want,
+            "the file after {point:?}"
+        );
+    }
+}
+
+/// A plain file (`Region::open_plain`): a large commit alone goes in
+/// place there too (its pages written at offset 0 of the file, not after a
+/// header), and the file holds it after the close; one with another handle
+/// open is logged and lands as well.
+#[test]
+fn a_large_commit_alone_in_a_plain_file_lands_at_its_offsets() {
+    let d = ext4_dir("large_in_place_plain");
+    let p = d.join("data.bin");
+    let len = PAGES * PAGE + 100;
+    let mut model = plain_model(len);
+    std::fs::write(&p, &model).unwrap();
+    for g in [1u64, 2] {
+        let r = Region::open_plain(&p, opts()).unwrap();
+        let other = (g == 2).then(|| Region::open_plain(&p, opts()).unwrap());
+        plain_fill(&r, g);
+        assert_eq!(records(&p), if g == 1 { 0 } else { 1 }, "generation {g}");
+        drop((other, r));
+        model = plain_with(model, g);
+        assert!(
+            std::fs::read(&p).unwrap() == model,
+            "the file after generation {g}"
+        );
+    }
+}
