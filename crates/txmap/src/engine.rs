@@ -1061,23 +1061,27 @@ impl RegionInner {
             return Err(Error::Conflict);
         }
         let seq = c + 1;
+        // In file order: consecutive pages go into the file in one write
+        // (the write set is in the order the transaction first stored).
+        let mut pages = req.pages.clone();
+        pages.sort_unstable_by_key(|&(p, _)| p);
         let r = (|| {
-            self.journal_pages(journal, c, seq, &req.pages)?;
+            self.journal_pages(journal, c, seq, &pages)?;
             crate::debug::hit(crate::debug::CrashPoint::RoundJournaled);
             // Its descriptors not duplicated (no descriptor left, say):
             // written here, as a small round is.
-            match self.off_path_copy(journal, &req.pages).ok().flatten() {
+            match self.off_path_copy(journal, &pages).ok().flatten() {
                 // Durable now: the pages go into the file on another
                 // thread, and every reader of the file waits for it.
                 Some(c) => {
-                    if let Some(end) = req.pages.iter().map(|&(p, _)| u64::from(p) + 1).max() {
-                        h.file.writing_below(end);
+                    if let Some(&(last, _)) = pages.last() {
+                        h.file.writing_below(u64::from(last) + 1);
                     }
                     self.round_write.begin();
                     *copy = Some(c);
                 }
                 None => {
-                    self.write_pages(&req.pages, "write a round into")?;
+                    self.write_pages(&pages, "write a round into")?;
                     crate::debug::hit(crate::debug::CrashPoint::RoundWriting);
                 }
             }
@@ -1091,7 +1095,7 @@ impl RegionInner {
             crate::wal::log::poison(&h.log, &e);
             return Err(e);
         }
-        let pages: Vec<u32> = req.pages.iter().map(|&(p, _)| p).collect();
+        let pages: Vec<u32> = pages.iter().map(|&(p, _)| p).collect();
         self.mvcc.publish_in_file(&l, seq, &pages);
         // The log has no record of it: a new epoch starts after it.
         h.log.raise_written(seq);
@@ -1545,8 +1549,11 @@ impl RegionInner {
                 // their effect would apply them twice: such pages are
                 // journaled before any is written (`journal.rs`).
                 let journal = self.journal.as_deref().filter(|_| h.file.ops_after(ckpt));
-                let images: Vec<(u32, &[u8])> =
+                // In file order (the dirty list is in the order pages were
+                // first changed): consecutive pages go in one write.
+                let mut images: Vec<(u32, &[u8])> =
                     pages.iter().map(|(p, v)| (*p, &v.data[..])).collect();
+                images.sort_unstable_by_key(|&(p, _)| p);
                 if let Some(path) = journal {
                     self.journal_pages(path, ckpt, t, &images)?;
                     crate::debug::hit(crate::debug::CrashPoint::CheckpointJournaled);

@@ -4,7 +4,9 @@
 //! (journal, file) instead of three or four times (log, journal, file).
 //! These tests check when it does, that a transaction whose reads went
 //! stale still conflicts, and that SIGKILL at each of its steps leaves the
-//! commit whole or not at all, registered operations included.
+//! commit whole or not at all, registered operations included. Also: a
+//! checkpoint and a round in place write pages in file order, so that
+//! consecutive pages go into the file with one call.
 
 mod common;
 
@@ -384,5 +386,77 @@ fn a_large_commit_alone_in_a_plain_file_lands_at_its_offsets() {
             std::fs::read(&p).unwrap() == model,
             "the file after generation {g}"
         );
+    }
+}
+
+/// Write system calls this thread made so far (`/proc/thread-self/io`).
+fn thread_write_calls() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("syscw: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A checkpoint writes consecutive pages with one call, whatever order the
+/// commits changed them in (the dirty list is in that order): 256 pages
+/// stored last to first go into the file in a few calls, not 256.
+#[test]
+fn a_checkpoint_writes_consecutive_pages_together_whatever_order_they_changed_in() {
+    const N: u64 = 256;
+    let d = ext4_dir("checkpoint_in_file_order");
+    let p = d.join("r");
+    let r = Region::create(&p, (N + 8) * PAGE, opts()).unwrap();
+    let mut v = r.view().unwrap();
+    v.run(|v| {
+        for pg in (0..N).rev() {
+            v.write(pg * PAGE, &(pg + 1))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let before = thread_write_calls();
+    r.checkpoint().unwrap();
+    let calls = thread_write_calls() - before;
+    assert!(
+        calls < 32,
+        "{calls} write calls to checkpoint {N} consecutive pages"
+    );
+    drop((v, r));
+    let r = Region::open(&p, opts()).unwrap();
+    let v = r.view().unwrap();
+    for pg in 0..N {
+        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), pg + 1);
+    }
+}
+
+/// The same for a round written in place (its journal and its pages in
+/// file order): 256 pages stored last to first take a few write calls.
+#[test]
+fn a_round_in_place_writes_consecutive_pages_together_whatever_order_they_were_stored_in() {
+    const N: u64 = 256;
+    let d = ext4_dir("round_in_file_order");
+    let p = d.join("r");
+    let r = Region::create(&p, (N + 8) * PAGE, opts()).unwrap();
+    let mut v = r.view().unwrap();
+    v.start_rounds().unwrap();
+    for pg in (0..N).rev() {
+        v.write(pg * PAGE, &(pg + 1)).unwrap();
+    }
+    let before = thread_write_calls();
+    v.round().unwrap();
+    let calls = thread_write_calls() - before;
+    assert_eq!(records(&p), 0, "in place");
+    assert!(
+        calls < 32,
+        "{calls} write calls for a round of {N} consecutive pages"
+    );
+    v.stop_rounds();
+    drop((v, r));
+    let r = Region::open(&p, opts()).unwrap();
+    let v = r.view().unwrap();
+    for pg in 0..N {
+        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), pg + 1);
     }
 }
