@@ -389,14 +389,31 @@ fn a_large_commit_alone_in_a_plain_file_lands_at_its_offsets() {
     }
 }
 
-/// Write system calls this thread made so far (`/proc/thread-self/io`).
-fn thread_write_calls() -> u64 {
-    let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
-    io.lines()
-        .find_map(|l| l.strip_prefix("syscw: "))
-        .unwrap()
-        .parse()
-        .unwrap()
+/// Write system calls this thread makes in `f` (`/proc/thread-self/io`).
+fn write_calls_in(f: impl FnOnce()) -> u64 {
+    let calls = || -> u64 {
+        let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("syscw: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = calls();
+    f();
+    calls() - before
+}
+
+/// Pages of the file-order tests, each stored last to first.
+const ORDERED: u64 = 256;
+
+/// The region at `p` reopened: page `pg` holds `pg + 1` for every test page.
+fn check_ordered(p: &std::path::Path) {
+    let r = Region::open(p, opts()).unwrap();
+    let v = r.view().unwrap();
+    for pg in 0..ORDERED {
+        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), pg + 1);
+    }
 }
 
 /// A checkpoint writes consecutive pages with one call, whatever order the
@@ -404,59 +421,45 @@ fn thread_write_calls() -> u64 {
 /// stored last to first go into the file in a few calls, not 256.
 #[test]
 fn a_checkpoint_writes_consecutive_pages_together_whatever_order_they_changed_in() {
-    const N: u64 = 256;
     let d = ext4_dir("checkpoint_in_file_order");
     let p = d.join("r");
-    let r = Region::create(&p, (N + 8) * PAGE, opts()).unwrap();
+    let r = Region::create(&p, (ORDERED + 8) * PAGE, opts()).unwrap();
     let mut v = r.view().unwrap();
     v.run(|v| {
-        for pg in (0..N).rev() {
+        for pg in (0..ORDERED).rev() {
             v.write(pg * PAGE, &(pg + 1))?;
         }
         Ok(())
     })
     .unwrap();
-    let before = thread_write_calls();
-    r.checkpoint().unwrap();
-    let calls = thread_write_calls() - before;
+    let calls = write_calls_in(|| r.checkpoint().unwrap());
     assert!(
         calls < 32,
-        "{calls} write calls to checkpoint {N} consecutive pages"
+        "{calls} write calls to checkpoint {ORDERED} consecutive pages"
     );
     drop((v, r));
-    let r = Region::open(&p, opts()).unwrap();
-    let v = r.view().unwrap();
-    for pg in 0..N {
-        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), pg + 1);
-    }
+    check_ordered(&p);
 }
 
 /// The same for a round written in place (its journal and its pages in
 /// file order): 256 pages stored last to first take a few write calls.
 #[test]
 fn a_round_in_place_writes_consecutive_pages_together_whatever_order_they_were_stored_in() {
-    const N: u64 = 256;
     let d = ext4_dir("round_in_file_order");
     let p = d.join("r");
-    let r = Region::create(&p, (N + 8) * PAGE, opts()).unwrap();
+    let r = Region::create(&p, (ORDERED + 8) * PAGE, opts()).unwrap();
     let mut v = r.view().unwrap();
     v.start_rounds().unwrap();
-    for pg in (0..N).rev() {
+    for pg in (0..ORDERED).rev() {
         v.write(pg * PAGE, &(pg + 1)).unwrap();
     }
-    let before = thread_write_calls();
-    v.round().unwrap();
-    let calls = thread_write_calls() - before;
+    let calls = write_calls_in(|| v.round().unwrap());
     assert_eq!(records(&p), 0, "in place");
     assert!(
         calls < 32,
-        "{calls} write calls for a round of {N} consecutive pages"
+        "{calls} write calls for a round of {ORDERED} consecutive pages"
     );
     v.stop_rounds();
     drop((v, r));
-    let r = Region::open(&p, opts()).unwrap();
-    let v = r.view().unwrap();
-    for pg in 0..N {
-        assert_eq!(v.read::<u64>(pg * PAGE).unwrap(), pg + 1);
-    }
+    check_ordered(&p);
 }
