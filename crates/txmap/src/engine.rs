@@ -271,6 +271,9 @@ pub(crate) struct Ahead<'a> {
     /// Every page it read or wrote.
     touched: Vec<u32>,
     commuted: Commuted<'a>,
+    /// The run in the transaction itself (`Ahead::local`): its pages are
+    /// what the committing view holds.
+    local: bool,
 }
 
 impl<'a> Ahead<'a> {
@@ -287,8 +290,19 @@ impl<'a> Ahead<'a> {
             size,
             touched,
             commuted,
+            local: true,
         }
     }
+}
+
+/// A logged commit, as its view needs it.
+pub(crate) struct Committed {
+    pub seq: u64,
+    /// Every page the commit published holds in the committing view what
+    /// it published: its commit-time operations, if any, gave the results
+    /// they gave in the transaction (their run there stood, or nothing
+    /// was committed since its snapshot), not results on newer pages.
+    pub view_current: bool,
 }
 
 /// Runs commit-time operations `ops` in order on the pages `source` gives
@@ -722,7 +736,7 @@ impl RegionInner {
 
     /// Validates and commits; returns the commit's sequence number once it is
     /// as durable as the region's mode promises.
-    pub fn commit(&self, mut req: CommitRequest<'_>) -> Result<u64> {
+    pub fn commit(&self, mut req: CommitRequest<'_>) -> Result<Committed> {
         self.check_owner()?;
         self.check_writable("commit")?;
         self.settle_round()?;
@@ -750,6 +764,9 @@ impl RegionInner {
         let durable = self.opts.durability == Durability::Durable;
         // Whether the helper syncs the record (asked after the append).
         let synced_beside = std::cell::Cell::new(false);
+        // Whether the commit-time operations' results are those of their
+        // run in the transaction (`Committed::view_current`).
+        let as_run_here = std::cell::Cell::new(false);
         // `helper`: a large commit's thread for the log (`Beside`).
         let locked = |helper: Option<&Beside>| -> Result<u64> {
             let mut ahead = ahead;
@@ -776,6 +793,12 @@ impl RegionInner {
                 crate::debug::note_ahead_rerun();
                 ahead = self.commit_time_ahead(&req);
             };
+            // Their run here stood, or they ran again on the pages they
+            // ran on here: nothing committed since the snapshot, and
+            // operations are deterministic (replay relies on it too).
+            as_run_here.set(
+                fresh.as_ref().is_some_and(|a| a.local) || self.mvcc.commit_seq() == req.snapshot,
+            );
             let commuted = self.commit_time(&req, fresh)?;
             let (ranges, rec_ops) = commit_record(&req.ranges, &req.ops, &req.commute, &commuted);
             let with_commuted;
@@ -903,7 +926,10 @@ impl RegionInner {
             self.mvcc.end(req.slot);
             let _ = self.checkpoint_unless_busy();
         }
-        Ok(seq)
+        Ok(Committed {
+            seq,
+            view_current: req.commute.is_empty() || as_run_here.get(),
+        })
     }
 
     /// A round (`view/rounds.rs`, `round`), or a large commit
@@ -1439,6 +1465,7 @@ impl RegionInner {
             size,
             touched,
             commuted,
+            local: false,
         })
     }
 

@@ -307,6 +307,116 @@ fn a_read_then_blind_put_still_conflicts() {
     assert!(c.problems.is_empty(), "{:?}", c.problems);
 }
 
+/// Pages `a` installs while `read` runs.
+fn installs_during(a: &mut View, read: impl FnOnce(&mut View)) -> u64 {
+    let before = a.installed_pages();
+    read(a);
+    a.installed_pages() - before
+}
+
+/// A view's commit of blind puts with nothing committed since its
+/// snapshot publishes what the puts did in the view, which keeps those
+/// pages: reading the keys back installs no page. With another view's
+/// commit into the same leaf (bucket, segment) in between, the puts ran
+/// again on the newer pages at commit, and the view reads those afresh:
+/// it sees the other view's key too. Also with an ordinary put beside
+/// the blind puts.
+#[test]
+fn blind_puts_keep_their_pages_in_the_view_unless_a_commit_came_between() {
+    let d = ext4_dir("blind-keep");
+    let r = Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
+    for (kind, name, _) in KINDS {
+        let mut model = create(&r, kind, name, 4);
+        let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+        warm_arena(&mut a);
+        let m = a.run(|v| AnyMap::open_or_create(v, name, kind)).unwrap();
+        // Read-write: a read-only one may read pages in place, uninstalled.
+        let read_back = |a: &mut View, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
+            a.begin().unwrap();
+            for (k, val) in model {
+                assert_eq!(m.get(a, k).unwrap().as_ref(), Some(val), "{name}: {k:?}");
+            }
+            a.commit().unwrap();
+        };
+        read_back(&mut a, &model);
+        for round in 0..3u64 {
+            let ks: Vec<Vec<u8>> = (0..5)
+                .map(|i| group_key(kind, 10 + round * 5 + i))
+                .collect();
+            // In the last round an ordinary put too: the blind puts into
+            // its leaf then stay where they ran in the record.
+            let plain = (round == 2).then(|| group_key(kind, 40));
+            a.run(|v| {
+                ks.iter().try_for_each(|k| m.put_blind(v, k, b"own"))?;
+                plain
+                    .iter()
+                    .try_for_each(|k| m.put(v, k, b"plain").map(|_| ()))
+            })
+            .unwrap();
+            model.extend(ks.into_iter().map(|k| (k, b"own".to_vec())));
+            model.extend(plain.map(|k| (k, b"plain".to_vec())));
+            assert_eq!(
+                installs_during(&mut a, |a| read_back(a, &model)),
+                0,
+                "{name}: the view read its own blind puts' pages afresh"
+            );
+        }
+
+        let (mine, theirs) = (group_key(kind, 60), group_key(kind, 61));
+        a.begin().unwrap();
+        m.put_blind(&mut a, &mine, b"mine").unwrap();
+        b.run(|v| m.put(v, &theirs, b"theirs")).unwrap();
+        a.commit().unwrap();
+        model.insert(mine, b"mine".to_vec());
+        model.insert(theirs, b"theirs".to_vec());
+        read_back(&mut a, &model);
+        check(&r, name, &model);
+    }
+}
+
+/// The same when some blind puts stay where they ran (an ordinary put
+/// into their leaf followed) and others go to another leaf: the commit
+/// runs the latter again, on the same pages (nothing committed since the
+/// snapshot), and the view keeps both leaves.
+#[test]
+fn blind_puts_beside_ordinary_puts_keep_their_leaves_in_the_view() {
+    let d = ext4_dir("blind-keep-mixed");
+    let r = Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut a = r.view().unwrap();
+    let m = a
+        .run(|v| AnyMap::open_or_create(v, "t", Kind::BTree))
+        .unwrap();
+    let key = |i: u64| (i * 1000).to_be_bytes();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    a.run(|v| (0..400).try_for_each(|i| m.put(v, &key(i), &[7; 100]).map(|_| ())))
+        .unwrap();
+    model.extend((0..400).map(|i| (key(i).to_vec(), vec![7; 100])));
+    let read_back = |a: &mut View, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
+        a.begin().unwrap();
+        assert_eq!(&contents(&m, a), model);
+        a.commit().unwrap();
+    };
+    read_back(&mut a, &model);
+    // Beside the first leaf's first key, and after the last leaf's last.
+    let first = key(0);
+    let (first2, last2) = (1u64.to_be_bytes(), 399_001u64.to_be_bytes());
+    a.run(|v| {
+        m.put_blind(v, &first2, b"blind")?;
+        m.put(v, &first, b"plain")?;
+        m.put_blind(v, &last2, b"blind")
+    })
+    .unwrap();
+    model.insert(first2.to_vec(), b"blind".to_vec());
+    model.insert(first.to_vec(), b"plain".to_vec());
+    model.insert(last2.to_vec(), b"blind".to_vec());
+    assert_eq!(
+        installs_during(&mut a, |a| read_back(a, &model)),
+        0,
+        "the view read its own commit's leaves afresh"
+    );
+    check(&r, "t", &model);
+}
+
 const WRITER_SEED: u64 = 0x0B11_D5EE_D000;
 const WRITERS: u64 = 2;
 

@@ -284,6 +284,7 @@ impl ViewInner {
 
     /// Notes that `page`'s private copy holds its snapshot version.
     fn mark_installed(&self, page: usize) {
+        self.installed.fetch_add(1, Ordering::Relaxed);
         self.mem.note_resident(page);
         if let Some(v) = self.mem.valid.get(page) {
             v.store(page_state::PRIVATE, Ordering::Release);

@@ -133,6 +133,8 @@ pub(crate) struct ViewInner {
     serial: AtomicU32,
     doomed: AtomicU8,
     faults: AtomicU64,
+    /// Pages copied into the view so far (`mark_installed`).
+    installed: AtomicU64,
     /// Faults since the whole view was last protected (an upper bound on islands).
     islands: AtomicU64,
     valid_seq: AtomicU64,
@@ -311,6 +313,7 @@ impl View {
                 serial: AtomicU32::new(1),
                 doomed: AtomicU8::new(0),
                 faults: AtomicU64::new(0),
+                installed: AtomicU64::new(0),
                 islands: AtomicU64::new(0),
                 valid_seq: AtomicU64::new(region.mvcc.visible_seq()),
                 last_commit: AtomicU64::new(0),
@@ -470,6 +473,14 @@ impl View {
     /// Page faults this view has handled (first touches).
     pub fn faults(&self) -> u64 {
         self.inner.faults.load(Ordering::Relaxed)
+    }
+
+    /// Pages this view has installed so far: copied into its private
+    /// memory because it held no valid copy of them when they were
+    /// touched. A page the view keeps between transactions (its own
+    /// commits' pages, its cache) is not installed again.
+    pub fn installed_pages(&self) -> u64 {
+        self.inner.installed.load(Ordering::Relaxed)
     }
 
     /// Begins a serializable read-write transaction.
@@ -731,10 +742,14 @@ impl View {
             // An ordered transaction still waits for its turn and moves its group on.
             return v.region.order_pass(v.slot(), true);
         };
-        let commit_time = !req.commute.is_empty();
-        let seq = v.region.commit(req)?;
+        let c = v.region.commit(req)?;
         v.last_commit
-            .store(own_pages(seq, commit_time), Ordering::Relaxed);
+            .store(own_pages(c.seq, !c.view_current), Ordering::Relaxed);
+        if c.view_current {
+            // The pages commit-time operations changed here hold what was
+            // published: they stay valid (`drop_op_log` would forget them).
+            self.op_log = None;
+        }
         Ok(())
     }
 
@@ -1347,7 +1362,7 @@ impl Drop for View {
 
 /// What `last_commit` records for a commit at `seq`: the pages it wrote
 /// stay valid in the view at the next snapshot (they hold what it
-/// committed), unless commit-time operations ran at commit
+/// committed), unless commit-time operations ran again at commit
 /// (`commit_time`): those wrote pages from the newest committed state,
 /// which this view may hold older or local content of, so then none do.
 pub(crate) fn own_pages(seq: u64, commit_time: bool) -> u64 {
