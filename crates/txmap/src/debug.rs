@@ -327,6 +327,30 @@ fn sleep_for(knob: &AtomicU64) {
     }
 }
 
+static THREAD_END_PAUSE_US: AtomicU64 = AtomicU64::new(0);
+static REGION_THREADS: AtomicU64 = AtomicU64::new(0);
+
+/// Makes a region's own threads (its fence thread and async flusher)
+/// sleep `us` microseconds as their last act, so tests can see that a
+/// close waits for them.
+pub fn slow_thread_ends(us: u64) {
+    THREAD_END_PAUSE_US.store(us, Ordering::Relaxed);
+}
+
+/// The region threads of this process started and not yet at their end.
+pub fn region_threads() -> u64 {
+    REGION_THREADS.load(Ordering::Relaxed)
+}
+
+/// A region thread runs `body`; counted in [`region_threads`] until its end.
+pub(crate) fn region_thread<R>(body: impl FnOnce() -> R) -> R {
+    REGION_THREADS.fetch_add(1, Ordering::Relaxed);
+    let r = body();
+    sleep_for(&THREAD_END_PAUSE_US);
+    REGION_THREADS.fetch_sub(1, Ordering::Relaxed);
+    r
+}
+
 static SYNC_PAUSE_US: AtomicU64 = AtomicU64::new(0);
 
 /// Makes this process's log syncs take `us` microseconds longer (a sleep

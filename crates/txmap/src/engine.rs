@@ -56,8 +56,22 @@ impl Drop for RegionRef {
                 return;
             }
             let round = Arc::clone(&inner.round);
-            let _held = lock(&round);
+            let held = lock(&round);
+            // The last reference (the flusher's is taken only under
+            // `round`): its flusher is joined once `round` is free, where
+            // it finds the region gone (see `Fence::stop` for why a
+            // close returns only after its threads are gone).
+            let flusher = if Arc::strong_count(&inner) == 1 {
+                lock(&inner.flusher).take()
+            } else {
+                None
+            };
             drop(inner);
+            drop(held);
+            if let Some(h) = flusher {
+                h.thread().unpark();
+                let _ = h.join();
+            }
         }
     }
 }
@@ -84,7 +98,7 @@ pub(crate) struct RegionInner {
     pub(crate) recovered: u64,
     pub(crate) recovery_loss: Vec<String>,
     pub(crate) opened_alone: bool,
-    pub(crate) flusher: Mutex<Option<std::thread::Thread>>,
+    pub(crate) flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Held by the flusher while it holds a strong reference, and by a
     /// `RegionRef` while it drops its own (see `RegionRef`).
     pub(crate) round: Arc<Mutex<()>>,
@@ -1659,13 +1673,20 @@ impl RegionInner {
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
+        let owner = self.check_owner().is_ok();
         // Before anything the fence thread reads goes away.
-        self.fence
-            .stop(self.check_owner().is_ok(), self.mvcc.fence_word());
+        self.fence.stop(owner, self.mvcc.fence_word());
+        // Still here when the last reference was not a handle's or a
+        // view's: woken, it ends by itself.
         if let Some(t) = lock(&self.flusher).take() {
-            t.unpark();
+            if owner {
+                t.thread().unpark();
+            } else {
+                // Another process's thread: neither joined nor detached.
+                std::mem::forget(t);
+            }
         }
-        if self.check_owner().is_err() {
+        if !owner {
             return; // a forked child: the parent's state is not ours to touch
         }
         // Its thread holds the transition lock until the file has the round.

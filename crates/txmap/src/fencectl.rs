@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::thread::JoinHandle;
 
 use crate::os::lock::lock;
 
@@ -14,19 +14,16 @@ use crate::os::lock::lock;
 pub(crate) struct Fence {
     /// Addresses of the live `ViewInner`s (boxed, so they do not move).
     pub(crate) views: Mutex<Vec<usize>>,
-    thread: Mutex<Option<Arc<Control>>>,
+    thread: Mutex<Option<(Arc<Control>, JoinHandle<()>)>>,
     /// The thread runs and can write `/proc/self/mem`: views may hand out
     /// file pages.
     pub(crate) running: AtomicBool,
 }
 
-/// Between the region and its fence thread (detached: a forked child,
-/// which has no such thread, must not join it).
+/// Between the region and its fence thread.
 #[derive(Default)]
 struct Control {
     stop: AtomicBool,
-    /// Set by the thread as its last access to the region.
-    done: AtomicBool,
 }
 
 impl Fence {
@@ -53,15 +50,11 @@ impl Fence {
         };
         let ctl = Arc::new(Control::default());
         let c = ctl.clone();
-        if std::thread::Builder::new()
+        if let Ok(h) = std::thread::Builder::new()
             .name("txmap-fence".into())
-            .spawn(move || {
-                body(region, &c.stop, &mem);
-                c.done.store(true, Ordering::Release);
-            })
-            .is_ok()
+            .spawn(move || crate::debug::region_thread(|| body(region, &c.stop, &mem)))
         {
-            *t = Some(ctl);
+            *t = Some((ctl, h));
             self.running.store(true, Ordering::Release);
         }
     }
@@ -76,21 +69,25 @@ impl Fence {
         self.running.load(Ordering::Acquire)
     }
 
-    /// Stops the thread and waits until it no longer touches the region
-    /// (`owner`: this is the process that started it; a forked child has
-    /// no such thread and touches nothing).
+    /// Stops the thread and joins it (`owner`: this is the process that
+    /// started it). Joined, not only told to stop: a thread still exiting
+    /// when the region's close returns holds the standard library's
+    /// thread bookkeeping lock for a moment, and a child forked then
+    /// inherits that lock held and hangs in its first thread spawn (its
+    /// own region's threads). A forked child has no such thread: it
+    /// forgets the handle (joining or detaching a thread of another
+    /// process is undefined) and touches nothing.
     pub(crate) fn stop(&self, owner: bool, word: &AtomicU32) {
-        if !owner {
-            return;
-        }
-        let Some(ctl) = lock(&self.thread).take() else {
+        let Some((ctl, h)) = lock(&self.thread).take() else {
             return;
         };
+        if !owner {
+            std::mem::forget(h);
+            return;
+        }
         self.running.store(false, Ordering::Release);
         ctl.stop.store(true, Ordering::SeqCst);
         crate::os::lock::futex_wake_all(word);
-        while !ctl.done.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        let _ = h.join();
     }
 }

@@ -1063,24 +1063,26 @@ fn start_flusher(inner: &Arc<RegionInner>) {
     let h = std::thread::Builder::new()
         .name("txmap-sync".into())
         .spawn(move || {
-            loop {
-                std::thread::park_timeout(interval);
-                // Held while `r` lives: a handle dropped meanwhile waits, so
-                // the region is never closed on this thread.
-                let _round = lock(&round);
-                let Some(r) = weak.upgrade() else { return };
-                crate::debug::flusher_pause();
-                let h = r.mvcc.hdr();
-                let w = Log::written_seq(&h.log);
-                if Log::synced_seq(&h.log) < w && r.log.flush(&h.log, w).is_err() {
-                    return; // the log is poisoned; commits report it
+            crate::debug::region_thread(|| {
+                loop {
+                    std::thread::park_timeout(interval);
+                    // Held while `r` lives: a handle dropped meanwhile waits, so
+                    // the region is never closed on this thread.
+                    let _round = lock(&round);
+                    let Some(r) = weak.upgrade() else { return };
+                    crate::debug::flusher_pause();
+                    let h = r.mvcc.hdr();
+                    let w = Log::written_seq(&h.log);
+                    if Log::synced_seq(&h.log) < w && r.log.flush(&h.log, w).is_err() {
+                        return; // the log is poisoned; commits report it
+                    }
+                    let Ok(l) = r.lock_commit() else { return };
+                    r.mvcc.prune_synced(&l, Log::synced_seq(&h.log));
                 }
-                let Ok(l) = r.lock_commit() else { return };
-                r.mvcc.prune_synced(&l, Log::synced_seq(&h.log));
-            }
+            })
         });
     if let Ok(h) = h {
-        *lock(&inner.flusher) = Some(h.thread().clone());
+        *lock(&inner.flusher) = Some(h);
     }
 }
 
