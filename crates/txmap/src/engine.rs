@@ -748,7 +748,8 @@ impl RegionInner {
         self.map_image(size)
     }
 
-    /// Validates and commits; returns the commit's sequence number once it is
+    /// Validates and commits; returns the commit's sequence number (and
+    /// whether the committing view holds what it published) once it is
     /// as durable as the region's mode promises.
     pub fn commit(&self, mut req: CommitRequest<'_>) -> Result<Committed> {
         self.check_owner()?;
