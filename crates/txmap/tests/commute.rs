@@ -449,3 +449,117 @@ fn a_store_that_undoes_an_add_to_an_unwritten_page_is_what_recovery_replays() {
     assert!(r.stats().recovered_commits > 0, "recovery replayed the log");
     assert_eq!((committed(&r, 8), committed(&r, 16)), (100, 1));
 }
+
+/// Random interleavings of three views' transactions of adds, stores and
+/// loads on the words of two pages, with commits, aborts and checkpoints:
+/// every load in every transaction (also those that go on to abort or
+/// conflict) reads its snapshot with its own changes applied, and every
+/// commit that succeeds leaves, word by word, its stores, or the newest
+/// value plus its adds. A view keeps the pages of its own commit only when
+/// the adds ran again at commit on what they ran on in the transaction;
+/// one that kept them after another view's commit into the same page
+/// would load a stale word in its next transaction.
+#[test]
+fn random_adds_stores_and_loads_read_their_snapshots() {
+    const WORDS: u64 = 8;
+    // Words 0..4 on page 0, 4..8 on page 1.
+    let at = |w: u64| (w / 4) * PAGE + (w % 4) * 8;
+    let (_d, r) = region("commute-model");
+    let mut rng = seed("random_adds_stores_and_loads_read_their_snapshots");
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut views: Vec<txmap::View> = (0..3).map(|_| r.view().unwrap()).collect();
+    // The committed words; per open transaction its snapshot, its local
+    // words, and per word its stored value or its adds' sum.
+    let mut committed = [0u64; WORDS as usize];
+    struct Txn {
+        snap: [u64; WORDS as usize],
+        local: [u64; WORDS as usize],
+        stored: [Option<u64>; WORDS as usize],
+        added: [u64; WORDS as usize],
+    }
+    let mut txns: Vec<Option<Txn>> = (0..3).map(|_| None).collect();
+    let (mut commits, mut conflicts) = (0, 0);
+    for step in 0..20_000 {
+        let v = next(3) as usize;
+        let w = next(WORDS);
+        let Some(t) = &mut txns[v] else {
+            views[v].begin().unwrap();
+            txns[v] = Some(Txn {
+                snap: committed,
+                local: committed,
+                stored: [None; WORDS as usize],
+                added: [0; WORDS as usize],
+            });
+            continue;
+        };
+        match next(10) {
+            0..=3 => {
+                let d = 1 + next(5);
+                views[v].add_u64(at(w), d).unwrap();
+                t.local[w as usize] += d;
+                match &mut t.stored[w as usize] {
+                    Some(x) => *x += d,
+                    None => t.added[w as usize] += d,
+                }
+            }
+            4 => {
+                let x = 1000 * (step + 1);
+                views[v].write(at(w), &x).unwrap();
+                t.local[w as usize] = x;
+                t.stored[w as usize] = Some(x);
+                t.added[w as usize] = 0;
+            }
+            5..=6 => {
+                let got: u64 = views[v].read(at(w)).unwrap();
+                assert_eq!(
+                    got, t.local[w as usize],
+                    "step {step}: view {v} loaded word {w}: snapshot {:?}, local {:?}",
+                    t.snap, t.local
+                );
+            }
+            7 => {
+                views[v].abort().unwrap();
+                assert!(matches!(views[v].commit(), Err(Error::Aborted)));
+                txns[v] = None;
+            }
+            8 => {
+                let t = txns[v].take().unwrap();
+                match views[v].commit() {
+                    Ok(()) => {
+                        commits += 1;
+                        for (i, c) in committed.iter_mut().enumerate() {
+                            match t.stored[i] {
+                                Some(x) => *c = x,
+                                None => *c += t.added[i],
+                            }
+                        }
+                    }
+                    Err(Error::Conflict) => conflicts += 1,
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            _ => {
+                let _ = r.checkpoint();
+            }
+        }
+    }
+    assert!(
+        commits > 1000 && conflicts > 0,
+        "{commits} commits, {conflicts} conflicts"
+    );
+    let mut v = r.view().unwrap();
+    v.begin_read().unwrap();
+    for w in 0..WORDS {
+        assert_eq!(
+            v.read::<u64>(at(w)).unwrap(),
+            committed[w as usize],
+            "word {w}"
+        );
+    }
+    v.commit().unwrap();
+}
