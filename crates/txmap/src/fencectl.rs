@@ -14,16 +14,11 @@ use crate::os::lock::lock;
 pub(crate) struct Fence {
     /// Addresses of the live `ViewInner`s (boxed, so they do not move).
     pub(crate) views: Mutex<Vec<usize>>,
-    thread: Mutex<Option<(Arc<Control>, JoinHandle<()>)>>,
+    /// The thread's stop flag and handle, while it runs.
+    thread: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
     /// The thread runs and can write `/proc/self/mem`: views may hand out
     /// file pages.
     pub(crate) running: AtomicBool,
-}
-
-/// Between the region and its fence thread.
-#[derive(Default)]
-struct Control {
-    stop: AtomicBool,
 }
 
 impl Fence {
@@ -48,13 +43,13 @@ impl Fence {
         else {
             return;
         };
-        let ctl = Arc::new(Control::default());
-        let c = ctl.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
         if let Ok(h) = std::thread::Builder::new()
             .name("txmap-fence".into())
-            .spawn(move || crate::debug::region_thread(|| body(region, &c.stop, &mem)))
+            .spawn(move || crate::debug::region_thread(|| body(region, &s, &mem)))
         {
-            *t = Some((ctl, h));
+            *t = Some((stop, h));
             self.running.store(true, Ordering::Release);
         }
     }
@@ -78,7 +73,7 @@ impl Fence {
     /// forgets the handle (joining or detaching a thread of another
     /// process is undefined) and touches nothing.
     pub(crate) fn stop(&self, owner: bool, word: &AtomicU32) {
-        let Some((ctl, h)) = lock(&self.thread).take() else {
+        let Some((stop, h)) = lock(&self.thread).take() else {
             return;
         };
         if !owner {
@@ -86,7 +81,7 @@ impl Fence {
             return;
         }
         self.running.store(false, Ordering::Release);
-        ctl.stop.store(true, Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
         crate::os::lock::futex_wake_all(word);
         let _ = h.join();
     }

@@ -1362,11 +1362,12 @@ impl Drop for View {
 
 /// What `last_commit` records for a commit at `seq`: the pages it wrote
 /// stay valid in the view at the next snapshot (they hold what it
-/// committed), unless commit-time operations ran again at commit
-/// (`commit_time`): those wrote pages from the newest committed state,
-/// which this view may hold older or local content of, so then none do.
-pub(crate) fn own_pages(seq: u64, commit_time: bool) -> u64 {
-    if commit_time { 0 } else { seq }
+/// committed), unless commit-time operations may have given other
+/// results at commit than here (`ran_again`): those wrote pages from the
+/// newest committed state, which this view may hold older or local
+/// content of, so then none do.
+pub(crate) fn own_pages(seq: u64, ran_again: bool) -> u64 {
+    if ran_again { 0 } else { seq }
 }
 
 /// Appends the byte ranges where `new` differs from `old`; gaps shorter than a
