@@ -85,13 +85,30 @@ fn whole(page: &[u64; WORDS], who: &str, p: usize) -> u64 {
 /// never change under it. The view must not copy any page: the reads are
 /// served in place. Returns the transactions run.
 fn read_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
+    check_reads(v, stop, who, false)
+}
+
+/// `read_and_check` with serializable read-write transactions, each in a
+/// fresh view (a page an earlier transaction of the view read is kept in
+/// its cache instead); they store nothing.
+fn read_and_check_rw(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
+    check_reads(v, stop, who, true)
+}
+
+fn check_reads(v: &mut View, stop: &dyn Fn() -> bool, who: &str, rw: bool) -> u64 {
     // Widen the window between finding a version and reading it.
     txmap::debug::slow_installs(2_000);
     // A pooled view may come with pages of an earlier view.
-    let held = v.private_bytes();
+    let mut held = v.private_bytes();
     let mut txns = 0;
     while !stop() || txns == 0 {
-        v.begin_read().unwrap();
+        if rw {
+            *v = v.region().view().unwrap();
+            held = v.private_bytes();
+            v.begin().unwrap();
+        } else {
+            v.begin_read().unwrap();
+        }
         let read = |p: usize| whole(&v.read::<[u64; WORDS]>((p * PAGE) as u64).unwrap(), who, p);
         let first: Vec<u64> = (0..PAGES).map(read).collect();
         let last = *first.iter().max().unwrap();
@@ -116,7 +133,18 @@ fn read_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str) -> u64 {
             }
             std::thread::sleep(Duration::from_micros(300));
         }
-        v.commit().unwrap();
+        let now = v.private_bytes();
+        assert!(
+            now <= held,
+            "{who}: the reads copied pages into the view instead of reading them in place ({held} -> {now} bytes)"
+        );
+        match v.commit() {
+            // A read-write one conflicts when a commit since its snapshot
+            // changed what it read.
+            Ok(_) => {}
+            Err(txmap::Error::Conflict) if rw => {}
+            Err(e) => panic!("{who}: commit: {e}"),
+        }
         txns += 1;
     }
     let now = v.private_bytes();
@@ -239,6 +267,14 @@ fn readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
     );
 }
 
+/// The same with serializable read-write transactions: what they only
+/// read is read in place too, at their snapshot.
+#[test]
+fn read_write_readers_in_place_keep_their_snapshot_while_versions_are_pruned_and_reused() {
+    let (_d, _p, r) = region("inplace-threads-rw");
+    with_reader_threads(&r, read_and_check_rw, || write(&r, 3, 403));
+}
+
 /// The same with readers in other processes, which read this process's
 /// versions in the shared version store.
 #[test]
@@ -248,6 +284,22 @@ fn readers_in_place_in_other_processes_keep_their_snapshot() {
         return run_reader(opts(), |v, stop| read_and_check(v, stop, "reader process"));
     }
     let (d, p, r) = region("inplace-procs");
+    let stop = d.join("stop");
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
+    write(&r, 3, 403);
+    stop_readers(&stop, &mut readers);
+}
+
+/// The same with read-write transactions in other processes.
+#[test]
+fn read_write_readers_in_place_in_other_processes_keep_their_snapshot() {
+    let test = "read_write_readers_in_place_in_other_processes_keep_their_snapshot";
+    if role().is_some() {
+        return run_reader(opts(), |v, stop| {
+            read_and_check_rw(v, stop, "read-write reader process")
+        });
+    }
+    let (d, p, r) = region("inplace-procs-rw");
     let stop = d.join("stop");
     let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
     write(&r, 3, 403);

@@ -80,6 +80,12 @@ enum How {
     /// read-only transaction maps the whole file at `begin_read` when the
     /// file holds every page at its snapshot (no fault), else runs.
     Fresh,
+    /// `View::slice` in a serializable read-write transaction of a fresh
+    /// view each time (pages no earlier transaction of the view touched
+    /// are read shared), which ends by storing a word of page 0 again and
+    /// committing (a conflict when a commit since its snapshot changed the
+    /// pages it read).
+    FreshRw,
 }
 
 /// Pointers to every page at the view's own address (`View::base`): plain
@@ -98,12 +104,16 @@ fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) ->
     let mut txns = 0;
     let mut rounds = 0u64;
     while !stop() {
-        if let How::Fresh = how {
+        if let How::Fresh | How::FreshRw = how {
             *v = v.region().view().unwrap();
         }
-        v.begin_read().unwrap();
+        if let How::FreshRw = how {
+            v.begin().unwrap();
+        } else {
+            v.begin_read().unwrap();
+        }
         let ptrs = match how {
-            How::Slice => pointers(v),
+            How::Slice | How::FreshRw => pointers(v),
             How::Raw | How::Fresh => raw_pointers(v),
             How::Advised => {
                 v.set_page_access(0, PAGES * PAGE, txmap::PageAccess::Read)
@@ -123,7 +133,19 @@ fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) ->
             rounds += 1;
             std::thread::sleep(Duration::from_micros(200));
         }
-        v.commit().unwrap();
+        if let How::FreshRw = how {
+            v.write(0, &x).unwrap();
+            // Its pages still hold the snapshot after its own store.
+            for (p, &ptr) in ptrs.iter().enumerate().skip(1) {
+                assert_eq!(whole(ptr, who), x, "{who}: page {p} changed after a store");
+            }
+            match v.commit() {
+                Ok(_) | Err(txmap::Error::Conflict) => {}
+                Err(e) => panic!("{who}: commit: {e}"),
+            }
+        } else {
+            v.commit().unwrap();
+        }
         txns += 1;
     }
     assert!(rounds > 0);
@@ -200,26 +222,42 @@ fn old_snapshot_reads_stay_while_checkpoints_overwrite_shared_pages() {
     let d = ext4_dir("sp-threads");
     let r = Region::create(&d.join("r.txm"), (PAGES * PAGE) as u64, opts()).unwrap();
     write_and_checkpoint(&r, 1, 1);
+    readers_in_threads(&r, &[How::Slice; 3], "reader");
+}
+
+/// A reader thread per entry of `hows` (`hold_and_check`, each with a view
+/// of its own) while this thread commits and checkpoints 300 times.
+fn readers_in_threads(r: &Region, hows: &[How], who: &str) {
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..3)
-        .map(|k| {
+    let readers: Vec<_> = hows
+        .iter()
+        .enumerate()
+        .map(|(k, &how)| {
             let (r, stop) = (r.clone(), stop.clone());
+            let who = format!("{who} {k}");
             std::thread::spawn(move || {
                 let mut v = r.view().unwrap();
-                hold_and_check(
-                    &mut v,
-                    &|| stop.load(Ordering::Relaxed),
-                    &format!("reader {k}"),
-                    How::Slice,
-                )
+                hold_and_check(&mut v, &|| stop.load(Ordering::Relaxed), &who, how)
             })
         })
         .collect();
-    write_and_checkpoint(&r, 2, 300);
+    write_and_checkpoint(r, 2, 300);
     stop.store(true, Ordering::Relaxed);
     for h in readers {
         assert!(h.join().unwrap() > 0);
     }
+}
+
+/// The same with serializable read-write transactions, each in a fresh
+/// view (so its reads are shared, not copied), that end with a store and
+/// a commit: every byte their slices show is their snapshot's, before and
+/// after their own store (fails with `debug::set_fence(false)`, and when
+/// read-write transactions copy instead: see
+/// `read_write_transactions_copy_only_what_they_write`).
+#[test]
+fn read_write_readers_keep_their_snapshot_while_checkpoints_overwrite_shared_pages() {
+    let (_d, _p, r) = region_with_pages("sp-threads-rw");
+    readers_in_threads(&r, &[How::FreshRw; 3], "read-write reader");
 }
 
 /// Reader threads holding plain-load pointers (`View::base`) into pages
@@ -233,27 +271,11 @@ fn raw_pointer_readers_keep_their_snapshot_while_checkpoints_overwrite_pages() {
     let d = ext4_dir("sp-threads-raw");
     let r = Region::create(&d.join("r.txm"), (PAGES * PAGE) as u64, opts()).unwrap();
     write_and_checkpoint(&r, 1, 1);
-    let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..4)
-        .map(|k| {
-            let (r, stop) = (r.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut v = r.view().unwrap();
-                let how = [How::Raw, How::Raw, How::Advised, How::Fresh][k];
-                hold_and_check(
-                    &mut v,
-                    &|| stop.load(Ordering::Relaxed),
-                    &format!("raw reader {k}"),
-                    how,
-                )
-            })
-        })
-        .collect();
-    write_and_checkpoint(&r, 2, 300);
-    stop.store(true, Ordering::Relaxed);
-    for h in readers {
-        assert!(h.join().unwrap() > 0);
-    }
+    readers_in_threads(
+        &r,
+        &[How::Raw, How::Raw, How::Advised, How::Fresh],
+        "raw reader",
+    );
 }
 
 /// Pss of this process's anonymous and shared-memory pages (KiB): the
@@ -375,6 +397,7 @@ fn reader_child() {
     let how = match std::env::var("TXMAP_RAW").as_deref() {
         Ok("advised") => How::Advised,
         Ok("fresh") => How::Fresh,
+        Ok("fresh-rw") => How::FreshRw,
         Ok(_) => How::Raw,
         Err(_) => How::Slice,
     };
@@ -406,6 +429,22 @@ fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_
         return reader_child();
     }
     readers_in_processes(test, "sp-procs-raw", true);
+}
+
+/// The same with read-write transactions in other processes (`FreshRw`).
+#[test]
+fn read_write_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages() {
+    let test = "read_write_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages";
+    if role().is_some() {
+        return reader_child();
+    }
+    let (d, p, r) = region_with_pages("sp-procs-rw");
+    let stop = d.join("stop");
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| {
+        vec![("TXMAP_RAW", "fresh-rw".into())]
+    });
+    write_and_checkpoint(&r, 2, 300);
+    stop_readers(&stop, &mut readers);
 }
 
 /// Two reader processes (`reader_child`; if `raw` three, by plain loads:
@@ -456,7 +495,8 @@ fn stopped_child() {
 
 /// A reader process stopped (SIGSTOP) while it holds file pages cannot
 /// answer the fence: checkpoints then write nothing past its snapshot (the
-/// log keeps the rest), and when it continues it still reads its snapshot.
+/// log keeps the rest), only the first of them waits for it, and when it
+/// continues it still reads its snapshot.
 /// A reader killed while holding them is reaped, and checkpoints go on to
 /// the newest commit.
 #[test]
@@ -495,7 +535,14 @@ fn a_stopped_reader_process_makes_checkpoints_stop_at_its_snapshot() {
         assert!(start.elapsed() < LIVENESS);
         std::thread::sleep(Duration::from_millis(1));
     }
-    write_and_checkpoint(&r, 2, 3);
+    // Only the first checkpoint waits for it (up to its bound, 2 s): 70
+    // that each waited would outlast the liveness bound.
+    let start = Instant::now();
+    write_and_checkpoint(&r, 2, 70);
+    assert!(
+        start.elapsed() < LIVENESS,
+        "every checkpoint waited for the stopped reader"
+    );
     let s = r.stats();
     assert!(
         s.checkpoint_seq <= snap && s.commit_seq > snap,
@@ -826,4 +873,152 @@ fn a_views_pages_sit_at_addresses_congruent_to_their_file_offsets() {
     let r = Region::open_or_adopt(&plain, opts()).unwrap();
     let v = r.view().unwrap();
     assert_eq!(v.base() as usize % TWO_MIB, 0, "a plain file's view");
+}
+
+/// A fresh view's serializable read-write transaction that reads every
+/// page of a region (half of them checkpointed into the file, half
+/// rewritten since, in shared memory) and writes one copies only the page
+/// it writes: its reads are shared. A later transaction of the view that
+/// reads them again keeps copies (the view's bounded cache).
+#[test]
+fn read_write_transactions_copy_only_what_they_write() {
+    const BIG: usize = 256;
+    let (_d, _p, r) = new_region("sp-rw-copy", (BIG * PAGE) as u64, opts());
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..BIG, 3);
+    r.checkpoint().unwrap();
+    fill(&mut w, (1..BIG).step_by(2), 4);
+    drop(w);
+    // The writer's pooled memory goes to a view of its own.
+    let _pooled = r.view().unwrap();
+    let mut v = r.view().unwrap();
+    let want = |p: usize| if p % 2 == 1 { 4 } else { 3 };
+    let (installed, private) = (v.installed_pages(), v.private_bytes());
+    v.begin().unwrap();
+    for p in 0..BIG {
+        assert_eq!(
+            v.read::<u64>((p * PAGE) as u64).unwrap(),
+            want(p),
+            "page {p}"
+        );
+    }
+    // `slice` of a checkpointed page is the file's page too.
+    assert_eq!(v.slice((2 * PAGE) as u64, 8).unwrap(), 3u64.to_ne_bytes());
+    v.write(PAGE as u64, &5u64).unwrap();
+    assert_eq!(v.read::<u64>(PAGE as u64).unwrap(), 5);
+    assert_eq!(
+        v.installed_pages() - installed,
+        1,
+        "a transaction that read {BIG} pages and wrote one copied more than the one"
+    );
+    assert!(
+        v.private_bytes() - private <= 2 * PAGE as u64,
+        "private memory grew by {} bytes",
+        v.private_bytes() - private
+    );
+    v.commit().unwrap();
+    v.begin().unwrap();
+    for p in 2..BIG {
+        assert_eq!(
+            v.read::<u64>((p * PAGE) as u64).unwrap(),
+            want(p),
+            "page {p}"
+        );
+    }
+    v.commit().unwrap();
+    assert_eq!(
+        v.installed_pages() - installed,
+        BIG as u64 - 1,
+        "pages read again by a later transaction are kept in the view"
+    );
+}
+
+/// Write skew between two fresh views whose serializable transactions
+/// read two pages shared (from the file, or in place from shared memory)
+/// and each write one of them: the second commit conflicts, whether its
+/// view tracks reads (after a conflict) or validates touched pages
+/// (fails when a shared read joins neither the read set nor the touched
+/// pages).
+#[test]
+fn shared_reads_of_read_write_transactions_are_validated() {
+    const ROUNDS: usize = 8;
+    let (_d, _p, r) = new_region("sp-rw-skew", (2 * ROUNDS * PAGE) as u64, opts());
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..2 * ROUNDS, 1);
+    r.checkpoint().unwrap();
+    // The second half's rounds read versions in shared memory.
+    fill(&mut w, ROUNDS..2 * ROUNDS, 2);
+    drop(w);
+    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    for k in 0..ROUNDS {
+        // Pages no earlier transaction of either view touched: shared.
+        let (x, y) = ((2 * k * PAGE) as u64, ((2 * k + 1) * PAGE) as u64);
+        a.begin().unwrap();
+        b.begin().unwrap();
+        let sa = a.read::<u64>(x).unwrap() + a.read::<u64>(y).unwrap();
+        let sb = b.read::<u64>(x).unwrap() + b.read::<u64>(y).unwrap();
+        assert_eq!(sa, sb);
+        a.write(x, &(sa + 10)).unwrap();
+        b.write(y, &(sb + 10)).unwrap();
+        a.commit().unwrap();
+        assert!(
+            matches!(b.commit(), Err(txmap::Error::Conflict)),
+            "round {k}: write skew committed"
+        );
+    }
+}
+
+/// A read-write transaction that read a page shared and then changed it
+/// by a commutative operation (which updates the view's copy, not the
+/// write set) reads its own result through every accessor (fails when the
+/// file's page is handed out for a page the view holds).
+#[test]
+fn a_read_write_transaction_reads_its_commutative_results_after_shared_reads() {
+    let (_d, _p, r) = region_with_pages("sp-rw-commute");
+    let mut v = r.view().unwrap();
+    let word = |b: &[u8]| u64::from_ne_bytes(b[..8].try_into().unwrap());
+    v.begin().unwrap();
+    assert_eq!(word(v.slice(0, 8).unwrap()), 1);
+    assert_eq!(v.read::<u64>(0).unwrap(), 1);
+    v.add_u64(0, 5).unwrap();
+    assert_eq!(v.read::<u64>(0).unwrap(), 6);
+    assert_eq!(word(v.slice(0, 8).unwrap()), 6);
+    // A page the operation changes before any read of it.
+    v.add_u64(PAGE as u64, 7).unwrap();
+    assert_eq!(word(v.slice(PAGE as u64, 8).unwrap()), 8);
+    assert_eq!(v.read::<u64>(PAGE as u64).unwrap(), 8);
+    v.commit().unwrap();
+    v.begin_read().unwrap();
+    assert_eq!(v.read::<u64>(0).unwrap(), 6);
+    assert_eq!(v.read::<u64>(PAGE as u64).unwrap(), 8);
+    v.commit().unwrap();
+}
+
+/// A read-write transaction that read a page shared (in place, from its
+/// version in shared memory) and then takes a slice of it gets the
+/// snapshot's bytes, not what the view's memory held from an earlier
+/// view (fails when the accessors take a page marked read for installed).
+#[test]
+fn a_page_read_in_place_then_sliced_in_a_read_write_transaction_is_the_snapshots() {
+    let (_d, _p, r) = region_with_pages("sp-rw-slice");
+    let word = |b: &[u8]| u64::from_ne_bytes(b[..8].try_into().unwrap());
+    for round in 0..4u64 {
+        // A view that copied the page (it wrote it) goes to the pool with
+        // that copy in its memory.
+        let mut a = r.view().unwrap();
+        a.run(|v| v.write(PAGE as u64, &(10 + round))).unwrap();
+        let mut w = r.view().unwrap();
+        drop(a);
+        // A newer version, in shared memory only (no checkpoint).
+        w.run(|v| v.write(PAGE as u64, &(20 + round))).unwrap();
+        let mut b = r.view().unwrap();
+        b.begin().unwrap();
+        assert_eq!(b.read::<u64>(PAGE as u64).unwrap(), 20 + round);
+        assert_eq!(word(b.slice(PAGE as u64, 8).unwrap()), 20 + round);
+        assert_eq!(
+            word(b.slice(PAGE as u64 - 8, 16).unwrap()[8..].as_ref()),
+            20 + round
+        );
+        b.commit().unwrap();
+    }
 }

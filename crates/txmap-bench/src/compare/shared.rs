@@ -257,6 +257,10 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         "shared: memory of {THREADS} plain-load reader threads"
     ));
     let plain_mem = threads_memory(&region, pages, load_all)?;
+    ctx.progress(format!(
+        "shared: memory of {THREADS} read-write reader threads"
+    ));
+    let rw_mem = threads_memory(&region, pages, rw_read_all)?;
     // The same without a bound on private pages, as views were before it
     // (quick mode only: at 1 GiB that is 8 GiB of private copies).
     let unbounded_mem = if ctx.quick {
@@ -299,7 +303,9 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         "### Memory of readers over a {mib} MiB region\n\n\
          Each reader opens a view, reads every page once (`View::read` in one read-only transaction; \
          plain loads: a load through `View::base()` of every page, in read-only transactions of \
-         {LOAD_CHUNK} pages, with the default `view_private_pages` ({cache}) or none) and keeps the \
+         {LOAD_CHUNK} pages, with the default `view_private_pages` ({cache}) or none; read-write: \
+         `View::read` of every page and a store into one in a serializable read-write transaction, \
+         still open while the memory is sampled) and keeps the \
          view open while the memory is sampled. Threads: the change of this process's \
          `/proc/self/smaps_rollup` Pss and `VmPTE` across the readers; processes: the sum of the \
          {PROCESSES} reader processes' whole counts (their program and libraries included). MiB.\n"
@@ -318,6 +324,10 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         (format!("{THREADS} threads, a view each"), threads_mem),
         (format!("{PROCESSES} processes, a view each"), procs_mem),
         (format!("{THREADS} threads, plain loads"), plain_mem),
+        (
+            format!("{THREADS} threads, read-write transactions, open"),
+            rw_mem,
+        ),
     ];
     if let Some(m) = unbounded_mem {
         rows.push((format!("{THREADS} threads, plain loads, no bound"), m));
@@ -334,11 +344,15 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         ]);
     }
     r.md.push_str(&t.render());
-    for (what, d) in [("threads", threads_mem), ("processes", procs_mem)] {
-        let n = if what == "threads" {
-            THREADS
-        } else {
+    for (what, d) in [
+        ("threads", threads_mem),
+        ("processes", procs_mem),
+        ("threads in read-write transactions", rw_mem),
+    ] {
+        let n = if what == "processes" {
             PROCESSES
+        } else {
+            THREADS
         };
         r.target(
             &format!(
@@ -363,6 +377,18 @@ fn read_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
         black_box(v.read::<u8>((p * PAGE) as u64)?);
     }
     v.commit()
+}
+
+/// Reads one byte of every page and stores one in a serializable
+/// read-write transaction, and leaves it open (the view's drop rolls it
+/// back): its private memory is the page it wrote.
+fn rw_read_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
+    v.begin()?;
+    for p in 0..pages {
+        black_box(v.read::<u8>((p * PAGE) as u64)?);
+    }
+    let b: u8 = v.read(0)?;
+    v.write(0, &b)
 }
 
 /// Pages per read-only transaction in `load_all`.

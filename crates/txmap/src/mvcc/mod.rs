@@ -815,6 +815,16 @@ impl Mvcc {
             if !waiting {
                 return true;
             }
+            // A slot that did not answer the fence before this one either
+            // (a reader acknowledges the generation it starts at, and its
+            // fence thread every later one) belongs to a stopped process:
+            // only the first checkpoint after it stopped waits for it.
+            let stuck = self.view_slots().iter().any(|s| {
+                reading(s) && s.fence_ack.load(Ordering::SeqCst) < u64::from(g.wrapping_sub(1))
+            });
+            if stuck && rounds > 0 {
+                return false;
+            }
             rounds += 1;
             if start.elapsed() > limit {
                 return false;

@@ -457,7 +457,9 @@ impl ViewInner {
                 self.install_range(first, last + 1, self.snapshot.load(Ordering::Relaxed));
             }
             for page in first..=last {
-                if self.touch_bits(page) & need == 0 {
+                // A page read shared in this transaction is marked read
+                // but not installed (`note_shared_read`).
+                if self.touch_bits(page) & need == 0 || !self.holds(page) {
                     self.touch(page, write);
                 }
             }
@@ -467,15 +469,18 @@ impl ViewInner {
         unsafe { self.mem.alias.base().add(off) }
     }
 
-    /// Read-only transactions: the address of `[off, off+len)` in the
-    /// view's mapping of the region file, shared with the page cache (no
-    /// copy), if the file holds each page's version at the snapshot; `None`
-    /// sends the caller to `access` (a copy in the alias). A page read
-    /// either way in a transaction is read the same way again, until a
-    /// store (which dooms a read-only transaction) puts it in the alias.
+    /// The address of `[off, off+len)` in the view's mapping of the region
+    /// file, shared with the page cache (no copy), if the file holds each
+    /// page's version at the snapshot; `None` sends the caller to `access`
+    /// (a copy in the alias). A page read either way in a transaction is
+    /// read the same way again, until a store puts it in the alias (and
+    /// dooms a read-only transaction). In a read-write transaction the
+    /// page also joins the read set, and pages the view holds (its copy
+    /// may carry this transaction's own results) or shares no more
+    /// (`shares_read`) go to the alias.
     pub(super) fn file_access(&self, off: usize, len: usize) -> Option<*mut u8> {
+        let read_only = self.read_only.load(Ordering::Relaxed);
         if len == 0
-            || !self.read_only.load(Ordering::Relaxed)
             || !self.file_ok.load(Ordering::Relaxed)
             || self.region.round_write.busy()
             || !self.region.fence.running()
@@ -488,6 +493,9 @@ impl ViewInner {
         for page in off / PAGE..=(off + len - 1) / PAGE {
             let t = self.mem.touched.get(page)?;
             let bits = bits_of(t.load(Ordering::Relaxed), serial);
+            if !read_only && self.holds(page) {
+                return None;
+            }
             if bits & TOUCH_FILE != 0 && bits & TOUCH_WRITE == 0 {
                 continue;
             }
@@ -495,7 +503,7 @@ impl ViewInner {
             // the last checkpoint) goes to the alias without being listed:
             // no fence to pay, and no fence pass over it later. (Only a
             // checkpoint turns this true; the check after listing decides.)
-            if bits != 0 || !mvcc.file_holds(page, s) {
+            if bits != 0 || !self.shares_read(page) || !mvcc.file_holds(page, s) {
                 return None;
             }
             let n = self.file_n.load(Ordering::Relaxed);
@@ -513,10 +521,48 @@ impl ViewInner {
             if !mvcc.file_holds(page, s) {
                 return None;
             }
+            if !read_only {
+                self.record_read(page);
+            }
             t.store(serial << TOUCH_BITS | TOUCH_FILE, Ordering::Relaxed);
         }
         // SAFETY: off + len is within the mapped size, which the file mapping maps.
         Some(unsafe { self.mem.file.base().add(off) })
+    }
+
+    /// Whether this transaction may read `page` from a shared copy (the
+    /// region file's page cache, a version in shared memory) instead of
+    /// copying it into the view. Always in a read-only transaction. In a
+    /// read-write one, unless an earlier transaction of the view touched
+    /// the page: such a page (a tree's root and upper nodes, read by every
+    /// transaction) is read cheapest at the view's own copy, which stays
+    /// valid across transactions within the view's bounded cache
+    /// (`view_private_pages`); a page read for the first time is shared.
+    pub(super) fn shares_read(&self, page: usize) -> bool {
+        if self.read_only.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.mem.touched.get(page).is_some_and(|t| {
+            let raw = t.load(Ordering::Relaxed);
+            raw == 0 || bits_of(raw, self.serial.load(Ordering::Relaxed)) != 0
+        })
+    }
+
+    /// A read-write transaction's read of `page` from a shared copy: the
+    /// page joins the read set and is marked read, as `touch` would do
+    /// (commit validates it; a later store installs it from the snapshot).
+    pub(super) fn note_shared_read(&self, page: usize) {
+        if self.read_only.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(t) = self.mem.touched.get(page) else {
+            return;
+        };
+        let serial = self.serial.load(Ordering::Relaxed);
+        if bits_of(t.load(Ordering::Relaxed), serial) == 0 {
+            self.record_read(page);
+            t.store(serial << TOUCH_BITS | TOUCH_READ, Ordering::Relaxed);
+        }
     }
 
     /// Adds `page` to the read set of a serializable transaction.

@@ -1,6 +1,6 @@
 //! Issue 20's fence, the side of each process (docs/design/shared-pages.md).
 //!
-//! Accessor reads of a read-only transaction may return pages of the view's
+//! Accessor reads of a transaction may return pages of the view's
 //! private mapping of the region file, shared with the page cache, when the
 //! file holds their version at the snapshot (`Mvcc::file_holds`). A
 //! checkpoint later overwrites such a page once a newer commit wrote it, and

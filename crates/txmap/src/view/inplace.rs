@@ -1,4 +1,4 @@
-//! Scoped reads of a read-only transaction where the snapshot's bytes lie:
+//! Scoped reads of a transaction where the snapshot's bytes lie:
 //! the page's version in the shared version chains, or the region file's
 //! image, without installing the page into the view's private memory.
 //!
@@ -55,7 +55,7 @@ const GEN_MAX: u32 = (1 << GEN_BITS) - 1;
 // The cache counts finds up to PROMOTE_AFTER in the entry's low bits.
 const _: () = assert!(PROMOTE_AFTER as u64 <= HITS_MASK);
 
-/// Addresses of versions a view's read-only transactions read in place,
+/// Addresses of versions a view's transactions read in place,
 /// valid for one snapshot at one MVCC epoch (module docs). The entries
 /// and their generation live in the view's memory
 /// (`ViewMemory::versions`); this holds the snapshot and epoch the valid
@@ -140,8 +140,9 @@ impl VersionCache {
 
 impl ViewInner {
     /// Runs `f(bytes, true)` on `[off, off+len)` as the transaction's
-    /// snapshot has it, read in place on the read side, if the transaction
-    /// is read-only, the range lies in one page and the view holds no valid
+    /// snapshot has it, read in place on the read side, if the range lies
+    /// in one page the transaction may read shared (`shares_read`; in a
+    /// read-write transaction the page joins the read set) and the view holds no valid
     /// copy of that page (a valid copy is cheaper to read, and is the same
     /// bytes). Otherwise gives `f` back. The caller has checked the range
     /// and that a transaction is active.
@@ -170,6 +171,7 @@ impl ViewInner {
         let bytes = unsafe { std::slice::from_raw_parts(src.add(off % PAGE), len) };
         let r = f(bytes, true);
         drop(side);
+        self.note_shared_read(page);
         Ok(r)
     }
 
@@ -217,15 +219,16 @@ impl ViewInner {
         let bytes = unsafe { std::slice::from_raw_parts((addr as *const u8).add(off % PAGE), len) };
         let r = f(bytes, true);
         drop(side);
+        self.note_shared_read(page);
         Ok(r)
     }
 
     /// The page of `[off, off+len)` if a read of it may be served in
-    /// place: the transaction is read-only and the range lies in one page.
+    /// place: the range lies in one page that the transaction may read
+    /// shared (`shares_read`).
     fn in_place_page(&self, off: usize, len: usize) -> Option<usize> {
         let page = off / PAGE;
-        (len != 0 && (off + len - 1) / PAGE == page && self.read_only.load(Ordering::Relaxed))
-            .then_some(page)
+        (len != 0 && (off + len - 1) / PAGE == page && self.shares_read(page)).then_some(page)
     }
 
     /// Whether the view's private memory holds `page`'s snapshot version

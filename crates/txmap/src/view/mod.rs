@@ -50,7 +50,7 @@ const TOUCH_WRITE: u32 = 2;
 /// The page is writable at the user address (a store faulted or was declared).
 const TOUCH_EXPOSED_RW: u32 = 4;
 /// Read through the view's mapping of the region file in this transaction
-/// (read-only transactions, `ViewInner::file_access`).
+/// (`ViewInner::file_access`).
 const TOUCH_FILE: u32 = 8;
 /// Low bits of a `touched` entry; the transaction serial is above them.
 const TOUCH_BITS: u32 = 4;
@@ -726,6 +726,12 @@ impl View {
 
     fn commit_outermost(&mut self) -> Result<()> {
         let v = &*self.inner;
+        // Its reads are over (the commit holds the view mutably): a
+        // process stopped inside the commit (a sync leader) must not owe
+        // checkpoints a fence for pages it read from the file.
+        if !v.end_file_reads() {
+            v.file_ok.store(false, Ordering::Relaxed);
+        }
         let round = self.rounds && self.op_log.is_none();
         if round || self.large_enough_for_place() {
             // A round, or a large commit, alone with its region needs no
@@ -1091,9 +1097,10 @@ impl View {
     }
 
     /// Calls `f(bytes, scoped)` with the bytes at `off` as [`View::slice`]
-    /// would return them, and returns what it returns. In a read-only
-    /// transaction, a range within one page the view holds no copy of is
-    /// read where the snapshot's version lies (shared memory or the region
+    /// would return them, and returns what it returns. A range within one
+    /// page the view holds no copy of (and, in a read-write transaction,
+    /// that no earlier transaction of the view touched) is read where the
+    /// snapshot's version lies (shared memory or the region
     /// file), without copying the page into the view (`inplace.rs`): then
     /// `scoped` is true and `f` runs on the MVCC read side, which a
     /// checkpoint waits for, so it must only look at the bytes or copy them
