@@ -1,5 +1,5 @@
 //! Reads in place (docs/design/shared-pages.md, "Fifth session"): accessor
-//! reads of read-only transactions read a page the view holds no copy of
+//! reads (of read-write transactions too) read a page the view holds no copy of
 //! where its snapshot version lies (the version chains in shared memory, or
 //! the region file), on the read side, without copying it into the view.
 //! Readers of old snapshots, in threads and in other processes, must see

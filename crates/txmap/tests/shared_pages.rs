@@ -1,8 +1,9 @@
 //! Shared committed pages (issue 20, docs/design/shared-pages.md): accessor
-//! reads of read-only transactions return the region file's pages, shared
-//! with the page cache, and the checkpoint's fence keeps every byte a reader
-//! holds at its snapshot while checkpoints overwrite those pages, in threads
-//! and in other processes, stopped or killed.
+//! reads return the region file's pages, shared with the page cache (in
+//! read-write transactions too, for pages they do not write), and the
+//! checkpoint's fence keeps every byte a reader holds at its snapshot while
+//! checkpoints overwrite those pages, in threads and in other processes,
+//! stopped or killed.
 mod common;
 
 use std::path::Path;
