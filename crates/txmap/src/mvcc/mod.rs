@@ -808,20 +808,21 @@ impl Mvcc {
         let start = std::time::Instant::now();
         let mut rounds = 0u32;
         loop {
-            let waiting = self
+            // The oldest generation a reading slot acknowledged.
+            let oldest = self
                 .view_slots()
                 .iter()
-                .any(|s| reading(s) && s.fence_ack.load(Ordering::SeqCst) < u64::from(g));
-            if !waiting {
+                .filter(|s| reading(s))
+                .map(|s| s.fence_ack.load(Ordering::SeqCst))
+                .min();
+            if oldest.is_none_or(|a| a >= u64::from(g)) {
                 return true;
             }
             // A slot that did not answer the fence before this one either
             // (a reader acknowledges the generation it starts at, and its
             // fence thread every later one) belongs to a stopped process:
             // only the first checkpoint after it stopped waits for it.
-            let stuck = self.view_slots().iter().any(|s| {
-                reading(s) && s.fence_ack.load(Ordering::SeqCst) < u64::from(g.wrapping_sub(1))
-            });
+            let stuck = oldest.is_some_and(|a| a < u64::from(g.wrapping_sub(1)));
             if stuck && rounds > 0 {
                 return false;
             }
