@@ -24,11 +24,47 @@ pub use super::leaf::{INLINE_MAX, MAX_KEY, NODE};
 use super::leaf::{
     INTERNAL, Internal, LEAF, Leaf, MAGIC, Raw, T_HEIGHT, T_MAGIC, T_ROOT, encode_internal,
     encode_leaf, in_place_spot, internal_bytes, internal_cell, internal_put_in_place, leaf_bytes,
-    leaf_cell, leaf_cells, op_args, packed_bytes, put_in_place, remove_slot, split_leaf_bytes,
+    leaf_cell, leaf_cells, op_args, pack_leaf, packed_bytes, put_in_place, remove_slot,
     split_point,
 };
 use super::node::check_key;
 use crate::{Result, View};
+
+/// Internal nodes a descent keeps on the stack. Inserts keep a fan-out of
+/// at least 4, so 16 levels hold more entries than a region can; a tree
+/// thinned by deletes may be deeper, and its deeper levels go to the heap.
+const PATH_INLINE: usize = 16;
+
+/// The (node, child index) pairs of a descent, root first. On the stack:
+/// each put descends once, and a heap path cost an allocation and a free
+/// per put.
+#[derive(Clone, Default)]
+struct Path {
+    at: [(u64, usize); PATH_INLINE],
+    n: usize,
+    more: Vec<(u64, usize)>,
+}
+
+impl Path {
+    fn push(&mut self, e: (u64, usize)) {
+        if self.n < PATH_INLINE {
+            self.at[self.n] = e;
+            self.n += 1;
+        } else {
+            self.more.push(e);
+        }
+    }
+    fn pop(&mut self) -> Option<(u64, usize)> {
+        if let Some(e) = self.more.pop() {
+            return Some(e);
+        }
+        self.n = self.n.checked_sub(1)?;
+        Some(self.at[self.n])
+    }
+    fn len(&self) -> usize {
+        self.n + self.more.len()
+    }
+}
 
 /// A B+-tree in a region, named by the offset of its header block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,8 +155,8 @@ impl BTree {
 
     /// Descends to the leaf for `key`; the path holds (node, child index) of
     /// each internal node passed.
-    fn descend(&self, v: &View, key: &[u8]) -> Result<(u64, Vec<(u64, usize)>)> {
-        let mut path = Vec::with_capacity(4);
+    fn descend(&self, v: &View, key: &[u8]) -> Result<(u64, Path)> {
+        let mut path = Path::default();
         let leaf = self.walk(v, key, |node, i| path.push((node, i)))?;
         Ok((leaf, path))
     }
@@ -309,7 +345,7 @@ impl BTree {
         &self,
         v: &mut View,
         node: u64,
-        path: &[(u64, usize)],
+        path: &Path,
         key: &[u8],
         value: &[u8],
     ) -> Result<bool> {
@@ -317,7 +353,7 @@ impl BTree {
             return Ok(false);
         }
         let cell = 10 + key.len() + value.len();
-        let (sep, goes_right) = {
+        let (sep, goes_right, cells, at, link) = {
             let r = self.raw(v, node, LEAF)?;
             if r.search(key)
                 .ok_or_else(|| corrupt(v, node, "bad key"))?
@@ -340,7 +376,7 @@ impl BTree {
             if packed_bytes(half) + cell > NODE {
                 return Ok(false);
             }
-            (sep.to_vec(), goes_right)
+            (sep.to_vec(), goes_right, cells, at, r.link)
         };
         let rnode = alloc::alloc(v, NODE as u64)?;
         if v.logs_ops() {
@@ -348,13 +384,19 @@ impl BTree {
             args.extend_from_slice(&rnode.to_le_bytes());
             v.apply(crate::ops::BTREE_SPLIT, &args)?;
         } else {
-            let (mut lb, mut rb) = ([0u8; NODE], [0u8; NODE]);
-            split_leaf_bytes(v.slice(node, NODE)?, rnode, &mut lb, &mut rb)
+            // The halves as `split_leaf_bytes` makes them (the cells and
+            // split point found above), packed straight into the two
+            // nodes from one copy of the old leaf.
+            let src: [u8; NODE] = v
+                .slice(node, NODE)?
+                .try_into()
+                .map_err(|_| corrupt(v, node, "short node"))?;
+            pack_leaf(&src, &cells[..at], rnode, v.slice_mut(node, NODE)?)
                 .map_err(|why| corrupt(v, node, why))?;
-            v.slice_mut(node, NODE)?.copy_from_slice(&lb);
-            v.slice_mut(rnode, NODE)?.copy_from_slice(&rb);
+            pack_leaf(&src, &cells[at..], link, v.slice_mut(rnode, NODE)?)
+                .map_err(|why| corrupt(v, rnode, why))?;
         }
-        self.insert_up(v, path.to_vec(), node, sep, rnode)?;
+        self.insert_up(v, path.clone(), node, sep, rnode)?;
         let target = if goes_right { rnode } else { node };
         if !self.insert_in_place(v, target, key, value)? {
             return Err(corrupt(v, target, "a freshly split leaf has no room"));
@@ -374,13 +416,7 @@ impl BTree {
         Ok(())
     }
 
-    fn split_leaf(
-        &self,
-        v: &mut View,
-        node: u64,
-        mut leaf: Leaf,
-        path: Vec<(u64, usize)>,
-    ) -> Result<()> {
+    fn split_leaf(&self, v: &mut View, node: u64, mut leaf: Leaf, path: Path) -> Result<()> {
         let at = split_point(&leaf.ents, leaf_cell);
         let right_ents = leaf.ents.split_off(at);
         let sep = right_ents[0].0.clone();
@@ -404,7 +440,7 @@ impl BTree {
     fn insert_up(
         &self,
         v: &mut View,
-        mut path: Vec<(u64, usize)>,
+        mut path: Path,
         mut left: u64,
         mut sep: Vec<u8>,
         mut right: u64,
@@ -486,7 +522,7 @@ impl BTree {
     /// After a delete: merges an underfull node with a sibling (or shares
     /// entries with it if both do not fit in one), up the path; collapses a
     /// root with a single child.
-    fn rebalance(&self, v: &mut View, mut path: Vec<(u64, usize)>, mut node: u64) -> Result<()> {
+    fn rebalance(&self, v: &mut View, mut path: Path, mut node: u64) -> Result<()> {
         loop {
             let Some((p, idx)) = path.pop() else {
                 let (root, h) = self.header(v)?;
@@ -806,4 +842,30 @@ fn parse(b: &[u8], kind: u8) -> std::result::Result<Raw<'_>, &'static str> {
         return Err("B+-tree node of the wrong kind");
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PATH_INLINE, Path};
+
+    #[test]
+    fn a_path_deeper_than_the_stack_part_pops_in_reverse_order() {
+        let mut p = Path::default();
+        let deep = PATH_INLINE + 5;
+        for i in 0..deep {
+            p.push((i as u64 * 10, i));
+        }
+        assert_eq!(p.len(), deep);
+        let mut q = p.clone();
+        for i in (0..deep).rev() {
+            assert_eq!(p.pop(), Some((i as u64 * 10, i)), "level {i}");
+            assert_eq!(p.len(), i);
+        }
+        assert_eq!(p.pop(), None);
+        assert_eq!(
+            q.pop(),
+            Some(((deep as u64 - 1) * 10, deep - 1)),
+            "a clone keeps the spill"
+        );
+    }
 }

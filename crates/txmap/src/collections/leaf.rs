@@ -438,7 +438,7 @@ pub(super) fn packed_bytes(cells: &[(usize, usize)]) -> usize {
 /// exactly as [`encode_leaf`] writes the same entries: cells packed down
 /// from the node's end in key order, each header written anew, every other
 /// byte zero. Each cell's key and value are copied once, nothing decoded.
-fn pack_leaf(
+pub(super) fn pack_leaf(
     src: &[u8],
     cells: &[(usize, usize)],
     link: u64,
@@ -447,7 +447,9 @@ fn pack_leaf(
     if out.len() != NODE || packed_bytes(cells) > NODE {
         return Err("halves do not fit");
     }
-    out.fill(0);
+    // Every byte is written once: the header, the slots, the zeroed gap,
+    // the cells (`out` may be a node of the view; no fill of it first).
+    out[..HDR].fill(0);
     out[0] = LEAF;
     put16(out, 2, cells.len() as u16);
     put64(out, 8, link);
@@ -459,11 +461,15 @@ fn pack_leaf(
         // length only for an inline value (`put_cell` leaves it zero for
         // a block).
         out[end..end + 3].copy_from_slice(&src[c..c + 3]);
+        out[end + 3] = 0;
         if src[c + 2] == 0 {
             out[end + 4..end + 8].copy_from_slice(&src[c + 4..c + 8]);
+        } else {
+            out[end + 4..end + 8].fill(0);
         }
         out[end + 8..end + e - c].copy_from_slice(&src[c + 8..e]);
     }
+    out[HDR + 2 * cells.len()..end].fill(0);
     Ok(())
 }
 
