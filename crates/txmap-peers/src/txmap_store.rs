@@ -79,6 +79,11 @@ fn open(c: &Config, id: &'static str, kind: TxKind) -> Result<Box<dyn Store>> {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(Options::default().priority_after),
+        // To compare the views' private page cache sizes.
+        view_private_pages: std::env::var("TXMAP_BENCH_VIEW_PRIVATE_PAGES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(Options::default().view_private_pages),
         ..Options::default()
     };
     let path = c.dir.join("data.txm");

@@ -33,6 +33,9 @@ struct Plan {
     committers: Vec<usize>,
     commit_secs: f64,
     redb: RedbSizes,
+    /// Alternated pairs of redb runs, txmap's B+-tree and LMDB, behind the
+    /// issue-20 targets (`redb_pairs`).
+    redb_pairs: usize,
 }
 
 impl Plan {
@@ -55,6 +58,7 @@ impl Plan {
                     ranges: 2_000,
                     range_len: 10,
                 },
+                redb_pairs: 12,
             }
         } else {
             Plan {
@@ -74,6 +78,7 @@ impl Plan {
                     ranges: 20_000,
                     range_len: 10,
                 },
+                redb_pairs: 4,
             }
         }
     }
@@ -289,6 +294,7 @@ pub fn steps(reps: usize, quick: bool, only: &[String], workloads: &[String]) ->
         + want("touch"))
         + want("python")
         + want("shared") * (reps + 3)
+        + 2 * plan.redb_pairs * want("redb") * usize::from(pairs_selected(only))
 }
 
 /// The workloads, in report order.
@@ -340,6 +346,7 @@ pub fn run(
     if want("redb") {
         let rows = measure_redb(ctx, &mut r, &setup)?;
         report_redb(&mut r, &plan, &rows)?;
+        redb_pairs(ctx, &mut r, &setup)?;
     }
     if want("abc") {
         abc(ctx, &mut r, &setup)?;
@@ -788,6 +795,102 @@ fn record_redb(
         row.skip(i, why.clone());
     }
     Some(why)
+}
+
+/// Whether txmap's B+-tree and LMDB are both selected (`redb_pairs`).
+fn pairs_selected(only: &[String]) -> bool {
+    let sel = selected(only);
+    ["txmap-btree", "lmdb"]
+        .iter()
+        .all(|id| sel.iter().any(|p| p.id == *id))
+}
+
+/// The issue-20 targets, txmap's B+-tree against LMDB on the redb workload:
+/// on a shared machine one store's runs spread over 2× while a ratio of two
+/// runs made back to back spreads much less, so the targets take the median
+/// of `redb_pairs` such ratios (which store runs first alternates), beside
+/// the section's medians.
+fn redb_pairs(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<()> {
+    let pairs = setup.plan.redb_pairs;
+    let ids = ["txmap-btree", "lmdb"];
+    let Some(ix) = ids
+        .iter()
+        .map(|id| r.idx(id).filter(|&i| setup.skip[i].is_none()))
+        .collect::<Option<Vec<usize>>>()
+    else {
+        return Ok(());
+    };
+    // ratios[step]: txmap ÷ LMDB of each pair.
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); work::REDB_STEPS.len()];
+    for k in 0..pairs {
+        let mut runs: [Option<work::RedbRun>; 2] = [None, None];
+        for w in [k % 2, 1 - k % 2] {
+            let p = &r.peers[ix[w]];
+            ctx.progress(format!(
+                "redb workload, paired runs: {}, pair {}",
+                p.name,
+                k + 1
+            ));
+            let dir = crate::report::fresh(setup.base, p.id)?;
+            let deadline = std::time::Duration::from_secs(setup.plan.redb_deadline_secs);
+            let run = work::redb_capped(p, &dir, setup.plan.redb, 500 + k as u64, deadline);
+            let _ = std::fs::remove_dir_all(&dir);
+            match run {
+                Ok(run) if !run.stopped && run.problems.is_empty() => runs[w] = Some(run),
+                Ok(run) => {
+                    r.problems.extend(run.problems);
+                    r.problems
+                        .push(format!("redb paired runs, {}: incomplete run", p.name));
+                }
+                Err(e) => r
+                    .problems
+                    .push(format!("redb paired runs, {}: {e}", p.name)),
+            }
+        }
+        if let [Some(t), Some(l)] = &runs {
+            for (s, (a, b)) in t.steps.iter().zip(&l.steps).enumerate() {
+                if let (Some(a), Some(b)) = (a, b) {
+                    ratios[s].push(a / b);
+                }
+            }
+        }
+    }
+    let med = |s: usize| -> Option<(f64, f64, f64)> {
+        let mut v = ratios[s].clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+        Some((q(0.5), q(0.25), q(0.75)))
+    };
+    // (step, what, most of LMDB's time)
+    let goals = [
+        (0, "bulk load ≤ 1.0× LMDB's time", 1.0),
+        (3, "random reads, 1 thread ≤ 1.0× LMDB's time", 1.0),
+        (4, "random reads, 2 threads ≤ 1.25× LMDB's time", 1.25),
+        (5, "range reads ≤ 1.5× LMDB's time", 1.5),
+    ];
+    for (s, what, most) in goals {
+        let m = med(s);
+        r.target(
+            &format!("redb workload: {what} (issue 20)"),
+            m.map(|(m, _, _)| 1.0 / m),
+            1.0 / most,
+            m.map_or(String::new(), |(m, lo, hi)| {
+                format!(
+                    "LMDB time ÷ txmap B+-tree time ({} is {most}× LMDB's time); \
+                     median of {} paired runs: txmap ÷ LMDB {} (quartiles {}–{})",
+                    num(1.0 / most),
+                    ratios[s].len(),
+                    num(m),
+                    num(lo),
+                    num(hi)
+                )
+            }),
+        );
+    }
+    Ok(())
 }
 
 /// The section of the redb workload, with its targets.
