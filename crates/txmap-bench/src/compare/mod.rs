@@ -807,7 +807,7 @@ fn pairs_selected(only: &[String]) -> bool {
 
 /// The issue-20 targets, txmap's B+-tree against LMDB on the redb workload:
 /// on a shared machine one store's runs spread over 2× while a ratio of two
-/// runs made back to back spreads much less, so the targets take the median
+/// runs made back to back spreads less, so the targets take the median
 /// of `redb_pairs` such ratios (which store runs first alternates), beside
 /// the section's medians.
 fn redb_pairs(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<()> {
@@ -879,7 +879,7 @@ fn redb_pairs(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<()> {
             1.0 / most,
             m.map_or(String::new(), |(m, lo, hi)| {
                 format!(
-                    "LMDB time ÷ txmap B+-tree time ({} is {most}× LMDB's time); \
+                    "LMDB time ÷ txmap B+-tree time, the goal {} ({most}× LMDB's time); \
                      median of {} paired runs: txmap ÷ LMDB {} (quartiles {}–{})",
                     num(1.0 / most),
                     ratios[s].len(),
