@@ -30,10 +30,12 @@ use super::leaf::{
 use super::node::check_key;
 use crate::{Result, View};
 
-/// Internal nodes a descent keeps on the stack. Inserts keep a fan-out of
-/// at least 4, so 16 levels hold more entries than a region can; a tree
-/// thinned by deletes may be deeper, and its deeper levels go to the heap.
-const PATH_INLINE: usize = 16;
+/// Internal nodes a descent keeps on the stack (small enough to be zeroed
+/// without a call to `memset`). Nodes of short keys have a fan-out near
+/// 100, so 8 levels hold more entries than a region can; long keys or a
+/// tree thinned by deletes may go deeper, and the deeper levels go to the
+/// heap.
+const PATH_INLINE: usize = 8;
 
 /// The (node, child index) pairs of a descent, root first. On the stack:
 /// each put descends once, and a heap path cost an allocation and a free
@@ -155,10 +157,10 @@ impl BTree {
 
     /// Descends to the leaf for `key`; the path holds (node, child index) of
     /// each internal node passed.
-    fn descend(&self, v: &View, key: &[u8]) -> Result<(u64, Path)> {
-        let mut path = Path::default();
-        let leaf = self.walk(v, key, |node, i| path.push((node, i)))?;
-        Ok((leaf, path))
+    /// The caller owns `path` (moving it out of a result cost a copy of it
+    /// per put).
+    fn descend(&self, v: &View, key: &[u8], path: &mut Path) -> Result<u64> {
+        self.walk(v, key, |node, i| path.push((node, i)))
     }
 
     /// Descends to the leaf for `key`, calling `step(node, child index)` at
@@ -266,7 +268,8 @@ impl BTree {
 
     fn put_inner(&self, v: &mut View, key: &[u8], value: &[u8], split: bool) -> Result<TryPut> {
         check_key(key, MAX_KEY)?;
-        let (node, path) = self.descend(v, key)?;
+        let mut path = Path::default();
+        let node = self.descend(v, key, &mut path)?;
         if value.len() <= INLINE_MAX && self.insert_in_place(v, node, key, value)? {
             return Ok(TryPut::Inserted);
         }
@@ -408,7 +411,8 @@ impl BTree {
     /// entry's room left (see [`BTree::try_put`]).
     pub fn split_for(&self, v: &mut View, key: &[u8]) -> Result<()> {
         check_key(key, MAX_KEY)?;
-        let (node, path) = self.descend(v, key)?;
+        let mut path = Path::default();
+        let node = self.descend(v, key, &mut path)?;
         let leaf = self.leaf(v, node)?;
         if leaf.ents.len() >= 2 && leaf_bytes(&leaf.ents) + 10 + MAX_KEY + INLINE_MAX > NODE {
             self.split_leaf(v, node, leaf, path)?;
@@ -491,7 +495,8 @@ impl BTree {
     /// Removes `key`; returns true if it was present.
     pub fn delete(&self, v: &mut View, key: &[u8]) -> Result<bool> {
         check_key(key, MAX_KEY)?;
-        let (node, path) = self.descend(v, key)?;
+        let mut path = Path::default();
+        let node = self.descend(v, key, &mut path)?;
         let (i, n, block) = {
             let r = self.raw(v, node, LEAF)?;
             let Ok(i) = r.search(key).ok_or_else(|| corrupt(v, node, "bad key"))? else {
