@@ -58,7 +58,7 @@ impl Plan {
                     ranges: 2_000,
                     range_len: 10,
                 },
-                redb_pairs: 12,
+                redb_pairs: 20,
             }
         } else {
             Plan {
