@@ -53,6 +53,30 @@ fn compare_writes_a_report_with_plots_and_no_problems() {
         report.contains("None: every store completed every run, and every read found its value."),
         "the run found problems:\n{report}"
     );
+    // The issue-20 redb targets come from the paired runs, all of them
+    // complete (where LMDB is installed, as `.ci/run` installs it).
+    let lmdb = !report
+        .lines()
+        .any(|l| l.contains("LMDB") && l.contains("skipped, not installed"));
+    for row in lmdb
+        .then_some([
+            "| redb workload: bulk load ≤ 1.0× LMDB's time (issue 20)",
+            "| redb workload: random reads, 1 thread ≤ 1.0× LMDB's time (issue 20)",
+            "| redb workload: random reads, 2 threads ≤ 1.25× LMDB's time (issue 20)",
+            "| redb workload: range reads ≤ 1.5× LMDB's time (issue 20)",
+        ])
+        .into_iter()
+        .flatten()
+    {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no target row {row:?}:\n{report}"));
+        assert!(
+            line.contains("median of 20 paired runs"),
+            "not from 20 paired runs: {line}"
+        );
+    }
     for plot in [
         "inserts.svg",
         "inserts-kth.svg",
