@@ -797,12 +797,13 @@ fn record_redb(
     Some(why)
 }
 
-/// Whether txmap's B+-tree and LMDB are both selected (`redb_pairs`).
+/// Whether txmap's B+-tree and LMDB are both selected and installed
+/// (`redb_pairs`).
 fn pairs_selected(only: &[String]) -> bool {
     let sel = selected(only);
     ["txmap-btree", "lmdb"]
         .iter()
-        .all(|id| sel.iter().any(|p| p.id == *id))
+        .all(|id| sel.iter().any(|p| p.id == *id && p.available.is_ok()))
 }
 
 /// The issue-20 targets, txmap's B+-tree against LMDB on the redb workload:
@@ -861,7 +862,13 @@ fn redb_pairs(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<()> {
             return None;
         }
         v.sort_by(f64::total_cmp);
-        let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+        // Interpolated between neighbours: the median of an even count is
+        // the mean of the middle two.
+        let q = |f: f64| {
+            let at = (v.len() - 1) as f64 * f;
+            let (lo, hi) = (v[at.floor() as usize], v[at.ceil() as usize]);
+            lo + (hi - lo) * at.fract()
+        };
         Some((q(0.5), q(0.25), q(0.75)))
     };
     // (step, what, most of LMDB's time)
