@@ -184,6 +184,26 @@ fn with_reader_threads(
     }
 }
 
+/// Runs `check` in 2 reader processes (this test binary run again, as
+/// `role()` tells it) while `write` runs, and until it returned; in such a
+/// reader process runs `check` alone. The process twin of
+/// `with_reader_threads`.
+fn with_reader_processes(
+    test: &str,
+    name: &str,
+    check: fn(&mut View, &dyn Fn() -> bool, &str) -> u64,
+    write: impl FnOnce(&Region),
+) {
+    if role().is_some() {
+        return run_reader(opts(), |v, stop| check(v, stop, "reader process"));
+    }
+    let (d, p, r) = region(name);
+    let stop = d.join("stop");
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
+    write(&r);
+    stop_readers(&stop, &mut readers);
+}
+
 /// Read-only transactions until `stop`, each at the snapshot of the commit
 /// the clock page names (read with `View::slice`, which copies the page
 /// into the view: never from the view's cache of versions read in place):
@@ -241,17 +261,12 @@ fn cached_versions_are_the_snapshots_while_commits_prune_and_reuse_them() {
 /// The same with readers in other processes.
 #[test]
 fn cached_versions_in_other_processes_are_the_snapshots() {
-    let test = "cached_versions_in_other_processes_are_the_snapshots";
-    if role().is_some() {
-        return run_reader(opts(), |v, stop| {
-            read_against_clock(v, stop, "reader process")
-        });
-    }
-    let (d, p, r) = region("inplace-cache-procs");
-    let stop = d.join("stop");
-    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
-    write_every(&r, 3, 803, 5);
-    stop_readers(&stop, &mut readers);
+    with_reader_processes(
+        "cached_versions_in_other_processes_are_the_snapshots",
+        "inplace-cache-procs",
+        read_against_clock,
+        |r| write_every(r, 3, 803, 5),
+    );
 }
 
 /// Reader threads with fresh views read old snapshots in place while a
@@ -279,31 +294,23 @@ fn read_write_readers_in_place_keep_their_snapshot_while_versions_are_pruned_and
 /// versions in the shared version store.
 #[test]
 fn readers_in_place_in_other_processes_keep_their_snapshot() {
-    let test = "readers_in_place_in_other_processes_keep_their_snapshot";
-    if role().is_some() {
-        return run_reader(opts(), |v, stop| read_and_check(v, stop, "reader process"));
-    }
-    let (d, p, r) = region("inplace-procs");
-    let stop = d.join("stop");
-    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
-    write(&r, 3, 403);
-    stop_readers(&stop, &mut readers);
+    with_reader_processes(
+        "readers_in_place_in_other_processes_keep_their_snapshot",
+        "inplace-procs",
+        read_and_check,
+        |r| write(r, 3, 403),
+    );
 }
 
 /// The same with read-write transactions in other processes.
 #[test]
 fn read_write_readers_in_place_in_other_processes_keep_their_snapshot() {
-    let test = "read_write_readers_in_place_in_other_processes_keep_their_snapshot";
-    if role().is_some() {
-        return run_reader(opts(), |v, stop| {
-            read_and_check_rw(v, stop, "read-write reader process")
-        });
-    }
-    let (d, p, r) = region("inplace-procs-rw");
-    let stop = d.join("stop");
-    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| vec![]);
-    write(&r, 3, 403);
-    stop_readers(&stop, &mut readers);
+    with_reader_processes(
+        "read_write_readers_in_place_in_other_processes_keep_their_snapshot",
+        "inplace-procs-rw",
+        read_and_check_rw,
+        |r| write(r, 3, 403),
+    );
 }
 
 /// A page read in place hundreds of times at one snapshot (a tree's

@@ -416,7 +416,7 @@ fn readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_sh
     if role().is_some() {
         return reader_child();
     }
-    readers_in_processes(test, "sp-procs", false);
+    readers_in_processes(test, "sp-procs", &[None, None]);
 }
 
 /// The same with plain loads through `View::base` (one reader after the
@@ -429,7 +429,11 @@ fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_
     if role().is_some() {
         return reader_child();
     }
-    readers_in_processes(test, "sp-procs-raw", true);
+    readers_in_processes(
+        test,
+        "sp-procs-raw",
+        &[Some("raw"), Some("advised"), Some("fresh")],
+    );
 }
 
 /// The same with read-write transactions in other processes (`FreshRw`).
@@ -439,28 +443,21 @@ fn read_write_readers_in_other_processes_keep_their_snapshot_while_checkpoints_o
     if role().is_some() {
         return reader_child();
     }
-    let (d, p, r) = region_with_pages("sp-procs-rw");
-    let stop = d.join("stop");
-    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, 2, |_| {
-        vec![("TXMAP_RAW", "fresh-rw".into())]
-    });
-    write_and_checkpoint(&r, 2, 300);
-    stop_readers(&stop, &mut readers);
+    readers_in_processes(test, "sp-procs-rw", &[Some("fresh-rw"), Some("fresh-rw")]);
 }
 
-/// Two reader processes (`reader_child`; if `raw` three, by plain loads:
-/// one after the advisory call, one in a fresh view each transaction) hold
-/// their snapshots while this process commits and checkpoints 300 times.
-fn readers_in_processes(test: &str, name: &str, raw: bool) {
+/// One reader process per entry of `how` (`reader_child`, reading as its
+/// `TXMAP_RAW` says: `None` by slices, `raw` by plain loads, `advised`
+/// after the advisory call, `fresh` in a fresh view each transaction,
+/// `fresh-rw` in read-write ones) holds its snapshots while this process
+/// commits and checkpoints 300 times.
+fn readers_in_processes(test: &str, name: &str, how: &[Option<&str>]) {
     let (d, p, r) = region_with_pages(name);
     let stop = d.join("stop");
-    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, if raw { 3 } else { 2 }, |k| {
-        if raw {
-            let how = ["raw", "advised", "fresh"][k];
-            vec![("TXMAP_RAW", how.into())]
-        } else {
-            vec![]
-        }
+    let mut readers = spawn_readers(test, &d, (&p, &stop), &r, how.len(), |k| {
+        how[k]
+            .map(|h| vec![("TXMAP_RAW", h.into())])
+            .unwrap_or_default()
     });
     write_and_checkpoint(&r, 2, 300);
     stop_readers(&stop, &mut readers);
