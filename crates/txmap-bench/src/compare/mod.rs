@@ -744,9 +744,7 @@ fn measure_redb(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<Vec<Row>> {
                 }
                 continue;
             }
-            let dir = crate::report::fresh(setup.base, p.id)?;
-            let deadline = std::time::Duration::from_secs(setup.plan.redb_deadline_secs);
-            match work::redb_capped(p, &dir, setup.plan.redb, 200 + rep as u64, deadline) {
+            match redb_run(setup, p, 200 + rep as u64)? {
                 Ok(run) => stopped[i] = record_redb(r, setup.plan, &mut redb, i, rep, run),
                 Err(e) => {
                     r.problems.push(format!("redb workload, {}: {e}", p.name));
@@ -755,10 +753,20 @@ fn measure_redb(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<Vec<Row>> {
                     }
                 }
             }
-            let _ = std::fs::remove_dir_all(&dir);
         }
     }
     Ok(redb)
+}
+
+/// One run of the redb workload by store `p` in a fresh directory, removed
+/// after it: `Err` only if the directory cannot be made; the inner result
+/// is the run's.
+fn redb_run(setup: &Setup, p: &Peer, seed: u64) -> Res<Res<work::RedbRun>> {
+    let dir = crate::report::fresh(setup.base, p.id)?;
+    let deadline = std::time::Duration::from_secs(setup.plan.redb_deadline_secs);
+    let run = work::redb_capped(p, &dir, setup.plan.redb, seed, deadline);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(run)
 }
 
 /// Enters store `i`'s redb run `rep` in `redb`; why later runs are skipped
@@ -832,11 +840,7 @@ fn redb_pairs(ctx: &mut Ctx, r: &mut Report, setup: &Setup) -> Res<()> {
                 p.name,
                 k + 1
             ));
-            let dir = crate::report::fresh(setup.base, p.id)?;
-            let deadline = std::time::Duration::from_secs(setup.plan.redb_deadline_secs);
-            let run = work::redb_capped(p, &dir, setup.plan.redb, 500 + k as u64, deadline);
-            let _ = std::fs::remove_dir_all(&dir);
-            match run {
+            match redb_run(setup, p, 500 + k as u64)? {
                 Ok(run) if !run.stopped && run.problems.is_empty() => runs[w] = Some(run),
                 Ok(run) => {
                     r.problems.extend(run.problems);
