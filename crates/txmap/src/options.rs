@@ -121,7 +121,9 @@ pub struct Options {
 /// `slice`, `write`, `set_page_access`, ...) or commit with
 /// [`crate::Error::SnapshotTooOld`] (`xend` returns `XAC_ABORTED`); until it
 /// ends it still sees its snapshot consistently (raw loads through
-/// `View::base` included), and its versions are freed once it ends.
+/// `View::base` included), and its versions are freed once it ends. A
+/// read-only transaction's read of a page its view holds is not checked:
+/// like a raw load, it reads the snapshot's own content.
 ///
 /// The default sets no limit: read-only transactions never fail because of
 /// their age. Only when the version store is truly full (its blocks, or the

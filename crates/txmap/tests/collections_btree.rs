@@ -179,3 +179,83 @@ fn get_with_hands_over_inline_block_and_absent_values_like_get() {
         v.commit().unwrap();
     }
 }
+
+/// Scans by a fresh view of pages committed since the last checkpoint read
+/// the leaves in place (a read-only transaction copies no leaf into the
+/// view) and hand out what the model holds, from every kind of bound and
+/// stopping anywhere: leaves of many small entries, of values near the
+/// inline limit, and of values in blocks (which the view reads as it
+/// reads any range of several pages: copied).
+#[test]
+fn scans_read_in_place_match_the_model() {
+    scans_in_place("scan-in-place", |i| if i % 4 == 0 { 500 } else { 8 }, true);
+    scans_in_place(
+        "scan-in-place-blocks",
+        |i| match i % 10 {
+            0 => 5000,
+            1..=3 => 500,
+            _ => 8,
+        },
+        false,
+    );
+}
+
+fn scans_in_place(name: &str, len: fn(u32) -> usize, copies_none: bool) {
+    use std::collections::BTreeMap;
+    use std::ops::Bound;
+    let d = ext4_dir(name);
+    let r = txmap::Region::create(&d.join("r.txm"), 64 << 20, coll::opts()).unwrap();
+    let mut w = r.view().unwrap();
+    let t = w.run(BTree::create).unwrap();
+    let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..3000u32)
+        .map(|i| (coll::key(i), coll::value(u64::from(i), len(i))))
+        .collect();
+    w.run(|v| {
+        for (k, val) in &entries {
+            t.put(v, k, val)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let model: BTreeMap<_, _> = entries.into_iter().collect();
+    let keys: Vec<&Vec<u8>> = model.keys().collect();
+
+    let mut rd = r.view().unwrap();
+    rd.begin_read().unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut pick = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    for n in 0..200 {
+        let (a, b) = (pick(keys.len()), pick(keys.len()));
+        let (a, b) = (&keys[a.min(b)][..], &keys[a.max(b)][..]);
+        let lo = [Bound::Included(a), Bound::Excluded(a), Bound::Unbounded][n % 3];
+        let hi = [Bound::Excluded(b), Bound::Included(b), Bound::Unbounded][(n / 3) % 3];
+        let limit = [1, 7, 17, 40, usize::MAX][n % 5];
+        let mut got = Vec::new();
+        t.scan(&rd, lo, hi, |k, val| {
+            got.push((k.to_vec(), val.to_vec()));
+            Ok(got.len() < limit)
+        })
+        .unwrap();
+        let want: Vec<_> = model
+            .range::<[u8], _>((lo, hi))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let what = format!("{name}, scan {n}: {lo:?}..{hi:?}, at most {limit}");
+        assert_eq!(got.len(), want.len(), "{what}");
+        assert!(got == want, "{what}: other entries");
+    }
+    if copies_none {
+        assert_eq!(
+            rd.private_bytes(),
+            0,
+            "{name}: scans copied pages into the view"
+        );
+    }
+    rd.commit().unwrap();
+}

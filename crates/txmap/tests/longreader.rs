@@ -411,6 +411,42 @@ fn the_snapshot_limit_expires_a_snapshot_too_many_commits_behind() {
     w.commit().unwrap();
 }
 
+/// An expired read-only transaction still reads the pages its view holds
+/// (its snapshot's own content, as raw loads do), but fails on a page it
+/// would read from a shared copy, and at its commit.
+#[test]
+fn an_expired_reader_reads_the_pages_its_view_holds_and_fails_elsewhere() {
+    let d = ext4_dir("lr-held");
+    let o = Options {
+        snapshot_limit: SnapshotLimit {
+            max_lag: Some(2),
+            ..SnapshotLimit::default()
+        },
+        ..small_log()
+    };
+    let r = Region::create(&d.join("r.txm"), PAGES * PAGE, o).unwrap();
+    let (mut w, mut old) = (r.view().unwrap(), r.view().unwrap());
+    set_all(&mut w, 1);
+    // `old` writes page 0: its view keeps the page it committed.
+    old.run(|v| v.write(at(0), &7u64)).unwrap();
+    old.begin_read().unwrap();
+    assert_eq!(old.read::<u64>(at(0)).unwrap(), 7);
+    for i in 2..6 {
+        w.run(|v| v.write(at(1), &i)).unwrap();
+    }
+    assert_eq!(r.stats().expired_snapshots, 1, "{:?}", r.stats());
+    assert_eq!(
+        old.read::<u64>(at(0)).unwrap(),
+        7,
+        "a page the expired view holds"
+    );
+    assert!(
+        matches!(old.read::<u64>(at(1)), Err(Error::SnapshotTooOld { .. })),
+        "a page it reads from the shared versions"
+    );
+    assert!(matches!(old.commit(), Err(Error::SnapshotTooOld { .. })));
+}
+
 #[test]
 fn the_snapshot_limit_on_memory_expires_the_oldest_snapshot_only() {
     let d = ext4_dir("lr-mem");

@@ -628,7 +628,7 @@ impl ViewInner {
     pub(super) fn forget_pages(&self, pages: &BTreeSet<u32>) {
         // Nothing is accessible at the user address while no fault or
         // `set_page_access` exposed a page (the accessors never do).
-        let exposed = self.islands.load(Ordering::Relaxed) > 0;
+        let exposed = self.exposed();
         for &p in pages {
             if let Some(x) = self.mem.valid.get(p as usize) {
                 x.store(0, Ordering::Release);

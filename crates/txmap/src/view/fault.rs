@@ -201,7 +201,7 @@ impl ViewInner {
     /// (`islands`: commit would count the extra valid pages as read).
     /// Async-signal-safe: system calls and atomics only.
     pub(super) fn install_zeros_ahead(&self, page: usize, snapshot: u64) -> bool {
-        if self.islands.load(Ordering::Relaxed) > 0 {
+        if self.exposed() {
             return false;
         }
         let side = self.read_side();
@@ -307,7 +307,7 @@ impl ViewInner {
     pub(super) fn trim_private(&self, in_txn: bool, keep: Option<usize>) {
         let cache = self.region.opts.view_private_pages;
         let n = self.mem.resident_n.load(Ordering::Relaxed);
-        let exposed = self.islands.load(Ordering::Relaxed) > 0;
+        let exposed = self.exposed();
         let left = if in_txn {
             let active = self.active.load(Ordering::Relaxed);
             if n < self.trim_at.load(Ordering::Relaxed)

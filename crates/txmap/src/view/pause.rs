@@ -133,7 +133,7 @@ impl View {
         let mut maybe_read = Vec::new();
         if untracked {
             // What commit would count as maybe read (see `commit_outermost`).
-            let exposed = v.islands.load(Ordering::Relaxed) > 0;
+            let exposed = v.exposed();
             for p in 0..v.mem.mapped.load(Ordering::Relaxed) / PAGE {
                 let valid = v
                     .mem
