@@ -649,6 +649,10 @@ impl BTree {
         while leaf != 0 {
             let r = parse(v.slice_or_copy(leaf, &mut buf)?, LEAF)
                 .map_err(|why| corrupt(v, leaf, why))?;
+            // The next leaf is loaded while this one's entries go out.
+            if r.link != 0 {
+                v.prefetch_node(r.link);
+            }
             let from = if first {
                 match r.search(start).ok_or_else(|| corrupt(v, leaf, "bad key"))? {
                     Ok(i) if matches!(lo, Bound::Excluded(_)) => i + 1,

@@ -97,6 +97,18 @@ impl VersionCache {
         Some((addr, self.epoch.load(Ordering::Relaxed), hits))
     }
 
+    /// The address `page`'s version at snapshot `s` had when it was
+    /// cached, without counting a find: only a hint (the block may have
+    /// been freed since, which only the epoch on the read side tells).
+    fn peek(&self, entries: &VersionEntries, page: usize, s: u64) -> Option<usize> {
+        if self.snapshot.load(Ordering::Relaxed) != s + 1 {
+            return None;
+        }
+        let raw = entries.words.get(page)?.load(Ordering::Relaxed);
+        ((raw >> HITS_BITS) as u32 & GEN_MAX == entries.generation.load(Ordering::Relaxed))
+            .then_some(((raw >> ADDR_SHIFT) as usize) * PAGE)
+    }
+
     /// Remembers `addr` as `page`'s version at snapshot `s`, found on a
     /// turn whose epoch (read after entering) was `e`.
     fn put(&self, entries: &VersionEntries, page: usize, s: u64, e: u64, addr: usize) {
@@ -229,6 +241,18 @@ impl ViewInner {
     fn in_place_page(&self, off: usize, len: usize) -> Option<usize> {
         let page = off / PAGE;
         (len != 0 && (off + len - 1) / PAGE == page && self.shares_read(page)).then_some(page)
+    }
+
+    /// Where `page` lies for a read-only transaction's next read of it,
+    /// if known without a lookup: the view's copy, or the version its cache
+    /// found (a hint for a prefetch: that block may have been freed).
+    pub(super) fn likely_address(&self, page: usize) -> Option<*const u8> {
+        if self.holds(page) {
+            return Some(self.mem.alias.base().wrapping_add(page * PAGE));
+        }
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let addr = self.versions.peek(&self.mem.versions, page, s)?;
+        Some(addr as *const u8)
     }
 
     /// Whether the view's private memory holds `page`'s snapshot version
