@@ -490,6 +490,7 @@ impl RegionInner {
     }
 
     /// Fails in a process forked after the region was opened.
+    #[inline]
     pub fn check_owner(&self) -> Result<()> {
         if crate::os::signal::forks_now() == self.fork_generation {
             return Ok(());
@@ -511,6 +512,7 @@ impl RegionInner {
         }
     }
 
+    #[inline]
     pub fn size(&self) -> u64 {
         self.mvcc.hdr().file.data_size()
     }

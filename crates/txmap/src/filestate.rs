@@ -62,10 +62,12 @@ impl FileShared {
         Ok(())
     }
 
+    #[inline]
     pub fn data_size(&self) -> u64 {
         self.data_size.load(Ordering::Acquire)
     }
 
+    #[inline]
     pub fn checkpoint_seq(&self) -> u64 {
         self.checkpoint_seq.load(Ordering::Acquire)
     }

@@ -366,12 +366,14 @@ impl Mvcc {
         self.file.path()
     }
 
+    #[inline]
     pub fn hdr(&self) -> &Header {
         // SAFETY: checked by `SharedFile::at` in `from_file`; the mapping
         // lives, unmoved, as long as `self.file`, and so as long as `self`.
         unsafe { self.hdr.0.as_ref() }
     }
 
+    #[inline]
     fn slots(&self) -> &[Slot] {
         // SAFETY: as in `hdr` (checked by `SharedFile::slice`).
         unsafe { std::slice::from_raw_parts(self.slots.0.as_ptr(), MAX_SLOTS + 1) }
@@ -610,6 +612,7 @@ impl Mvcc {
 
     /// Registers a snapshot for slot `i`; returns it. (Reading versions is
     /// guarded separately, per copy, with `enter`/`leave`.)
+    #[inline]
     pub fn begin(&self, i: usize) -> u64 {
         let h = self.hdr();
         let slot = &self.slots()[i];
@@ -629,11 +632,13 @@ impl Mvcc {
     }
 
     /// Notes when slot `i`'s snapshot began (shown by `txmap info`).
+    #[inline]
     pub fn stamp(&self, i: usize, unix_secs: u64) {
         self.slots()[i].since.store(unix_secs, Ordering::Relaxed);
     }
 
     /// Drops the snapshot of slot `i`.
+    #[inline]
     pub fn end(&self, i: usize) {
         // Release: the transaction's reads come before it; whoever scans
         // the slots may see the snapshot a little longer, which only holds
@@ -661,6 +666,7 @@ impl Mvcc {
     /// So a later turn whose epoch is the same may read a version found
     /// on an earlier one without walking the chain again
     /// (`view/inplace.rs`).
+    #[inline]
     pub fn enter_epoch(&self, i: usize) -> Option<u64> {
         let slot = &self.slots()[i];
         if slot.epoch.load(Ordering::Relaxed) != 0 {
@@ -675,6 +681,7 @@ impl Mvcc {
     }
 
     /// Leaves the read side.
+    #[inline]
     pub fn leave(&self, i: usize) {
         // Release, not SeqCst: a reclaimer that loads 0 sees every read of
         // the turn done; one that still loads the epoch only waits longer.
@@ -1300,10 +1307,13 @@ impl Mvcc {
     /// Calls `f` for each page changed by commits in `(after, upto]`; false if
     /// the journal no longer reaches back that far. Lock-free: entries read
     /// are re-validated against the ring's head afterwards.
-    pub fn changed_pages(&self, after: u64, upto: u64, mut f: impl FnMut(u32)) -> bool {
-        if after >= upto {
-            return true;
-        }
+    #[inline]
+    pub fn changed_pages(&self, after: u64, upto: u64, f: impl FnMut(u32)) -> bool {
+        after >= upto || self.changed_pages_walk(after, upto, f)
+    }
+
+    /// `changed_pages` when commits came after `after`.
+    fn changed_pages_walk(&self, after: u64, upto: u64, mut f: impl FnMut(u32)) -> bool {
         let h = self.hdr();
         let j = self.journal();
         let head = h.journal_head.load(Ordering::Acquire);
@@ -1420,6 +1430,7 @@ impl Mvcc {
     }
 
     /// True if the snapshot limit expired slot `i`'s snapshot `snapshot`.
+    #[inline]
     pub fn expired(&self, i: usize, snapshot: u64) -> bool {
         self.slots()[i].expired.load(Ordering::Acquire) == snapshot + 1
     }

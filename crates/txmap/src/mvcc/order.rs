@@ -69,6 +69,7 @@ impl Mvcc {
     }
 
     /// The number slot `i` holds: (group, number).
+    #[inline]
     pub fn order_claim_of(&self, i: usize) -> Option<(u32, u64)> {
         let s = &self.slots()[i];
         match s.order_group.load(Ordering::SeqCst) {

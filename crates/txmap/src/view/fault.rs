@@ -80,6 +80,7 @@ const ZEROS_AHEAD: usize = 64;
 static ZEROS: [u8; PAGE] = [0; PAGE];
 
 impl Drop for ReadSide<'_> {
+    #[inline]
     fn drop(&mut self) {
         if self.epoch.is_some() {
             self.view.region.mvcc.leave(self.view.slot());
@@ -91,6 +92,7 @@ impl ViewInner {
     /// Enters the MVCC read side until the returned token drops. Entered
     /// only for as long as a copy or diff takes, so a long transaction
     /// never holds back the freeing of versions.
+    #[inline]
     pub(super) fn read_side(&self) -> ReadSide<'_> {
         // A round's copy into the file under way: the file is behind
         // (async-signal-safe wait).
@@ -304,7 +306,22 @@ impl ViewInner {
     /// of a transaction, trims to the bound, pages the transaction touched
     /// last. Async-signal-safe.
     /// `keep` (a page being installed outside a transaction) stays.
+    /// Inlined down to the check that nothing is due, as at most calls.
+    #[inline]
     pub(super) fn trim_private(&self, in_txn: bool, keep: Option<usize>) {
+        let n = self.mem.resident_n.load(Ordering::Relaxed);
+        let due = if in_txn {
+            n >= self.trim_at.load(Ordering::Relaxed)
+        } else {
+            n > self.region.opts.view_private_pages
+        };
+        if due {
+            self.trim_private_now(in_txn, keep);
+        }
+    }
+
+    /// `trim_private` once enough pages are resident.
+    fn trim_private_now(&self, in_txn: bool, keep: Option<usize>) {
         let cache = self.region.opts.view_private_pages;
         let n = self.mem.resident_n.load(Ordering::Relaxed);
         let exposed = self.exposed();

@@ -134,10 +134,13 @@ impl ViewInner {
     /// applies to it any more, and the pages made private read the file
     /// again. False if one could not be given back (then the view must not
     /// read from the file again).
+    #[inline]
     pub(super) fn end_file_reads(&self) -> bool {
-        if !self.reads_file() {
-            return true;
-        }
+        !self.reads_file() || self.end_file_reads_now()
+    }
+
+    /// `end_file_reads` of a transaction that read from the file.
+    fn end_file_reads_now(&self) -> bool {
         self.region.mvcc.set_file_reads(self.slot(), None);
         // Waits for a fence pass over this view under way.
         let mut private = lock(&self.file_private);

@@ -117,6 +117,7 @@ impl ViewInner {
     /// Whether this transaction reads from the region file: pages of the
     /// view's file mapping handed out (`file_n`), user pages listed
     /// (`ufile_n`) or the whole range mapped at begin (`whole`).
+    #[inline]
     pub(super) fn reads_file(&self) -> bool {
         self.file_n.load(Ordering::Relaxed) != 0
             || self.mem.ufile_n.load(Ordering::Relaxed) != 0

@@ -74,6 +74,7 @@ pub(super) struct VersionCache {
 impl VersionCache {
     /// The address of `page`'s version at snapshot `s`, the epoch it was
     /// found at and how often it was found before, if cached in `entries`.
+    #[inline]
     fn find(&self, entries: &VersionEntries, page: usize, s: u64) -> Option<(usize, u64, usize)> {
         if self.snapshot.load(Ordering::Relaxed) != s + 1 {
             return None;

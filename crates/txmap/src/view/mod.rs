@@ -391,6 +391,7 @@ impl View {
     }
 
     /// Maps newly grown parts of the region into this view.
+    #[inline]
     fn sync_size(&mut self) -> Result<()> {
         let v = &self.inner;
         let size = v.region.size() as usize;
@@ -398,6 +399,12 @@ impl View {
         if size <= old {
             return Ok(());
         }
+        self.grow_to(size, old)
+    }
+
+    /// `sync_size` once the region grew from `old` to `size` bytes.
+    fn grow_to(&mut self, size: usize, old: usize) -> Result<()> {
+        let v = &self.inner;
         // Another process may have grown the region: the fault handler copies
         // pages without a version from this process's image of the file, so
         // the image must cover the view before the view does.
