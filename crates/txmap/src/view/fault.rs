@@ -306,7 +306,7 @@ impl ViewInner {
     /// of a transaction, trims to the bound, pages the transaction touched
     /// last. Async-signal-safe.
     /// `keep` (a page being installed outside a transaction) stays.
-    /// Inlined down to the check that nothing is due, as at most calls.
+    /// Inlined down to the check that nothing is due (most calls find so).
     #[inline]
     pub(super) fn trim_private(&self, in_txn: bool, keep: Option<usize>) {
         let n = self.mem.resident_n.load(Ordering::Relaxed);
