@@ -42,6 +42,17 @@ fn small_log() -> Options {
     }
 }
 
+/// `small_log` with a snapshot limit of `lag` commits.
+fn lag_limit(lag: u64) -> Options {
+    Options {
+        snapshot_limit: SnapshotLimit {
+            max_lag: Some(lag),
+            ..SnapshotLimit::default()
+        },
+        ..small_log()
+    }
+}
+
 /// Sets every page to `x` in one transaction.
 fn set_all(v: &mut View, x: u64) {
     v.run(|v| {
@@ -345,13 +356,7 @@ fn versions_held_by_an_old_snapshot_do_not_grow_with_commits() {
 #[test]
 fn the_snapshot_limit_expires_a_snapshot_too_many_commits_behind() {
     let d = ext4_dir("lr-lag");
-    let o = Options {
-        snapshot_limit: SnapshotLimit {
-            max_lag: Some(10),
-            ..SnapshotLimit::default()
-        },
-        ..small_log()
-    };
+    let o = lag_limit(10);
     let r = Region::create(&d.join("r.txm"), PAGES * PAGE, o).unwrap();
     let (mut w, mut old, mut young) = (r.view().unwrap(), r.view().unwrap(), r.view().unwrap());
     set_all(&mut w, 1);
@@ -417,13 +422,7 @@ fn the_snapshot_limit_expires_a_snapshot_too_many_commits_behind() {
 #[test]
 fn an_expired_reader_reads_the_pages_its_view_holds_and_fails_elsewhere() {
     let d = ext4_dir("lr-held");
-    let o = Options {
-        snapshot_limit: SnapshotLimit {
-            max_lag: Some(2),
-            ..SnapshotLimit::default()
-        },
-        ..small_log()
-    };
+    let o = lag_limit(2);
     let r = Region::create(&d.join("r.txm"), PAGES * PAGE, o).unwrap();
     let (mut w, mut old) = (r.view().unwrap(), r.view().unwrap());
     set_all(&mut w, 1);
@@ -690,13 +689,7 @@ fn the_snapshot_limit_expires_a_reader_in_another_process() {
     }
     let d = ext4_dir("lr-expire");
     let p = d.join("r.txm");
-    let o = Options {
-        snapshot_limit: SnapshotLimit {
-            max_lag: Some(50),
-            ..SnapshotLimit::default()
-        },
-        ..small_log()
-    };
+    let o = lag_limit(50);
     let r = Region::create(&p, PAGES * PAGE, o).unwrap();
     let mut w = r.view().unwrap();
     set_all(&mut w, 5);

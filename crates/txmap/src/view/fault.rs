@@ -320,15 +320,14 @@ impl ViewInner {
         }
     }
 
-    /// `trim_private` once enough pages are resident.
+    /// `trim_private` once enough pages are resident (at `trim_at` in a
+    /// transaction, above the cache outside one).
     fn trim_private_now(&self, in_txn: bool, keep: Option<usize>) {
         let cache = self.region.opts.view_private_pages;
-        let n = self.mem.resident_n.load(Ordering::Relaxed);
         let exposed = self.exposed();
         let left = if in_txn {
             let active = self.active.load(Ordering::Relaxed);
-            if n < self.trim_at.load(Ordering::Relaxed)
-                || (active && exposed && self.untracked_reads.load(Ordering::Relaxed))
+            if (active && exposed && self.untracked_reads.load(Ordering::Relaxed))
                 || self.commuted.load(Ordering::Relaxed)
             {
                 return;
@@ -340,7 +339,7 @@ impl ViewInner {
         } else {
             // A round's copy into the file under way: a page given back
             // would wait for it at its next touch (trimmed later).
-            if n <= cache || self.region.round_write.busy() {
+            if self.region.round_write.busy() {
                 return;
             }
             // Pages of the transaction that just ended are the likeliest

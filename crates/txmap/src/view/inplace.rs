@@ -55,6 +55,11 @@ const GEN_MAX: u32 = (1 << GEN_BITS) - 1;
 // The cache counts finds up to PROMOTE_AFTER in the entry's low bits.
 const _: () = assert!(PROMOTE_AFTER as u64 <= HITS_MASK);
 
+/// The version block's address an entry holds.
+fn block_address(raw: u64) -> usize {
+    ((raw >> ADDR_SHIFT) as usize) * PAGE
+}
+
 /// Addresses of versions a view's transactions read in place,
 /// valid for one snapshot at one MVCC epoch (module docs). The entries
 /// and their generation live in the view's memory
@@ -76,14 +81,7 @@ impl VersionCache {
     /// found at and how often it was found before, if cached in `entries`.
     #[inline]
     fn find(&self, entries: &VersionEntries, page: usize, s: u64) -> Option<(usize, u64, usize)> {
-        if self.snapshot.load(Ordering::Relaxed) != s + 1 {
-            return None;
-        }
-        let a = entries.words.get(page)?;
-        let raw = a.load(Ordering::Relaxed);
-        if (raw >> HITS_BITS) as u32 & GEN_MAX != entries.generation.load(Ordering::Relaxed) {
-            return None;
-        }
+        let (a, raw) = self.entry(entries, page, s)?;
         // From 0 again once the count reaches PROMOTE_AFTER (a promoted
         // page that a trim gave back waits as long again before the next
         // install).
@@ -94,20 +92,33 @@ impl VersionCache {
             raw + 1
         };
         a.store(next, Ordering::Relaxed);
-        let addr = ((raw >> ADDR_SHIFT) as usize) * PAGE;
-        Some((addr, self.epoch.load(Ordering::Relaxed), hits))
+        Some((block_address(raw), self.epoch.load(Ordering::Relaxed), hits))
     }
 
     /// The address `page`'s version at snapshot `s` had when it was
     /// cached, without counting a find: only a hint (the block may have
     /// been freed since, which only the epoch on the read side tells).
     fn peek(&self, entries: &VersionEntries, page: usize, s: u64) -> Option<usize> {
+        self.entry(entries, page, s)
+            .map(|(_, raw)| block_address(raw))
+    }
+
+    /// `page`'s entry in `entries` and its value, if it is valid for
+    /// snapshot `s` (of this snapshot's generation).
+    #[inline]
+    fn entry<'e>(
+        &self,
+        entries: &'e VersionEntries,
+        page: usize,
+        s: u64,
+    ) -> Option<(&'e AtomicU64, u64)> {
         if self.snapshot.load(Ordering::Relaxed) != s + 1 {
             return None;
         }
-        let raw = entries.words.get(page)?.load(Ordering::Relaxed);
+        let a = entries.words.get(page)?;
+        let raw = a.load(Ordering::Relaxed);
         ((raw >> HITS_BITS) as u32 & GEN_MAX == entries.generation.load(Ordering::Relaxed))
-            .then_some(((raw >> ADDR_SHIFT) as usize) * PAGE)
+            .then_some((a, raw))
     }
 
     /// Remembers `addr` as `page`'s version at snapshot `s`, found on a
