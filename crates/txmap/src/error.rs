@@ -69,7 +69,9 @@ pub enum Error {
     )]
     ForkedChild { path: PathBuf, owner: i32, pid: i32 },
     /// Other processes have the region open with settings this open does
-    /// not match (durability, snapshot limit, fixed address, txmap version).
+    /// not match (durability, snapshot limit, fixed address, txmap version),
+    /// or a structure in the region has an on-disk format this txmap does
+    /// not read.
     #[error("{}: {what}", path.display())]
     Incompatible { path: PathBuf, what: String },
     /// A byte range outside the region.

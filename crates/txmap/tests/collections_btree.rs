@@ -93,6 +93,36 @@ fn an_insert_into_a_leaf_with_room_logs_a_small_record() {
     v.commit().unwrap();
 }
 
+/// A tree of the first node format (2-byte slots, magic `TXMBTRE1`) is
+/// refused by name when opened, not searched with the wrong slot width;
+/// a header with no tree magic stays corrupt.
+#[test]
+fn a_tree_of_the_first_node_format_is_refused_as_incompatible() {
+    let d = ext4_dir("bt-format1");
+    let r = txmap::Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(BTree::create).unwrap();
+    v.run(|v| t.put(v, b"key", b"value").map(|_| ())).unwrap();
+    v.run(|v| v.write(t.at, &u64::from_le_bytes(*b"TXMBTRE1")))
+        .unwrap();
+    v.begin_read().unwrap();
+    match BTree::open(&v, t.at) {
+        Err(txmap::Error::Incompatible { what, .. }) => {
+            assert!(what.contains("TXMBTRE1"), "{what}");
+            assert!(what.contains(&format!("offset {}", t.at)), "{what}");
+        }
+        other => panic!("opened a first-format tree: {:?}", other.map(|t| t.at)),
+    }
+    v.commit().unwrap();
+    v.run(|v| v.write(t.at, &0u64)).unwrap();
+    v.begin_read().unwrap();
+    assert!(matches!(
+        BTree::open(&v, t.at),
+        Err(txmap::Error::Corrupt { .. })
+    ));
+    v.commit().unwrap();
+}
+
 /// A delete takes the entry's slot out in place: the commit logs a small
 /// record, not a repacked node. The freed cells are holes that in-place
 /// inserts do not use, and the first insert that finds no room in the gap

@@ -43,38 +43,40 @@ fn logged_ops(p: &std::path::Path, id: u32) -> u64 {
         .map_or(0, |&(_, n)| n)
 }
 
-/// Fills a new structure with 150 keys of 8 bytes (8-byte values), then
+/// Fills a new structure with `n` keys of 8 bytes (8-byte values), then
 /// inserts a smaller key on its own; returns the bytes that insert logged,
 /// with the region (still open) and the structure, read back and checked.
-fn insert_before_150<M: Map + Copy>(
+fn insert_before<M: Map + Copy>(
     name: &str,
     create: fn(&mut View) -> txmap::Result<M>,
+    n: u64,
 ) -> (TestDir, Region, M, u64) {
     let d = ext4_dir(name);
     let r = Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
     let mut v = r.view().unwrap();
     let t = v.run(create).unwrap();
     let key = |i: u64| (1000 + i).to_be_bytes();
-    v.run(|v| (1..=150).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
+    v.run(|v| (1..=n).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
         .unwrap();
     let before = r.stats().log_bytes;
     // The smallest key: every slot after it shifts.
     v.run(|v| t.put(v, &key(0), &[2; 8]).map(|_| ())).unwrap();
     let logged = r.stats().log_bytes - before;
     v.begin_read().unwrap();
-    assert_eq!(t.check(&v).unwrap().entries, 151);
+    assert_eq!(t.check(&v).unwrap().entries, n + 1);
     assert_eq!(t.get(&v, &key(0)).unwrap().as_deref(), Some(&[2u8; 8][..]));
     v.commit().unwrap();
     (d, r, t, logged)
 }
 
-/// A key inserted on its own into a leaf of 150 entries (150 cells of
-/// 8 + 8 + 8 bytes and their slots: 3,916 of 4,080 bytes) logs one record
-/// with the operation (leaf offset, key, value) and a page check: less than
-/// the 300 bytes of slots a byte diff would carry after shifting them.
+/// A key inserted on its own into a leaf of 130 entries (130 cells of
+/// 8 + 8 + 8 bytes and their 6-byte slots: 3,916 of 4,080 bytes) logs one
+/// record with the operation (leaf offset, key, value) and a page check:
+/// less than the 780 bytes of slots a byte diff would carry after shifting
+/// them.
 #[test]
 fn a_one_key_insert_logs_the_operation_not_the_leaf_bytes() {
-    let (d, r, t, logged) = insert_before_150("logops-insert", BTree::create);
+    let (d, r, t, logged) = insert_before("logops-insert", BTree::create, 130);
     assert!(logged < 300, "one insert logged {logged} bytes");
     let mut v = r.view().unwrap();
     assert_eq!(v.run(|v| t.check(v)).unwrap().leaves, 1);
@@ -82,7 +84,7 @@ fn a_one_key_insert_logs_the_operation_not_the_leaf_bytes() {
 }
 
 /// An insert into a full leaf splits it by the operation: the commit logs
-/// far less than the right half's 1,800 bytes of cells.
+/// far less than the right half's 1,600 bytes of cells.
 #[test]
 fn a_leaf_split_logs_the_operation_not_the_halves() {
     let d = ext4_dir("logops-split");
@@ -91,10 +93,11 @@ fn a_leaf_split_logs_the_operation_not_the_halves() {
     let mut v = r.view().unwrap();
     let t = v.run(BTree::create).unwrap();
     let key = |i: u64| (1000 + 2 * i).to_be_bytes();
-    v.run(|v| (0..156).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
+    v.run(|v| (0..135).try_for_each(|i| t.put(v, &key(i), &[1; 8]).map(|_| ())))
         .unwrap();
     assert_eq!(v.run(|v| t.check(v)).unwrap().leaves, 1);
-    // 156 entries take 4,072 bytes: the 157th does not fit.
+    // 135 entries take 4,066 bytes (24-byte cells, 6-byte slots): the
+    // 136th does not fit.
     let before = r.stats().log_bytes;
     v.run(|v| t.put(v, &1001u64.to_be_bytes(), &[3; 8]).map(|_| ()))
         .unwrap();
@@ -102,7 +105,7 @@ fn a_leaf_split_logs_the_operation_not_the_halves() {
     assert!(logged < 1024, "the splitting insert logged {logged} bytes");
     v.begin_read().unwrap();
     let rep = t.check(&v).unwrap();
-    assert_eq!((rep.entries, rep.leaves, rep.height), (157, 2, 2));
+    assert_eq!((rep.entries, rep.leaves, rep.height), (136, 2, 2));
     v.commit().unwrap();
     assert_eq!(logged_ops(&p, ops::BTREE_SPLIT), 1);
 }
@@ -112,7 +115,7 @@ fn a_leaf_split_logs_the_operation_not_the_halves() {
 /// that shift.
 #[test]
 fn a_cobtree_insert_logs_the_slot_operation_not_the_segment() {
-    let (d, r, t, logged) = insert_before_150("logops-cobtree", CoBTree::create);
+    let (d, r, t, logged) = insert_before("logops-cobtree", CoBTree::create, 150);
     assert!(logged < 1024, "one insert logged {logged} bytes");
     let mut v = r.view().unwrap();
     assert_eq!(v.run(|v| t.check(v)).unwrap().segments, 1);

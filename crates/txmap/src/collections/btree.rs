@@ -22,10 +22,10 @@ use super::alloc::{self, BLOCK_HEADER, PAGE, corrupt, invalid};
 use super::format::{Val, cell_at, u64_at};
 pub use super::leaf::{INLINE_MAX, MAX_KEY, NODE};
 use super::leaf::{
-    INTERNAL, Internal, LEAF, Leaf, MAGIC, Raw, T_HEIGHT, T_MAGIC, T_ROOT, encode_internal,
-    encode_leaf, in_place_spot, internal_bytes, internal_cell, internal_put_in_place, leaf_bytes,
-    leaf_cell, leaf_cells, op_args, pack_leaf, packed_bytes, put_in_place, remove_slot,
-    split_point,
+    INTERNAL, Internal, LEAF, Leaf, MAGIC, MAGIC_V1, Raw, T_HEIGHT, T_MAGIC, T_ROOT,
+    encode_internal, encode_leaf, entry_bytes, in_place_spot, internal_bytes, internal_cell,
+    internal_put_in_place, leaf_bytes, leaf_cell, leaf_cells, op_args, pack_leaf, packed_bytes,
+    packed_cell, put_in_place, remove_slot, split_point,
 };
 use super::node::check_key;
 use crate::{Result, View};
@@ -96,6 +96,10 @@ pub enum TryPut {
     NeedsSplit,
 }
 
+/// Entries a scan asks the processor to load ahead of the one it hands
+/// out (`Raw::prefetch_cell`).
+const SCAN_AHEAD: usize = 8;
+
 impl BTree {
     /// Creates an empty tree (formatting the heap if needed).
     pub fn create(v: &mut View) -> Result<BTree> {
@@ -116,10 +120,18 @@ impl BTree {
 
     /// Opens the tree whose header block is at `at`.
     pub fn open(v: &View, at: u64) -> Result<BTree> {
-        if v.read::<u64>(at + T_MAGIC)? != MAGIC {
-            return Err(corrupt(v, at, "not a B+-tree header"));
+        match v.read::<u64>(at + T_MAGIC)? {
+            MAGIC => Ok(BTree { at }),
+            MAGIC_V1 => Err(crate::error::Error::Incompatible {
+                path: v.region().path().to_path_buf(),
+                what: format!(
+                    "the B+-tree at offset {at} has the first node format \
+                     (2-byte slots, magic TXMBTRE1), which this txmap does not \
+                     read: copy its entries out with the txmap that wrote it"
+                ),
+            }),
+            _ => Err(corrupt(v, at, "not a B+-tree header")),
         }
-        Ok(BTree { at })
     }
 
     fn header(&self, v: &View) -> Result<(u64, u64)> {
@@ -285,7 +297,7 @@ impl BTree {
         };
         if !split {
             let old = pos.map_or(0, |i| leaf_cell(&leaf.ents[i]));
-            if leaf_bytes(&leaf.ents) - old + 10 + key.len() + inline_len > NODE {
+            if leaf_bytes(&leaf.ents) - old + entry_bytes(key.len(), inline_len) > NODE {
                 return Ok(TryPut::NeedsSplit);
             }
         }
@@ -355,7 +367,7 @@ impl BTree {
         if value.len() > INLINE_MAX {
             return Ok(false);
         }
-        let cell = 10 + key.len() + value.len();
+        let cell = entry_bytes(key.len(), value.len());
         let (sep, goes_right, cells, at, link) = {
             let r = self.raw(v, node, LEAF)?;
             if r.search(key)
@@ -368,7 +380,7 @@ impl BTree {
             if cells.len() < 2 || packed_bytes(&cells) + cell <= NODE {
                 return Ok(false);
             }
-            let at = split_point(&cells, |(c, e)| e - c + 2);
+            let at = split_point(&cells, packed_cell);
             let sep = r.key(at).ok_or_else(|| corrupt(v, node, "bad key"))?;
             let goes_right = key >= sep;
             let half = if goes_right {
@@ -414,7 +426,8 @@ impl BTree {
         let mut path = Path::default();
         let node = self.descend(v, key, &mut path)?;
         let leaf = self.leaf(v, node)?;
-        if leaf.ents.len() >= 2 && leaf_bytes(&leaf.ents) + 10 + MAX_KEY + INLINE_MAX > NODE {
+        if leaf.ents.len() >= 2 && leaf_bytes(&leaf.ents) + entry_bytes(MAX_KEY, INLINE_MAX) > NODE
+        {
             self.split_leaf(v, node, leaf, path)?;
         }
         Ok(())
@@ -662,7 +675,11 @@ impl BTree {
                 0
             };
             first = false;
+            for i in from..(from + SCAN_AHEAD).min(r.n) {
+                r.prefetch_cell(i);
+            }
             for i in from..r.n {
+                r.prefetch_cell(i + SCAN_AHEAD);
                 let k = r.key(i).ok_or_else(|| corrupt(v, leaf, "bad key"))?;
                 let before_hi = match hi {
                     Bound::Included(x) => k <= x,
@@ -769,6 +786,9 @@ impl BTree {
                 cell_at(r.b, c).ok_or_else(|| corrupt(v, node, "leaf cell runs past the node"))?;
             spans.push((c, end));
         }
+        if !r.heads_match() {
+            return Err(corrupt(v, node, "a slot's key head differs from its key"));
+        }
         spans.sort_unstable();
         if spans.windows(2).any(|w| w[0].1 > w[1].0) {
             return Err(corrupt(v, node, "leaf cells overlap"));
@@ -815,6 +835,9 @@ impl BTree {
             rep.entries += l.ents.len() as u64;
             leaves.push(node);
             return Ok(());
+        }
+        if !self.raw(v, node, INTERNAL)?.heads_match() {
+            return Err(corrupt(v, node, "a slot's key head differs from its key"));
         }
         let n = self.internal(v, node)?;
         rep.internal += 1;
