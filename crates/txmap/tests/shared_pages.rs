@@ -87,6 +87,9 @@ enum How {
     /// committing (a conflict when a commit since its snapshot changed the
     /// pages it read).
     FreshRw,
+    /// As `FreshRw`, reading by plain loads (`View::base`): each first
+    /// touch faults and maps that page from the file.
+    FreshRawRw,
 }
 
 /// Pointers to every page at the view's own address (`View::base`): plain
@@ -105,17 +108,17 @@ fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) ->
     let mut txns = 0;
     let mut rounds = 0u64;
     while !stop() {
-        if let How::Fresh | How::FreshRw = how {
+        if let How::Fresh | How::FreshRw | How::FreshRawRw = how {
             *v = v.region().view().unwrap();
         }
-        if let How::FreshRw = how {
+        if let How::FreshRw | How::FreshRawRw = how {
             v.begin().unwrap();
         } else {
             v.begin_read().unwrap();
         }
         let ptrs = match how {
             How::Slice | How::FreshRw => pointers(v),
-            How::Raw | How::Fresh => raw_pointers(v),
+            How::Raw | How::Fresh | How::FreshRawRw => raw_pointers(v),
             How::Advised => {
                 v.set_page_access(0, PAGES * PAGE, txmap::PageAccess::Read)
                     .unwrap();
@@ -134,7 +137,7 @@ fn hold_and_check(v: &mut View, stop: &dyn Fn() -> bool, who: &str, how: How) ->
             rounds += 1;
             std::thread::sleep(Duration::from_micros(200));
         }
-        if let How::FreshRw = how {
+        if let How::FreshRw | How::FreshRawRw = how {
             v.write(0, &x).unwrap();
             // Its pages still hold the snapshot after its own store.
             for (p, &ptr) in ptrs.iter().enumerate().skip(1) {
@@ -259,6 +262,16 @@ fn readers_in_threads(r: &Region, hows: &[How], who: &str) {
 fn read_write_readers_keep_their_snapshot_while_checkpoints_overwrite_shared_pages() {
     let (_d, _p, r) = region_with_pages("sp-threads-rw");
     readers_in_threads(&r, &[How::FreshRw; 3], "read-write reader");
+}
+
+/// The same with plain loads (`View::base`) in the read-write
+/// transactions: each page a first touch mapped from the file keeps the
+/// snapshot's content while checkpoints overwrite the file (fails with
+/// `debug::set_fence(false)`).
+#[test]
+fn plain_load_read_write_readers_keep_their_snapshot_while_checkpoints_overwrite_pages() {
+    let (_d, _p, r) = region_with_pages("sp-threads-raw-rw");
+    readers_in_threads(&r, &[How::FreshRawRw; 3], "plain-load read-write reader");
 }
 
 /// Reader threads holding plain-load pointers (`View::base`) into pages
@@ -399,6 +412,7 @@ fn reader_child() {
         Ok("advised") => How::Advised,
         Ok("fresh") => How::Fresh,
         Ok("fresh-rw") => How::FreshRw,
+        Ok("fresh-raw-rw") => How::FreshRawRw,
         Ok(_) => How::Raw,
         Err(_) => How::Slice,
     };
@@ -436,20 +450,25 @@ fn raw_pointer_readers_in_other_processes_keep_their_snapshot_while_checkpoints_
     );
 }
 
-/// The same with read-write transactions in other processes (`FreshRw`).
+/// The same with read-write transactions in other processes (`FreshRw`;
+/// one reads by plain loads, `FreshRawRw`).
 #[test]
 fn read_write_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages() {
     let test = "read_write_readers_in_other_processes_keep_their_snapshot_while_checkpoints_overwrite_pages";
     if role().is_some() {
         return reader_child();
     }
-    readers_in_processes(test, "sp-procs-rw", &[Some("fresh-rw"), Some("fresh-rw")]);
+    readers_in_processes(
+        test,
+        "sp-procs-rw",
+        &[Some("fresh-rw"), Some("fresh-rw"), Some("fresh-raw-rw")],
+    );
 }
 
 /// One reader process per entry of `how` (`reader_child`, reading as its
 /// `TXMAP_RAW` says: `None` by slices, `raw` by plain loads, `advised`
 /// after the advisory call, `fresh` in a fresh view each transaction,
-/// `fresh-rw` in read-write ones) holds its snapshots while this process
+/// `fresh-rw` in read-write ones, `fresh-raw-rw` by plain loads in those) holds its snapshots while this process
 /// commits and checkpoints 300 times.
 fn readers_in_processes(test: &str, name: &str, how: &[Option<&str>]) {
     let (d, p, r) = region_with_pages(name);
@@ -929,6 +948,100 @@ fn read_write_transactions_copy_only_what_they_write() {
         BIG as u64 - 1,
         "pages read again by a later transaction are kept in the view"
     );
+}
+
+/// A fresh view's serializable read-write transaction that reads every
+/// page of a checkpointed region by plain loads (`View::base`) and writes
+/// two (one by a plain store after its load, one through the accessor)
+/// copies only those two: each first touch maps the file's page. The view
+/// reads its own stores, and a later transaction reads the committed
+/// values (fails when a read fault of a read-write transaction copies).
+#[test]
+fn plain_loads_of_read_write_transactions_copy_only_what_they_write() {
+    const BIG: usize = 256;
+    let (_d, _p, r) = new_region("sp-rw-plain", (BIG * PAGE) as u64, opts());
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..BIG, 3);
+    r.checkpoint().unwrap();
+    drop(w);
+    let _pooled = r.view().unwrap();
+    let mut v = r.view().unwrap();
+    let (installed, private) = (v.installed_pages(), v.private_bytes());
+    let word = |v: &View, p: usize| -> *mut u64 {
+        // SAFETY: page p lies inside the view's mapping of the region.
+        unsafe { v.base().add(p * PAGE).cast::<u64>() }
+    };
+    v.begin().unwrap();
+    for p in 0..BIG {
+        // SAFETY: an aligned word of the region, in a transaction.
+        assert_eq!(unsafe { word(&v, p).read_volatile() }, 3, "page {p}");
+    }
+    // SAFETY: as above; the store faults and installs the page.
+    unsafe { word(&v, 5).write_volatile(7) };
+    v.write((9 * PAGE) as u64, &8u64).unwrap();
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(word(&v, 5).read_volatile(), 7);
+        assert_eq!(word(&v, 9).read_volatile(), 8);
+        assert_eq!(word(&v, 6).read_volatile(), 3);
+    }
+    assert_eq!(
+        v.installed_pages() - installed,
+        2,
+        "a transaction that read {BIG} pages by plain loads and wrote two copied more"
+    );
+    assert!(
+        v.private_bytes() - private <= 3 * PAGE as u64,
+        "private memory grew by {} bytes",
+        v.private_bytes() - private
+    );
+    v.commit().unwrap();
+    v.begin_read().unwrap();
+    for p in 0..BIG {
+        let want = match p {
+            5 => 7,
+            9 => 8,
+            _ => 3,
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { word(&v, p).read_volatile() }, want, "page {p}");
+    }
+    v.commit().unwrap();
+}
+
+/// Write skew between two fresh views whose serializable transactions
+/// read two checkpointed pages by plain loads (each first touch maps the
+/// file's page) and each write one of them: the second commit conflicts
+/// (fails when such a read joins neither the read set nor the touched
+/// pages).
+#[test]
+fn plain_load_reads_of_read_write_transactions_are_validated() {
+    const ROUNDS: usize = 8;
+    let (_d, _p, r) = new_region("sp-rw-plain-skew", (2 * ROUNDS * PAGE) as u64, opts());
+    let mut w = r.view().unwrap();
+    fill(&mut w, 0..2 * ROUNDS, 1);
+    r.checkpoint().unwrap();
+    drop(w);
+    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
+    let load = |v: &View, off: usize| -> u64 {
+        // SAFETY: an aligned word inside the view's mapping, in a transaction.
+        unsafe { v.base().add(off).cast::<u64>().read_volatile() }
+    };
+    for k in 0..ROUNDS {
+        let (x, y) = (2 * k * PAGE, (2 * k + 1) * PAGE);
+        a.begin().unwrap();
+        b.begin().unwrap();
+        let sa = load(&a, x) + load(&a, y);
+        let sb = load(&b, x) + load(&b, y);
+        assert_eq!(sa, sb);
+        a.write(x as u64, &(sa + 10)).unwrap();
+        b.write(y as u64, &(sb + 10)).unwrap();
+        a.commit().unwrap();
+        assert!(
+            matches!(b.commit(), Err(txmap::Error::Conflict)),
+            "round {k}: write skew committed"
+        );
+    }
 }
 
 /// Write skew between two fresh views whose serializable transactions
