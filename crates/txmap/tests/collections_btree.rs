@@ -113,6 +113,11 @@ fn a_tree_of_the_first_node_format_is_refused_as_incompatible() {
         }
         other => panic!("opened a first-format tree: {:?}", other.map(|t| t.at)),
     }
+    // A handle made before (or by hand) is refused the same way.
+    assert!(matches!(
+        t.get(&v, b"key"),
+        Err(txmap::Error::Incompatible { .. })
+    ));
     v.commit().unwrap();
     v.run(|v| v.write(t.at, &0u64)).unwrap();
     v.begin_read().unwrap();

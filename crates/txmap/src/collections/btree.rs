@@ -122,15 +122,7 @@ impl BTree {
     pub fn open(v: &View, at: u64) -> Result<BTree> {
         match v.read::<u64>(at + T_MAGIC)? {
             MAGIC => Ok(BTree { at }),
-            MAGIC_V1 => Err(crate::error::Error::Incompatible {
-                path: v.region().path().to_path_buf(),
-                what: format!(
-                    "the B+-tree at offset {at} has the first node format \
-                     (2-byte slots, magic TXMBTRE1), which this txmap does not \
-                     read: copy its entries out with the txmap that wrote it"
-                ),
-            }),
-            _ => Err(corrupt(v, at, "not a B+-tree header")),
+            other => Err(not_a_tree(v, at, other)),
         }
     }
 
@@ -142,7 +134,7 @@ impl BTree {
         })?;
         let field = |at: u64| field[((at - T_MAGIC) / 8) as usize];
         if field(T_MAGIC) != MAGIC {
-            return Err(corrupt(v, self.at, "not a B+-tree header"));
+            return Err(not_a_tree(v, self.at, field(T_MAGIC)));
         }
         let (root, h) = (field(T_ROOT), field(T_HEIGHT));
         if h == 0 || h > 64 {
@@ -865,6 +857,23 @@ impl BTree {
         }
         Ok(())
     }
+}
+
+/// The error for a tree header at `at` whose magic is `magic`, not
+/// [`MAGIC`]: a tree of the first node format is incompatible, anything
+/// else is no tree.
+fn not_a_tree(v: &View, at: u64, magic: u64) -> crate::error::Error {
+    if magic == MAGIC_V1 {
+        return crate::error::Error::Incompatible {
+            path: v.region().path().to_path_buf(),
+            what: format!(
+                "the B+-tree at offset {at} has the first node format \
+                 (2-byte slots, magic TXMBTRE1), which this txmap does not \
+                 read: copy its entries out with the txmap that wrote it"
+            ),
+        };
+    }
+    corrupt(v, at, "not a B+-tree header")
 }
 
 /// Node bytes `b` as a node of `kind`, or why not.
