@@ -54,16 +54,24 @@ fn deep_tree_grows_and_shrinks_back() {
     assert!(d[1].starts_with("height 1, 1 leaves"), "{}", d[1]);
 }
 
+/// An empty B+-tree in a fresh 1 MiB region in directory `name`, with a
+/// view.
+fn new_tree(name: &str) -> (TestDir, txmap::Region, txmap::View, BTree) {
+    let d = ext4_dir(name);
+    let r = txmap::Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
+    let mut v = r.view().unwrap();
+    let t = v.run(BTree::create).unwrap();
+    (d, r, v, t)
+}
+
 /// A key inserted into a leaf with room goes in place: the commit logs a
 /// small record, not a repacked 4 KiB node. Entries are checked afterwards
 /// (order, non-overlapping cells) and read back.
 #[test]
 fn an_insert_into_a_leaf_with_room_logs_a_small_record() {
-    let d = ext4_dir("bt-in-place");
-    let r = txmap::Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let t = v.run(BTree::create).unwrap();
-    // 80 entries of 39 bytes fill most of one leaf (no split yet).
+    let (_d, r, mut v, t) = new_tree("bt-in-place");
+    // 80 entries of 43 bytes (cell and slot) fill most of one leaf (no
+    // split yet).
     let key = |i: u32| format!("k{i:04}").into_bytes();
     let val = [7u8; 24];
     v.run(|v| {
@@ -98,10 +106,7 @@ fn an_insert_into_a_leaf_with_room_logs_a_small_record() {
 /// a header with no tree magic stays corrupt.
 #[test]
 fn a_tree_of_the_first_node_format_is_refused_as_incompatible() {
-    let d = ext4_dir("bt-format1");
-    let r = txmap::Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let t = v.run(BTree::create).unwrap();
+    let (_d, _r, mut v, t) = new_tree("bt-format1");
     v.run(|v| t.put(v, b"key", b"value").map(|_| ())).unwrap();
     v.run(|v| v.write(t.at, &u64::from_le_bytes(*b"TXMBTRE1")))
         .unwrap();
@@ -134,11 +139,8 @@ fn a_tree_of_the_first_node_format_is_refused_as_incompatible() {
 /// repacks the leaf and gets them back (the leaf does not split).
 #[test]
 fn a_delete_logs_a_small_record_and_a_repack_reclaims_its_hole() {
-    let d = ext4_dir("bt-delete-in-place");
-    let r = txmap::Region::create(&d.join("r.txm"), 1 << 20, coll::opts()).unwrap();
-    let mut v = r.view().unwrap();
-    let t = v.run(BTree::create).unwrap();
-    // 80 cells of 8 + 5 + 24 bytes and 80 slots: 3,136 of 4,080 bytes.
+    let (_d, r, mut v, t) = new_tree("bt-delete-in-place");
+    // 80 cells of 8 + 5 + 24 bytes and 80 slots: 3,456 of 4,080 bytes.
     let key = |i: u32| format!("k{i:04}").into_bytes();
     let val = |i: u32| [i as u8; 24];
     v.run(|v| {

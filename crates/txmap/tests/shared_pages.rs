@@ -960,20 +960,27 @@ fn plain_load_reads_of_read_write_transactions_are_validated() {
     fill(&mut w, 0..2 * ROUNDS, 1);
     r.checkpoint().unwrap();
     drop(w);
+    // SAFETY: an aligned word inside the view's mapping, in a transaction.
+    write_skew_conflicts(&r, ROUNDS, |v, off| unsafe {
+        v.base().add(off as usize).cast::<u64>().read_volatile()
+    });
+}
+
+/// `rounds` rounds of write skew between two fresh views of `r`: in round
+/// `k` each serializable transaction reads pages `2k` and `2k + 1` with
+/// `read` (a word at an offset) and writes one of them; the second commit
+/// must conflict.
+fn write_skew_conflicts(r: &Region, rounds: usize, read: impl Fn(&View, u64) -> u64) {
     let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
-    let load = |v: &View, off: usize| -> u64 {
-        // SAFETY: an aligned word inside the view's mapping, in a transaction.
-        unsafe { v.base().add(off).cast::<u64>().read_volatile() }
-    };
-    for k in 0..ROUNDS {
-        let (x, y) = (2 * k * PAGE, (2 * k + 1) * PAGE);
+    for k in 0..rounds {
+        let (x, y) = ((2 * k * PAGE) as u64, ((2 * k + 1) * PAGE) as u64);
         a.begin().unwrap();
         b.begin().unwrap();
-        let sa = load(&a, x) + load(&a, y);
-        let sb = load(&b, x) + load(&b, y);
+        let sa = read(&a, x) + read(&a, y);
+        let sb = read(&b, x) + read(&b, y);
         assert_eq!(sa, sb);
-        a.write(x as u64, &(sa + 10)).unwrap();
-        b.write(y as u64, &(sb + 10)).unwrap();
+        a.write(x, &(sa + 10)).unwrap();
+        b.write(y, &(sb + 10)).unwrap();
         a.commit().unwrap();
         assert!(
             matches!(b.commit(), Err(txmap::Error::Conflict)),
@@ -998,23 +1005,8 @@ fn shared_reads_of_read_write_transactions_are_validated() {
     // The second half's rounds read versions in shared memory.
     fill(&mut w, ROUNDS..2 * ROUNDS, 2);
     drop(w);
-    let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
-    for k in 0..ROUNDS {
-        // Pages no earlier transaction of either view touched: shared.
-        let (x, y) = ((2 * k * PAGE) as u64, ((2 * k + 1) * PAGE) as u64);
-        a.begin().unwrap();
-        b.begin().unwrap();
-        let sa = a.read::<u64>(x).unwrap() + a.read::<u64>(y).unwrap();
-        let sb = b.read::<u64>(x).unwrap() + b.read::<u64>(y).unwrap();
-        assert_eq!(sa, sb);
-        a.write(x, &(sa + 10)).unwrap();
-        b.write(y, &(sb + 10)).unwrap();
-        a.commit().unwrap();
-        assert!(
-            matches!(b.commit(), Err(txmap::Error::Conflict)),
-            "round {k}: write skew committed"
-        );
-    }
+    // Pages no earlier transaction of either view touched: shared.
+    write_skew_conflicts(&r, ROUNDS, |v, off| v.read::<u64>(off).unwrap());
 }
 
 /// A read-write transaction that read a page shared and then changed it

@@ -248,18 +248,24 @@ impl<'a> Raw<'a> {
     }
 }
 
+/// The first `N` bytes of `key`, zero-padded.
+#[inline]
+fn padded<const N: usize>(key: &[u8]) -> [u8; N] {
+    match key.first_chunk::<N>() {
+        Some(b) => *b,
+        None => {
+            let mut b = [0u8; N];
+            b[..key.len()].copy_from_slice(key);
+            b
+        }
+    }
+}
+
 /// The first four bytes of `key` as a big-endian number, zero-padded,
 /// ordered as [`prefix`] is: a slot's head.
 #[inline]
 fn head(key: &[u8]) -> u32 {
-    match key.first_chunk::<4>() {
-        Some(b) => u32::from_be_bytes(*b),
-        None => {
-            let mut b = [0u8; 4];
-            b[..key.len()].copy_from_slice(key);
-            u32::from_be_bytes(b)
-        }
-    }
+    u32::from_be_bytes(padded(key))
 }
 
 /// The first eight bytes of `key` as a big-endian number, zero-padded:
@@ -268,14 +274,7 @@ fn head(key: &[u8]) -> u32 {
 /// equal prefixes leave the rest to decide.
 #[inline]
 fn prefix(key: &[u8]) -> u64 {
-    match key.first_chunk::<8>() {
-        Some(b) => u64::from_be_bytes(*b),
-        None => {
-            let mut b = [0u8; 8];
-            b[..key.len()].copy_from_slice(key);
-            u64::from_be_bytes(b)
-        }
-    }
+    u64::from_be_bytes(padded(key))
 }
 
 /// Where an in-place insert of `key` with an inline value of `vlen` bytes
