@@ -120,6 +120,13 @@ pub struct Mvcc {
     slots: Fixed<Slot>,
     /// Slots claimed through this mapping (so the reaper leaves them alone).
     mine: Box<[AtomicBool]>,
+    /// Held by this process's claims, releases and reaps of slots. A slot's
+    /// liveness lock is an OFD lock on one descriptor every thread shares:
+    /// it keeps other processes out, not other threads. Without this, a
+    /// thread could claim a slot between another's clearing its owner and
+    /// unlocking it; the slot was then live, unlocked and not `mine`, and
+    /// the reaper took it from its view and gave it to the next.
+    claims: std::sync::Mutex<()>,
     pid: u64,
 }
 
@@ -358,6 +365,7 @@ impl Mvcc {
             hdr,
             slots,
             mine: (0..=MAX_SLOTS).map(|_| AtomicBool::new(false)).collect(),
+            claims: std::sync::Mutex::new(()),
             pid: u64::from(std::process::id()),
         }
     }
@@ -519,12 +527,14 @@ impl Mvcc {
     /// Claims a free slot for a view of this process: first its liveness
     /// lock (released by the kernel if the process dies), then ownership.
     pub fn claim_slot(&self) -> Option<usize> {
+        let _claims = crate::os::lock::lock(&self.claims);
         self.try_claim().or_else(|| {
-            self.reap_dead_slots();
+            self.reap_dead_slots_claiming();
             self.try_claim()
         })
     }
 
+    /// `claim_slot`'s search, under `claims`.
     fn try_claim(&self) -> Option<usize> {
         for (i, s) in self.slots()[..MAX_SLOTS].iter().enumerate() {
             if s.owner.load(Ordering::Relaxed) != 0 {
@@ -549,6 +559,9 @@ impl Mvcc {
     }
 
     pub fn release_slot(&self, i: usize) {
+        // Owner cleared, `mine` cleared and lock released as one step for
+        // this process's other threads (see `claims`).
+        let _claims = crate::os::lock::lock(&self.claims);
         self.set_file_reads(i, None);
         self.set_nta_token(i, 0);
         self.end(i);
@@ -569,6 +582,14 @@ impl Mvcc {
     /// or the owner pid no longer exists), releasing their snapshots and the
     /// versions those pinned. Returns how many were cleared.
     pub fn reap_dead_slots(&self) -> usize {
+        let _claims = crate::os::lock::lock(&self.claims);
+        self.reap_dead_slots_claiming()
+    }
+
+    /// `reap_dead_slots` under `claims`: a slot not `mine` is then held
+    /// by no thread of this process, so taking its liveness lock proves
+    /// that no live process holds it.
+    fn reap_dead_slots_claiming(&self) -> usize {
         let mut n = 0;
         for (i, s) in self.view_slots().iter().enumerate() {
             let owner = s.owner.load(Ordering::SeqCst);
@@ -576,7 +597,8 @@ impl Mvcc {
                 continue;
             }
             if matches!(self.file.lock_byte(i as u64), Ok(true)) {
-                // We hold its lock, so nobody can claim it meanwhile.
+                // We hold its lock (and `claims`), so nobody can claim it
+                // meanwhile.
                 if s.owner.load(Ordering::SeqCst) != 0 {
                     self.priority_release(i);
                     s.snapshot.store(0, Ordering::SeqCst);
