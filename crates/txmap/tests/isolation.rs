@@ -456,11 +456,14 @@ fn untracked_reads_take_no_fault_and_still_validate() {
     let read_x = || unsafe { std::ptr::read_volatile(base.add(x)) };
     let write_y = |n: u64| unsafe { std::ptr::write_volatile(base.add(y), n) };
     // A brings x and y in (valid, readable at its address) and commits.
+    // Twice: a first plain load of a page the file holds maps the file's
+    // page for that transaction alone; the view copies it at the next.
     let touch = |v: &mut View| -> Result<(), Error> {
         v.begin()?;
         write_y(read_x() + 1);
         v.commit()
     };
+    touch(&mut a).unwrap();
     touch(&mut a).unwrap();
     b.run(|v| v.write(2 * PAGE, &7u64)).unwrap();
     a.begin().unwrap();

@@ -261,6 +261,10 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         "shared: memory of {THREADS} read-write reader threads"
     ));
     let rw_mem = threads_memory(&region, pages, rw_read_all)?;
+    ctx.progress(format!(
+        "shared: memory of {THREADS} plain-load read-write reader threads"
+    ));
+    let rw_plain_mem = threads_memory(&region, pages, rw_load_all)?;
     // The same without a bound on private pages, as views were before it
     // (quick mode only: at 1 GiB that is 8 GiB of private copies).
     let unbounded_mem = if ctx.quick {
@@ -305,7 +309,8 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
          plain loads: a load through `View::base()` of every page, in read-only transactions of \
          {LOAD_CHUNK} pages, with the default `view_private_pages` ({cache}) or none; read-write: \
          `View::read` of every page and a store into one in a serializable read-write transaction, \
-         still open while the memory is sampled) and keeps the \
+         still open while the memory is sampled; plain loads, read-write: the same by plain loads \
+         and a plain store) and keeps the \
          view open while the memory is sampled. Threads: the change of this process's \
          `/proc/self/smaps_rollup` Pss and `VmPTE` across the readers; processes: the sum of the \
          {PROCESSES} reader processes' whole counts (their program and libraries included). MiB.\n"
@@ -328,6 +333,10 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
             format!("{THREADS} threads, read-write transactions, open"),
             rw_mem,
         ),
+        (
+            format!("{THREADS} threads, plain loads, read-write, open"),
+            rw_plain_mem,
+        ),
     ];
     if let Some(m) = unbounded_mem {
         rows.push((format!("{THREADS} threads, plain loads, no bound"), m));
@@ -348,6 +357,10 @@ fn memory(ctx: &mut Ctx, r: &mut Report, dir: &Path) -> Res<()> {
         ("threads", threads_mem),
         ("processes", procs_mem),
         ("threads in read-write transactions", rw_mem),
+        (
+            "threads in read-write transactions by plain loads",
+            rw_plain_mem,
+        ),
     ] {
         let n = if what == "processes" {
             PROCESSES
@@ -389,6 +402,25 @@ fn rw_read_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
     }
     let b: u8 = v.read(0)?;
     v.write(0, &b)
+}
+
+/// Loads one byte of every page through the view's own address and
+/// stores one by a plain store, in one serializable read-write
+/// transaction left open, as `rw_read_all`.
+fn rw_load_all(v: &mut txmap::View, pages: usize) -> txmap::Result<()> {
+    v.begin()?;
+    assert!(pages * PAGE <= v.len());
+    for p in 0..pages {
+        // SAFETY: inside the view's mapping (checked); the first load of
+        // each page faults into txmap's handler.
+        black_box(unsafe { std::ptr::read_volatile(v.base().add(p * PAGE)) });
+    }
+    // SAFETY: as above; the store faults and installs the page.
+    unsafe {
+        let b = std::ptr::read_volatile(v.base());
+        std::ptr::write_volatile(v.base(), b);
+    }
+    Ok(())
 }
 
 /// Pages per read-only transaction in `load_all`.

@@ -284,8 +284,27 @@ impl ViewInner {
         self.mark_installed(page);
     }
 
-    /// Notes that `page`'s private copy holds its snapshot version.
+    /// Notes that `page`'s private copy holds its snapshot version. In a
+    /// read-write transaction whose plain load mapped the page from the
+    /// file (`map_file_read`), the user address goes back to the copy
+    /// first (inaccessible until the next touch): every write path (a
+    /// store, an accessor, a commutative operation, a nested top action)
+    /// installs before it writes the copy, so the user's loads never see
+    /// the file's page beside the view's own bytes.
     fn mark_installed(&self, page: usize) {
+        if !self.read_only.load(Ordering::Relaxed) {
+            let flags = self.user_file_flags(page);
+            if flags & user_file::FILE != 0
+                && self
+                    .map_back(page, page + 1, flags & user_file::LISTED | user_file::SEEN)
+                    .is_err()
+            {
+                // Inaccessible and flagged `FILE`: a load faults and maps
+                // the memory file back before it reads.
+                self.leave_stuck(page, page + 1);
+                self.file_ok.store(false, Ordering::Relaxed);
+            }
+        }
         self.installed.fetch_add(1, Ordering::Relaxed);
         self.mem.note_resident(page);
         if let Some(v) = self.mem.valid.get(page) {
@@ -631,9 +650,9 @@ impl ViewInner {
         let flags = self.user_file_flags(page);
         if flags & user_file::FILE != 0 {
             if active && !write && flags & user_file::LISTED != 0 {
-                // Read-only transaction (only those map the file), page made
-                // inaccessible by a trim: the fence keeps its content the
-                // snapshot's.
+                // A page this transaction mapped from the file (and read),
+                // made inaccessible by a trim: the fence keeps its content
+                // the snapshot's.
                 return match protect_raw(page_addr, PAGE, Access::Read) {
                     Ok(()) => FaultOutcome::Handled,
                     Err(_) => FaultOutcome::ProtectFailed,
@@ -647,8 +666,13 @@ impl ViewInner {
                 return FaultOutcome::ProtectFailed;
             }
         }
-        if active && !write && self.read_only.load(Ordering::Relaxed) {
-            match self.map_file_fault(page) {
+        if active && !write {
+            let mapped = if self.read_only.load(Ordering::Relaxed) {
+                self.map_file_fault(page)
+            } else {
+                self.map_file_read(page)
+            };
+            match mapped {
                 FileMap::Mapped => return FaultOutcome::Handled,
                 FileMap::Failed(_) => return FaultOutcome::ProtectFailed,
                 FileMap::No => {}

@@ -1,5 +1,5 @@
-//! Plain loads of read-only transactions from the region file (issue 20,
-//! docs/design/shared-pages.md, step 6).
+//! Plain loads from the region file (issue 20, docs/design/shared-pages.md,
+//! step 6).
 //!
 //! A read fault of a read-only transaction on a page the view holds no
 //! valid copy of, whose version at the snapshot the region file holds
@@ -13,7 +13,8 @@
 //! (`fence.rs`), exactly as for the accessor reads of `file_access`; the
 //! transaction's end maps the memory file back (`PROT_NONE`, one call per
 //! run), so outside a read-only transaction the user range is what it was
-//! before.
+//! before. A read-write transaction's read fault maps the faulting page
+//! alone, after recording the read (`map_file_read`).
 //!
 //! Order, as in `file_access`: a run is mapped and its pages flagged
 //! `FILE` before the owner checks `file_holds` again (a full fence
@@ -240,7 +241,7 @@ impl ViewInner {
     /// User pages `[a, e)` still map the file because the memory file
     /// could not be mapped back: inaccessible, and flagged `FILE` (not
     /// `LISTED`), so no fault makes them readable before it is.
-    fn leave_stuck(&self, a: usize, e: usize) {
+    pub(super) fn leave_stuck(&self, a: usize, e: usize) {
         let _ = self
             .mem
             .user
@@ -277,6 +278,44 @@ impl ViewInner {
         }
         crate::debug::file_run_point(crate::debug::FileRunPause::AfterScan);
         self.map_file_run(a, e, s, at)
+    }
+
+    /// A read fault of a read-write transaction on `page`, which no
+    /// transaction of the view touched before (`shares_read`, the rule its
+    /// accessor reads follow) and whose version at the snapshot the file
+    /// holds: the page joins the read set and maps the file, alone (a run
+    /// would make its neighbours readable with no read recorded; adjacent
+    /// pages mapped one by one merge into one mapping in the kernel). A
+    /// later store maps the memory file back and installs the page
+    /// (`on_fault`), as in a read-only transaction's run.
+    pub(super) fn map_file_read(&self, page: usize) -> FileMap {
+        if !self.file_ok.load(Ordering::Relaxed)
+            || !self.region.fence.running()
+            || self.ufile_runs.load(Ordering::Relaxed) >= MAX_RUNS
+            || !self.shares_read(page)
+            || page >= self.mem.mapped.load(Ordering::Acquire) / PAGE
+        {
+            return FileMap::No;
+        }
+        let s = self.snapshot.load(Ordering::Relaxed);
+        let at = self.file_state(s);
+        if !self.file_candidate(page, s, at) {
+            return FileMap::No;
+        }
+        self.note_shared_read(page);
+        // Beside a page this transaction mapped, the kernel extends that
+        // mapping: no new one to count against `MAX_RUNS`.
+        let beside = |q: Option<usize>| {
+            q.is_some_and(|q| {
+                self.user_file_flags(q) & (uf::FILE | uf::LISTED) == uf::FILE | uf::LISTED
+            })
+        };
+        let extends = beside(page.checked_sub(1)) || beside(Some(page + 1));
+        let r = self.map_file_run(page, page + 1, s, at);
+        if extends && matches!(r, FileMap::Mapped) {
+            self.ufile_runs.fetch_sub(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Before a scan for pages that may map the file: the commit sequence,
