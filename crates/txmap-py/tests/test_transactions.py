@@ -331,15 +331,17 @@ def test_gil_is_released_while_a_commit_waits_for_its_sync(region):
 
 
 def _pages_held_after_reading(region, pages):
-    """Reads every page by plain loads (a memoryview) in one read-write
-    transaction of a fresh view (a read-only one maps the region file and
-    copies nothing); the view's private pages during and after."""
+    """Reads every page by plain loads (a memoryview) in two read-write
+    transactions of a fresh view (the first, like a read-only one, maps the
+    region file's pages and copies nothing; the second copies each page it
+    reads); the view's private pages during and after the second."""
     with region.view() as v:
-        with v.transaction():
-            mv = memoryview(v)
-            assert sum(mv[p * 4096] for p in range(pages)) == 0
-            during = v.private_bytes // 4096
-            mv.release()
+        for _ in range(2):
+            with v.transaction():
+                mv = memoryview(v)
+                assert sum(mv[p * 4096] for p in range(pages)) == 0
+                during = v.private_bytes // 4096
+                mv.release()
         return during, v.private_bytes // 4096
 
 
