@@ -205,6 +205,10 @@ impl Mvcc {
         if owner == ABANDONED || owner == 0 {
             return true;
         }
+        // Under `claims`, as the reaper: a slot not `mine` is then held by
+        // no thread of this process, so its lock is free only if its owner
+        // is gone (and the probe cannot unlock a claim under way here).
+        let _claims = crate::os::lock::lock(&self.claims);
         if self.mine[i].load(Ordering::Relaxed) {
             return false;
         }
