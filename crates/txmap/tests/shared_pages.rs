@@ -1075,36 +1075,54 @@ fn plain_loads_of_read_write_transactions_copy_only_what_they_write() {
 }
 
 /// Write skew between two fresh views whose serializable transactions
-/// read two checkpointed pages by plain loads (each first touch maps the
-/// file's page) and each write one of them: the second commit conflicts
-/// (fails when such a read joins neither the read set nor the touched
-/// pages).
+/// read two checkpointed pages by plain loads and each write one of them:
+/// the second commit conflicts. Each round's pages lie in a block of their
+/// own, so each round's first load maps a new run of the file: the page it
+/// faults on is readable at once, the other one at its own first load
+/// (read first in odd rounds). Fails when either read joins neither the
+/// read set nor the touched pages.
 #[test]
 fn plain_load_reads_of_read_write_transactions_are_validated() {
     const ROUNDS: usize = 8;
-    let (_d, _p, r) = new_region("sp-rw-plain-skew", (2 * ROUNDS * PAGE) as u64, opts());
+    // The aligned block a read fault maps a run within (`view/filemap.rs`).
+    const BLOCK: usize = 1024;
+    let (_d, _p, r) = new_region("sp-rw-plain-skew", (ROUNDS * BLOCK * PAGE) as u64, opts());
     let mut w = r.view().unwrap();
-    fill(&mut w, 0..2 * ROUNDS, 1);
+    fill(
+        &mut w,
+        (0..ROUNDS).flat_map(|k| [k * BLOCK, k * BLOCK + 1]),
+        1,
+    );
     r.checkpoint().unwrap();
     drop(w);
     // SAFETY: an aligned word inside the view's mapping, in a transaction.
-    write_skew_conflicts(&r, ROUNDS, |v, off| unsafe {
+    write_skew_conflicts(&r, ROUNDS, BLOCK, |v, off| unsafe {
         v.base().add(off as usize).cast::<u64>().read_volatile()
     });
 }
 
 /// `rounds` rounds of write skew between two fresh views of `r`: in round
-/// `k` each serializable transaction reads pages `2k` and `2k + 1` with
-/// `read` (a word at an offset) and writes one of them; the second commit
-/// must conflict.
-fn write_skew_conflicts(r: &Region, rounds: usize, read: impl Fn(&View, u64) -> u64) {
+/// `k` each serializable transaction reads pages `stride * k` and the one
+/// after it with `read` (a word at an offset; in odd rounds the second
+/// page first) and writes one of them; the second commit must conflict.
+fn write_skew_conflicts(
+    r: &Region,
+    rounds: usize,
+    stride: usize,
+    read: impl Fn(&View, u64) -> u64,
+) {
     let (mut a, mut b) = (r.view().unwrap(), r.view().unwrap());
     for k in 0..rounds {
-        let (x, y) = ((2 * k * PAGE) as u64, ((2 * k + 1) * PAGE) as u64);
+        let (x, y) = ((stride * k * PAGE) as u64, ((stride * k + 1) * PAGE) as u64);
         a.begin().unwrap();
         b.begin().unwrap();
-        let sa = read(&a, x) + read(&a, y);
-        let sb = read(&b, x) + read(&b, y);
+        // The order matters: the first load of a run maps it.
+        let (first, second) = if k % 2 == 0 { (x, y) } else { (y, x) };
+        let both = |v: &View| {
+            let one = read(v, first);
+            one + read(v, second)
+        };
+        let (sa, sb) = (both(&a), both(&b));
         assert_eq!(sa, sb);
         a.write(x, &(sa + 10)).unwrap();
         b.write(y, &(sb + 10)).unwrap();
@@ -1133,7 +1151,7 @@ fn shared_reads_of_read_write_transactions_are_validated() {
     fill(&mut w, ROUNDS..2 * ROUNDS, 2);
     drop(w);
     // Pages no earlier transaction of either view touched: shared.
-    write_skew_conflicts(&r, ROUNDS, |v, off| v.read::<u64>(off).unwrap());
+    write_skew_conflicts(&r, ROUNDS, 2, |v, off| v.read::<u64>(off).unwrap());
 }
 
 /// A read-write transaction that read a page shared and then changed it

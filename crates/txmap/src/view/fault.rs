@@ -286,7 +286,7 @@ impl ViewInner {
 
     /// Notes that `page`'s private copy holds its snapshot version. In a
     /// read-write transaction whose plain load mapped the page from the
-    /// file (`map_file_read`), the user address goes back to the copy
+    /// file (`map_file_fault`), the user address goes back to the copy
     /// first (inaccessible until the next touch): every write path (a
     /// store, an accessor, a commutative operation, a nested top action)
     /// installs before it writes the copy, so the user's loads never see
@@ -650,9 +650,11 @@ impl ViewInner {
         let flags = self.user_file_flags(page);
         if flags & user_file::FILE != 0 {
             if active && !write && flags & user_file::LISTED != 0 {
-                // A page this transaction mapped from the file (and read),
-                // made inaccessible by a trim: the fence keeps its content
-                // the snapshot's.
+                // A page of a run this transaction mapped from the file: in
+                // a read-write transaction, inaccessible until its first
+                // load, which joins the read set here; or made inaccessible
+                // by a trim. The fence keeps its content the snapshot's.
+                self.note_shared_read(page);
                 return match protect_raw(page_addr, PAGE, Access::Read) {
                     Ok(()) => FaultOutcome::Handled,
                     Err(_) => FaultOutcome::ProtectFailed,
@@ -667,12 +669,7 @@ impl ViewInner {
             }
         }
         if active && !write {
-            let mapped = if self.read_only.load(Ordering::Relaxed) {
-                self.map_file_fault(page)
-            } else {
-                self.map_file_read(page)
-            };
-            match mapped {
+            match self.map_file_fault(page) {
                 FileMap::Mapped => return FaultOutcome::Handled,
                 FileMap::Failed(_) => return FaultOutcome::ProtectFailed,
                 FileMap::No => {}

@@ -13,8 +13,10 @@
 //! (`fence.rs`), exactly as for the accessor reads of `file_access`; the
 //! transaction's end maps the memory file back (`PROT_NONE`, one call per
 //! run), so outside a read-only transaction the user range is what it was
-//! before. A read-write transaction's read fault maps the faulting page
-//! alone, after recording the read (`map_file_read`).
+//! before. A read-write transaction's read fault maps a run of at most
+//! `RW_BLOCK` pages inaccessible and makes readable only the faulting page,
+//! after recording the read; each other page of the run becomes readable
+//! at its own first load, which records it (`on_fault`).
 //!
 //! Order, as in `file_access`: a run is mapped and its pages flagged
 //! `FILE` before the owner checks `file_holds` again (a full fence
@@ -29,7 +31,7 @@
 use std::sync::atomic::{Ordering, fence};
 
 use super::{TOUCH_WRITE, ViewInner};
-use crate::os::mem::{Access, PAGE};
+use crate::os::mem::{Access, PAGE, protect_raw};
 use crate::viewmem::{page_state, user_file as uf};
 
 /// Pages of the aligned block within which one fault maps a run (4 MiB):
@@ -37,6 +39,10 @@ use crate::viewmem::{page_state, user_file as uf};
 /// checks), so a sequential first read of 1,024 pages takes one, not four
 /// (0.28 against 0.33 µs per page, beside a 0.22 µs bare fault).
 const BLOCK: usize = 1024;
+/// The same for a read-write transaction, whose run stays inaccessible
+/// but for the pages it loads (each one fault and `mprotect`): a scattered
+/// reader scans, maps and maps back less, and leaves fewer pages `SEEN`.
+const RW_BLOCK: usize = 64;
 /// Runs one transaction maps from the file at most: each may split the
 /// user range's mapping in two more (`vm.max_map_count`); beyond, pages
 /// are copied as before.
@@ -173,7 +179,7 @@ impl ViewInner {
             return;
         }
         crate::debug::file_run_point(crate::debug::FileRunPause::WholeScanned);
-        if self.map_file_over(0, pages).is_err() {
+        if self.map_file_over(0, pages, Access::Read).is_err() {
             return;
         }
         self.start_file_reads(s);
@@ -211,13 +217,13 @@ impl ViewInner {
 
     /// Maps the region file over the user pages `[a, e)`, private and
     /// read-only.
-    fn map_file_over(&self, a: usize, e: usize) -> rustix::io::Result<()> {
+    fn map_file_over(&self, a: usize, e: usize, access: Access) -> rustix::io::Result<()> {
         let from = self.region.fd_offset((a * PAGE) as u64);
         self.mem.user.map_file(
             a * PAGE,
             (e - a) * PAGE,
             (self.region.data.fd(), from),
-            Access::Read,
+            access,
             rustix::mm::MapFlags::PRIVATE,
         )
     }
@@ -249,9 +255,16 @@ impl ViewInner {
         self.set_flags(a, e, uf::FILE | uf::SEEN, Ordering::SeqCst);
     }
 
-    /// A read fault of a read-only transaction on `page` (no valid copy in
-    /// the view, the region file holds its snapshot version): maps the run
-    /// of such pages around it, within its aligned block, from the file.
+    /// A read fault on `page` (no valid copy in the view, the region file
+    /// holds its snapshot version): maps the run of such pages around it,
+    /// within its aligned block, from the file. In a read-only transaction
+    /// the run is readable at once. In a read-write one it is mapped
+    /// inaccessible and only `page` becomes readable, after joining the read
+    /// set: each neighbour's first load faults and joins it too (`on_fault`),
+    /// for an `mprotect` instead of an `mmap` or a copy. Its pages are those
+    /// no earlier transaction of the view touched (`shares_read`, the rule
+    /// its accessor reads follow). A store maps the memory file back over a
+    /// page and installs it (`on_fault`, `mark_installed`).
     pub(super) fn map_file_fault(&self, page: usize) -> FileMap {
         if !self.file_ok.load(Ordering::Relaxed)
             || !self.region.fence.running()
@@ -259,12 +272,14 @@ impl ViewInner {
         {
             return FileMap::No;
         }
+        let rw = !self.read_only.load(Ordering::Relaxed);
         let s = self.snapshot.load(Ordering::Relaxed);
         let pages = self.mem.mapped.load(Ordering::Acquire) / PAGE;
-        let start = page / BLOCK * BLOCK;
-        let end = (start + BLOCK).min(pages);
+        let block = if rw { RW_BLOCK } else { BLOCK };
+        let start = page / block * block;
+        let end = (start + block).min(pages);
         let at = self.file_state(s);
-        let candidate = |q: usize| self.file_candidate(q, s, at);
+        let candidate = |q: usize| self.file_candidate(q, s, at) && (!rw || self.shares_read(q));
         if page >= end || !candidate(page) {
             return FileMap::No;
         }
@@ -277,45 +292,23 @@ impl ViewInner {
             e += 1;
         }
         crate::debug::file_run_point(crate::debug::FileRunPause::AfterScan);
-        self.map_file_run(a, e, s, at)
-    }
-
-    /// A read fault of a read-write transaction on `page`, which no
-    /// transaction of the view touched before (`shares_read`, the rule its
-    /// accessor reads follow) and whose version at the snapshot the file
-    /// holds: the page joins the read set and maps the file, alone (a run
-    /// would make its neighbours readable with no read recorded; adjacent
-    /// pages mapped one by one merge into one mapping in the kernel). A
-    /// later store maps the memory file back and installs the page
-    /// (`on_fault`), as in a read-only transaction's run.
-    pub(super) fn map_file_read(&self, page: usize) -> FileMap {
-        if !self.file_ok.load(Ordering::Relaxed)
-            || !self.region.fence.running()
-            || self.ufile_runs.load(Ordering::Relaxed) >= MAX_RUNS
-            || !self.shares_read(page)
-            || page >= self.mem.mapped.load(Ordering::Acquire) / PAGE
-        {
-            return FileMap::No;
+        if !rw {
+            return self.map_file_run(a, e, s, at, Access::Read);
         }
-        let s = self.snapshot.load(Ordering::Relaxed);
-        let at = self.file_state(s);
-        if !self.file_candidate(page, s, at) {
-            return FileMap::No;
-        }
+        // Read before it can be loaded.
         self.note_shared_read(page);
-        // Beside a page this transaction mapped, the kernel extends that
-        // mapping: no new one to count against `MAX_RUNS`.
-        let beside = |q: Option<usize>| {
-            q.is_some_and(|q| {
-                self.user_file_flags(q) & (uf::FILE | uf::LISTED) == uf::FILE | uf::LISTED
-            })
-        };
-        let extends = beside(page.checked_sub(1)) || beside(Some(page + 1));
-        let r = self.map_file_run(page, page + 1, s, at);
-        if extends && matches!(r, FileMap::Mapped) {
-            self.ufile_runs.fetch_sub(1, Ordering::Relaxed);
+        match self.map_file_run(a, e, s, at, Access::None) {
+            FileMap::Mapped => {
+                let addr = self.mem.user.base() as usize + page * PAGE;
+                match protect_raw(addr, PAGE, Access::Read) {
+                    Ok(()) => FileMap::Mapped,
+                    // Mapped and listed, still inaccessible: the copy path
+                    // maps the memory file back (`mark_installed`).
+                    Err(_) => FileMap::No,
+                }
+            }
+            r => r,
         }
-        r
     }
 
     /// Before a scan for pages that may map the file: the commit sequence,
@@ -365,7 +358,7 @@ impl ViewInner {
             while e < end && self.file_candidate(e, s, at) {
                 e += 1;
             }
-            if let FileMap::Failed(e) = self.map_file_run(p, e, s, at) {
+            if let FileMap::Failed(e) = self.map_file_run(p, e, s, at, Access::Read) {
                 return Err(e);
             }
             p = e;
@@ -387,9 +380,9 @@ impl ViewInner {
     /// the view's only user and it is here). `at`: the state before the
     /// scan that chose the run; if no commit was published since, no page
     /// of it can have changed, and none is checked again.
-    fn map_file_run(&self, a: usize, e: usize, s: u64, at: FileState) -> FileMap {
+    fn map_file_run(&self, a: usize, e: usize, s: u64, at: FileState, access: Access) -> FileMap {
         self.start_file_reads(s);
-        if self.map_file_over(a, e).is_err() {
+        if self.map_file_over(a, e, access).is_err() {
             // Copied as before; not listed (the file is not mapped there).
             self.set_flags(a, e, uf::SEEN, Ordering::Release);
             return FileMap::No;
