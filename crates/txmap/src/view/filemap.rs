@@ -215,8 +215,8 @@ impl ViewInner {
         }
     }
 
-    /// Maps the region file over the user pages `[a, e)`, private and
-    /// read-only.
+    /// Maps the region file over the user pages `[a, e)`, private, with
+    /// `access` (`Read`, or `None` for a read-write transaction's run).
     fn map_file_over(&self, a: usize, e: usize, access: Access) -> rustix::io::Result<()> {
         let from = self.region.fd_offset((a * PAGE) as u64);
         self.mem.user.map_file(
