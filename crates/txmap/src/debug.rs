@@ -252,6 +252,23 @@ pub(crate) fn replay_batch() -> Option<usize> {
     }
 }
 
+static FILE_RUN_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Makes this process's transactions map at most `runs` runs of the region
+/// file at their views' addresses (0: the default, 2,048), so tests reach
+/// the limit in a small region.
+pub fn file_run_limit(runs: u64) {
+    FILE_RUN_LIMIT.store(runs, Ordering::Relaxed);
+}
+
+/// The limit [`file_run_limit`] set, or `default`.
+pub(crate) fn file_runs_or(default: usize) -> usize {
+    match FILE_RUN_LIMIT.load(Ordering::Relaxed) {
+        0 => default,
+        n => n as usize,
+    }
+}
+
 static NO_FENCE: AtomicBool = AtomicBool::new(false);
 
 /// Turns this process's checkpoint fence off (issue 20): views that read

@@ -48,6 +48,11 @@ const RW_BLOCK: usize = 64;
 /// are copied as before.
 const MAX_RUNS: usize = 2048;
 
+/// `MAX_RUNS`, or a test's lower limit (`debug::file_run_limit`).
+fn max_runs() -> usize {
+    crate::debug::file_runs_or(MAX_RUNS)
+}
+
 /// Pages of a region at most, for a fresh view's first read-only
 /// transaction to map the file over the whole user range at begin
 /// (`map_file_whole`): a fence pass while it runs looks at every page's
@@ -268,7 +273,7 @@ impl ViewInner {
     pub(super) fn map_file_fault(&self, page: usize) -> FileMap {
         if !self.file_ok.load(Ordering::Relaxed)
             || !self.region.fence.running()
-            || self.ufile_runs.load(Ordering::Relaxed) >= MAX_RUNS
+            || self.ufile_runs.load(Ordering::Relaxed) >= max_runs()
         {
             return FileMap::No;
         }
@@ -349,7 +354,7 @@ impl ViewInner {
         let s = self.snapshot.load(Ordering::Relaxed);
         let at = self.file_state(s);
         let mut p = first;
-        while p < end && self.ufile_runs.load(Ordering::Relaxed) < MAX_RUNS {
+        while p < end && self.ufile_runs.load(Ordering::Relaxed) < max_runs() {
             if !self.file_candidate(p, s, at) {
                 p += 1;
                 continue;
@@ -403,7 +408,13 @@ impl ViewInner {
         // After the entries and flags: a fence pass that sees the new
         // count sees them.
         self.mem.ufile_n.store(listed, Ordering::Release);
-        self.ufile_runs.fetch_add(1, Ordering::Relaxed);
+        // Beside a run this transaction mapped, the kernel extends that
+        // mapping (same file, next offsets): no new one to count.
+        let mapped =
+            |q: usize| self.user_file_flags(q) & (uf::FILE | uf::LISTED) == uf::FILE | uf::LISTED;
+        if !(a > 0 && mapped(a - 1) || mapped(e)) {
+            self.ufile_runs.fetch_add(1, Ordering::Relaxed);
+        }
         // See `ViewMemory::file`'s mapping in `sync_size`: no read-ahead
         // window per fault.
         self.mem.user.advise_random(a * PAGE, (e - a) * PAGE);
