@@ -44,8 +44,9 @@ const BLOCK: usize = 1024;
 /// reader scans, maps and maps back less, and leaves fewer pages `SEEN`.
 const RW_BLOCK: usize = 64;
 /// Runs one transaction maps from the file at most: each may split the
-/// user range's mapping in two more (`vm.max_map_count`); beyond, pages
-/// are copied as before.
+/// user range's mapping in two more (`vm.max_map_count`; a run beside one
+/// already mapped extends it and does not count); beyond, pages are
+/// copied as before.
 const MAX_RUNS: usize = 2048;
 
 /// `MAX_RUNS`, or a test's lower limit (`debug::file_run_limit`).
