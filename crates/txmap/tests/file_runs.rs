@@ -24,6 +24,17 @@ fn load_all(v: &View) -> u64 {
         .sum()
 }
 
+/// Pages `v` copied in one transaction, begun by `begin`, that loads every
+/// page (and checks their sum).
+fn copied_reading_all(v: &mut View, begin: fn(&mut View) -> txmap::Result<()>) -> u64 {
+    let before = v.installed_pages();
+    begin(v).unwrap();
+    assert_eq!(load_all(v), PAGES as u64);
+    let copied = v.installed_pages() - before;
+    v.commit().unwrap();
+    copied
+}
+
 /// With at most 2 runs per transaction, a read-only and a read-write
 /// transaction that each read 8 blocks in order (8 runs, and 128 for the
 /// read-write one) copy no page: each run lies beside the last (failed
@@ -52,24 +63,16 @@ fn runs_side_by_side_count_once_and_copy_nothing() {
     // once: the runs come from the next one.
     v.begin_read().unwrap();
     v.commit().unwrap();
-    let before = v.installed_pages();
-    v.begin_read().unwrap();
-    assert_eq!(load_all(&v), PAGES as u64);
     assert_eq!(
-        v.installed_pages() - before,
+        copied_reading_all(&mut v, View::begin_read),
         0,
         "a read-only transaction copied"
     );
-    v.commit().unwrap();
     // Pages that view read are copied in its later transactions: a fresh one.
     let mut v = r.view().unwrap();
-    let before = v.installed_pages();
-    v.begin().unwrap();
-    assert_eq!(load_all(&v), PAGES as u64);
     assert_eq!(
-        v.installed_pages() - before,
+        copied_reading_all(&mut v, View::begin),
         0,
         "a read-write transaction copied"
     );
-    v.commit().unwrap();
 }
